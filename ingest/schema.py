@@ -1,0 +1,191 @@
+"""The event contract: what the serving fleet and the user simulator write to Kafka, and the
+reward rows that ingest writes to Parquet.
+
+Every record here has a pydantic model (for validation, with errors that name the field) and a
+pyarrow schema (for the Parquet spans). Field names follow the OpenTelemetry gen_ai semantic
+conventions where one exists: ``response_id`` is ``gen_ai.response.id`` (the request id), a
+signal has the shape of a ``gen_ai.evaluation.result`` (name, score, label, explanation).
+
+Deliberately left out: anything about how events are joined or rewarded (ingest/pipeline.py,
+rewards/), and transport details (ingest/kafka_io.py).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Annotated, Literal, Union
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+SCHEMA_VERSION = 1
+
+EDIT_WINDOWS_S: tuple[int, ...] = (30, 120, 300, 600)
+"""Edit-persistence checkpoints, seconds after the completion (as in Copilot's telemetry)."""
+
+TOPICS = {
+    "completion": "ratchet.completions",
+    "edit_persistence": "ratchet.signals.edit_persistence",
+    "followup": "ratchet.signals.followup",
+    "feedback": "ratchet.signals.feedback",
+}
+DEAD_LETTER_TOPIC = "ratchet.dead_letter"
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    event_id: str = Field(min_length=1, max_length=128, description="Unique id of this event.")
+    response_id: str = Field(
+        min_length=1, max_length=128, description="gen_ai.response.id: the request id."
+    )
+    event_time: datetime = Field(description="When it happened (UTC), in event time.")
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json().encode()
+
+
+class SamplingParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(ge=0.0, le=10.0)
+    top_p: float = Field(gt=0.0, le=1.0)
+    max_tokens: int = Field(ge=1, le=4096)
+    seed: int | None = None
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_tokens: int = Field(ge=0, description="gen_ai.usage.input_tokens")
+    output_tokens: int = Field(ge=0, description="gen_ai.usage.output_tokens")
+
+
+class Completion(_Event):
+    """One served completion: everything the trainer needs to learn off-policy from it."""
+
+    kind: Literal["completion"] = "completion"
+    conversation_id: str = Field(min_length=1, max_length=128, description="gen_ai.conversation.id")
+    user_hash: str = Field(min_length=1, max_length=128, description="Hashed user id, never raw.")
+    model_name: str = Field(min_length=1, description="gen_ai.request.model: registry name.")
+    model_version: int = Field(ge=1, description="Registry version of the behaviour policy.")
+    task_kind: str = Field(description="Task family of the prompt, for per-task baselines.")
+    prompt: str
+    response_text: str
+    response_token_ids: list[int]
+    response_logprobs: list[float] = Field(description="Sampled logprob of each response token.")
+    sampling: SamplingParams
+    routed_experts: list[list[list[int]]] = Field(
+        description="Expert ids chosen per token, per MoE layer: (tokens, layers, top_k)."
+    )
+    time_to_first_token_ms: float = Field(ge=0.0)
+    latency_ms: float = Field(ge=0.0)
+    finish_reason: Literal["stop", "length", "error"]
+    usage: Usage
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> Completion:
+        n = len(self.response_token_ids)
+        if len(self.response_logprobs) != n:
+            raise ValueError(
+                f"response_logprobs has {len(self.response_logprobs)} entries, "
+                f"response_token_ids has {n}"
+            )
+        if self.routed_experts and len(self.routed_experts) != n:
+            raise ValueError(f"routed_experts has {len(self.routed_experts)} tokens, expected {n}")
+        bad = [lp for lp in self.response_logprobs if not lp <= 0.0]
+        if bad:
+            raise ValueError(f"response_logprobs must be <= 0, got {bad[0]}")
+        return self
+
+
+class EditPersistence(_Event):
+    """gen_ai.evaluation.result named ``edit_persistence``: share of the suggestion still there."""
+
+    kind: Literal["edit_persistence"] = "edit_persistence"
+    window_s: Literal[30, 120, 300, 600]
+    score: float = Field(ge=0.0, le=1.0, description="1 - normalised edit distance.")
+
+
+class Followup(_Event):
+    """The user's next message in the conversation after the completion."""
+
+    kind: Literal["followup"] = "followup"
+    text: str = Field(max_length=4096)
+    dissatisfied: bool = Field(description="The follow-up complains about the answer.")
+
+
+class Feedback(_Event):
+    """Explicit accept / reject of the suggestion."""
+
+    kind: Literal["feedback"] = "feedback"
+    label: Literal["accept", "reject"]
+
+
+Signal = Annotated[Union[EditPersistence, Followup, Feedback], Field(discriminator="kind")]
+Event = Annotated[
+    Union[Completion, EditPersistence, Followup, Feedback], Field(discriminator="kind")
+]
+EVENT_ADAPTER: TypeAdapter[Completion | EditPersistence | Followup | Feedback] = TypeAdapter(Event)
+
+
+def parse_event(raw: bytes) -> Completion | EditPersistence | Followup | Feedback:
+    """Parse one Kafka value. Raises ``ValueError`` (pydantic's ValidationError is one)."""
+    return EVENT_ADAPTER.validate_json(raw)
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class DeadLetter(BaseModel):
+    """What the dead-letter topic carries: the raw payload, where it came from and why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reason: str = Field(description="Short machine-readable reason, e.g. 'schema_violation'.")
+    detail: str = Field(description="Human-readable detail naming the field and value.")
+    topic: str
+    partition: int
+    offset: int
+    payload: str = Field(description="The raw value, decoded with replacement characters.")
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.model_dump()).encode()
+
+
+# Reward rows: one per finalised completion, the trainer's input.
+REWARD_SCHEMA = pa.schema(
+    [
+        pa.field("schema_version", pa.int32(), nullable=False),
+        pa.field("response_id", pa.string(), nullable=False),
+        pa.field("conversation_id", pa.string(), nullable=False),
+        pa.field("event_time", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("model_name", pa.string(), nullable=False),
+        pa.field("model_version", pa.int64(), nullable=False),
+        pa.field("task_kind", pa.string(), nullable=False),
+        pa.field("prompt", pa.string(), nullable=False),
+        pa.field("response_text", pa.string(), nullable=False),
+        pa.field("response_token_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("response_logprobs", pa.list_(pa.float32()), nullable=False),
+        pa.field("routed_experts", pa.list_(pa.list_(pa.list_(pa.int16()))), nullable=False),
+        pa.field("temperature", pa.float32(), nullable=False),
+        pa.field("finish_reason", pa.string(), nullable=False),
+        pa.field("completion_tokens", pa.int32(), nullable=False),
+        pa.field("latency_ms", pa.float32(), nullable=False),
+        # Joined signals; null means the signal never arrived (missing is not zero).
+        pa.field("edit_persistence_30", pa.float32()),
+        pa.field("edit_persistence_120", pa.float32()),
+        pa.field("edit_persistence_300", pa.float32()),
+        pa.field("edit_persistence_600", pa.float32()),
+        pa.field("followup_dissatisfied", pa.bool_()),
+        pa.field("feedback_accept", pa.bool_()),
+        # Rewards
+        pa.field("reward", pa.float32(), nullable=False),
+        pa.field("reward_components", pa.map_(pa.string(), pa.float32()), nullable=False),
+        pa.field("defaulted_signals", pa.list_(pa.string()), nullable=False),
+    ],
+    metadata={b"ratchet.schema_version": str(SCHEMA_VERSION).encode()},
+)

@@ -1,0 +1,127 @@
+"""The checkpoint reference: how a checkpoint becomes an MLflow model version and back.
+
+A checkpoint is a directory (``model.safetensors`` + ``config.json`` + ``metadata.json``, see
+trainer/checkpoint.py). It is logged as an MLflow "model from code" (ratchet/mlflow_model.py) so
+that loading it never unpickles, registered as a new version of one registered model, and
+addressed by alias: ``champion`` serves, ``candidate`` waits for the gate, ``previous-champion``
+is kept for rollback.
+
+Deliberately left out: deciding who gets an alias (gating/, deploy/) and the MLflow server's
+lifecycle (ratchet/services.py). mlflow is imported inside functions (it costs seconds).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+CHAMPION = "champion"
+CANDIDATE = "candidate"
+PREVIOUS_CHAMPION = "previous-champion"
+
+_MODEL_CODE = Path(__file__).with_name("mlflow_model.py")
+_REQUIREMENTS = ["torch==2.13.0", "safetensors", "mlflow==3.17.2"]
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    """A registered checkpoint: registry name and version, and the run that logged it."""
+
+    model_name: str
+    version: int
+    run_id: str | None
+
+    @property
+    def uri(self) -> str:
+        return f"models:/{self.model_name}/{self.version}"
+
+
+def _client(tracking_uri: str):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+
+def log_checkpoint(
+    checkpoint_dir: Path,
+    *,
+    model_name: str,
+    alias: str | None = None,
+    tags: dict[str, str] | None = None,
+) -> CheckpointRef:
+    """Log ``checkpoint_dir`` in the active MLflow run and register it as a new version."""
+    import mlflow
+
+    info = mlflow.pyfunc.log_model(
+        name="checkpoint",
+        python_model=str(_MODEL_CODE),
+        artifacts={"checkpoint": str(checkpoint_dir)},
+        code_paths=None,
+        registered_model_name=model_name,
+        pip_requirements=_REQUIREMENTS,
+    )
+    version = int(info.registered_model_version)
+    client = _client(mlflow.get_tracking_uri())
+    for key, value in (tags or {}).items():
+        client.set_model_version_tag(model_name, str(version), key, value)
+    if alias is not None:
+        client.set_registered_model_alias(model_name, alias, str(version))
+    run = mlflow.active_run()
+    return CheckpointRef(model_name, version, run.info.run_id if run else None)
+
+
+def resolve_alias(tracking_uri: str, model_name: str, alias: str) -> int | None:
+    """The version an alias points to, or None if the alias is not set."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        mv = _client(tracking_uri).get_model_version_by_alias(model_name, alias)
+    except MlflowException:
+        return None
+    return int(mv.version)
+
+
+def set_alias(tracking_uri: str, model_name: str, alias: str, version: int) -> None:
+    _client(tracking_uri).set_registered_model_alias(model_name, alias, str(version))
+
+
+def promote(tracking_uri: str, model_name: str, version: int) -> int | None:
+    """Move ``champion`` to ``version``; the old champion becomes ``previous-champion``."""
+    old = resolve_alias(tracking_uri, model_name, CHAMPION)
+    client = _client(tracking_uri)
+    if old is not None and old != version:
+        client.set_registered_model_alias(model_name, PREVIOUS_CHAMPION, str(old))
+    client.set_registered_model_alias(model_name, CHAMPION, str(version))
+    return old
+
+
+def set_version_tags(
+    tracking_uri: str, model_name: str, version: int, tags: dict[str, str],
+    description: str | None = None,
+) -> None:
+    client = _client(tracking_uri)
+    for key, value in tags.items():
+        client.set_model_version_tag(model_name, str(version), key, value)
+    if description is not None:
+        client.update_model_version(model_name, str(version), description=description)
+
+
+def download_checkpoint(tracking_uri: str, model_name: str, version: int, dst: Path) -> Path:
+    """Download version ``version`` into ``dst`` and return the checkpoint directory in it."""
+    import mlflow
+
+    target = dst / f"{model_name}-v{version}"
+    checkpoint = target / "artifacts" / "checkpoint"
+    if (checkpoint / "model.safetensors").exists():
+        return checkpoint
+    tmp = dst / f".{model_name}-v{version}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.artifacts.download_artifacts(
+        artifact_uri=f"models:/{model_name}/{version}", dst_path=str(tmp)
+    )
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return checkpoint
