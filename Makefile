@@ -1,0 +1,44 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both bootstrap .venv from the lock.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The CPU torch wheel lives in pip's find-links folder; uv ignores pip.conf, so pass it on.
+FIND_LINKS := $(or $(shell $(PY) -m pip config get global.find-links 2>/dev/null),/opt/wheels)
+# One-time costs (DeepSpeed's op builds) are cached here, not redone per run.
+export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
+export RAY_USAGE_STATS_ENABLED := 0
+export RAY_AUTH_MODE := disabled
+export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
+
+.PHONY: demo test test-unit test-integration lint lock clean
+
+$(BIN)/.bootstrapped: requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check uv==0.13.9
+	$(BIN)/uv pip sync --python $(BIN)/python --find-links $(FIND_LINKS) requirements.lock \
+		|| $(BIN)/pip install -q -r requirements.lock
+	$(BIN)/uv pip install --python $(BIN)/python --no-deps -e . \
+		|| $(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+demo: $(BIN)/.bootstrapped
+	$(BIN)/ratchet demo --workdir .demo --cycles 3
+
+test: $(BIN)/.bootstrapped
+	$(BIN)/python -m pytest -q
+
+test-unit: $(BIN)/.bootstrapped
+	$(BIN)/python -m pytest -q -m "not integration"
+
+test-integration: $(BIN)/.bootstrapped
+	$(BIN)/python -m pytest -q -m integration
+
+lint: $(BIN)/.bootstrapped
+	$(BIN)/ruff check ratchet ingest rewards trainer gating deploy bench tests
+
+lock:
+	$(BIN)/uv pip compile pyproject.toml --extra test --find-links $(FIND_LINKS) \
+		--python-version 3.11 -o requirements.lock
+
+clean:
+	rm -rf .demo .pytest_cache

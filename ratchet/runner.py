@@ -1,0 +1,71 @@
+"""`ratchet cycle`, `ratchet loop` and `ratchet replay`: connect to (or start) the services, then
+run cycles.
+
+Without `--bootstrap` / `--tracking-uri` the embedded broker and a local MLflow server are started
+under the workdir and stopped by PID at the end; with them, ratchet talks to an existing cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ratchet.config import RatchetConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    bootstrap: str
+    tracking_uri: str
+
+
+@contextmanager
+def services(
+    workdir: Path, *, bootstrap: str | None, tracking_uri: str | None
+) -> Iterator[Endpoints]:
+    """Use the given endpoints, starting a local broker / MLflow server for the missing ones."""
+    from ratchet.services import Broker, MlflowServer
+
+    with ExitStack() as stack:
+        if bootstrap is None:
+            broker = Broker.start(workdir / "broker")
+            stack.callback(broker.stop)
+            bootstrap = broker.bootstrap
+        if tracking_uri is None:
+            server = MlflowServer.start(workdir / "mlflow")
+            stack.callback(server.stop)
+            tracking_uri = server.uri
+        from ingest.kafka_io import ensure_topics
+
+        ensure_topics(bootstrap)
+        yield Endpoints(bootstrap=bootstrap, tracking_uri=tracking_uri)
+
+
+def run_command(args: argparse.Namespace, config: RatchetConfig) -> int:
+    from ratchet.bootstrap import ensure_champion
+    from ratchet.cycle import Cycle
+
+    workdir: Path = args.workdir
+    workdir.mkdir(parents=True, exist_ok=True)
+    with services(workdir, bootstrap=args.bootstrap, tracking_uri=args.tracking_uri) as ep:
+        ensure_champion(config, tracking_uri=ep.tracking_uri, workdir=workdir)
+        cycle = Cycle(config, tracking_uri=ep.tracking_uri, bootstrap=ep.bootstrap, workdir=workdir)
+        if args.command == "cycle":
+            print(cycle.run(0))
+        elif args.command == "replay":
+            from ratchet.replay import replay
+
+            sent = replay(args.file, bootstrap=ep.bootstrap, speed=args.speed)
+            log.info("replayed %d records from %s", sent, args.file)
+            print(cycle.run(0))
+        elif args.command == "loop":
+            from ratchet.scheduler import parse_duration, run_every
+
+            run_every(parse_duration(args.every), cycle.run, max_cycles=args.max_cycles)
+    return 0

@@ -1,0 +1,49 @@
+"""`ratchet loop`: run a cycle every N hours, forever or a fixed number of times.
+
+A cycle that fails is logged and the loop goes on at the next tick (a scheduled retraining loop
+must not die on one bad span). Ticks are anchored to the start time, so a slow cycle does not push
+every later one back; a cycle that overruns its slot makes the next start at once.
+Deliberately left out: distributed locking between two schedulers (run one per model).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '15m', '5h', '1d', '1h30m' -> seconds. Raises ValueError naming the input."""
+    parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
+    if not parts or "".join(n + u for n, u in parts) != text.strip():
+        raise ValueError(f"cannot parse duration {text!r}: use e.g. '5h', '15m', '1h30m'")
+    return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def run_every(
+    every_s: float,
+    tick: Callable[[int], object],
+    *,
+    max_cycles: int | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """Call ``tick(i)`` every ``every_s`` seconds; returns how many ticks ran."""
+    start = clock()
+    i = 0
+    while max_cycles is None or i < max_cycles:
+        try:
+            tick(i)
+        except Exception:  # noqa: BLE001 - the loop outlives one failed cycle, by design
+            log.exception("cycle %d failed; the loop goes on", i)
+        i += 1
+        if max_cycles is not None and i >= max_cycles:
+            break
+        sleep(max(0.0, start + i * every_s - clock()))
+    return i
