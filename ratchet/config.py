@@ -1,0 +1,79 @@
+"""The one top-level config: composes each stage's typed config.
+
+A cycle logs the fully resolved config (this model, dumped) into its MLflow run. Importing this
+module imports no torch, Ray, DeepSpeed, Beam or MLflow: stage configs are plain pydantic.
+``load_config(None)`` gives the toy defaults that `make demo` runs; a JSON file overrides them
+and unknown keys fail loudly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gating.config import GateConfig
+from ingest.config import IngestConfig
+from trainer.config import TrainerConfig
+
+_TOY_MODEL = Path(__file__).resolve().parent.parent / "trainer" / "configs" / "toy.json"
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChampionBootstrapConfig(_Config):
+    """How the first champion is made when the registry has none: supervised warm start."""
+
+    model_config_path: Path = Field(_TOY_MODEL, description="MoEConfig JSON of the toy model.")
+    sft_steps: int | None = Field(
+        None, ge=1, le=1_000_000, description="Warm-start steps; None = the trainer's default."
+    )
+    seed: int = Field(0, ge=0, description="Seed of the warm start.")
+
+
+class FleetConfig(_Config):
+    """The serving fleet the demo starts."""
+
+    replicas: int = Field(2, ge=1, le=64, description="Replica processes.")
+    admin_token: str = Field(
+        "local-demo-token", min_length=8, description="Bearer token for admin calls (reload)."
+    )
+
+
+class SimulatorConfig(_Config):
+    """The user simulator that makes the demo's traffic."""
+
+    requests_per_round: int = Field(
+        384, ge=1, le=1_000_000, description="Completions requested before each cycle."
+    )
+    concurrency: int = Field(8, ge=1, le=256, description="Requests in flight at once.")
+    speed: float = Field(
+        600.0, gt=0.0, le=1e6, description="Time compression: 600 makes 10 minutes last 1 s."
+    )
+    seed: int = Field(0, ge=0, description="Seed of task draws and user behaviour.")
+
+
+class RatchetConfig(_Config):
+    """Everything a cycle needs; each stage reads only its own part."""
+
+    model_name: str = Field("ratchet-toy", min_length=1, description="Registered model name.")
+    experiment: str = Field("ratchet", min_length=1, description="MLflow experiment of cycles.")
+    min_rows_to_train: int = Field(
+        32, ge=1, description="A span with fewer reward rows is not trained on."
+    )
+    champion: ChampionBootstrapConfig = Field(default_factory=ChampionBootstrapConfig)
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
+    simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
+
+
+def load_config(path: Path | None) -> RatchetConfig:
+    """The toy defaults, overridden by the JSON file at ``path`` if given."""
+    if path is None:
+        return RatchetConfig()
+    return RatchetConfig.model_validate(json.loads(Path(path).read_text()))
