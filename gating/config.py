@@ -1,0 +1,212 @@
+"""The gate's typed config: which suite to run and what a candidate must show to be promoted.
+
+Every threshold a gate compares against lives here, with its direction spelled out in the field
+description, so the resolved config logged into the gate's MLflow run says exactly what was
+required. Importing this module imports pydantic only (no torch, no mlflow).
+
+Deliberately left out: how the gates are computed (gating/gates.py) and how a run is recorded
+(gating/gate.py).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SuiteConfig(_Config):
+    """The held-out benchmark the candidate and the champion both run, greedily."""
+
+    kind: Literal["toy", "humaneval"] = Field(
+        "toy",
+        description="Task family: the toy held-out split (ratchet.tasks) or HumanEval (sandboxed).",
+    )
+    size: int = Field(
+        64, ge=1, le=10_000, description="Number of tasks (HumanEval caps at its 164 problems)."
+    )
+    seed: int = Field(0, ge=0, description="Seed of the task draw; the same seed, the same suite.")
+    max_new_tokens: int = Field(
+        32, ge=1, le=1024, description="Completion budget per task (greedy decoding)."
+    )
+    token_penalty: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Score of a passed task is 1 - token_penalty * tokens / max_new_tokens, so a correct"
+            " but bloated answer scores below a correct tight one; a failed task scores 0."
+        ),
+    )
+    batch_size: int = Field(32, ge=1, le=1024, description="Prompts per generate() call.")
+    sandbox_timeout_s: float = Field(
+        5.0, gt=0.0, le=300.0, description="HumanEval only: wall-clock limit per sandboxed task."
+    )
+
+
+class ChangeThreshold(_Config):
+    """Required change of a metric against the champion, in a given direction.
+
+    With ``delta = candidate - champion`` signed so that positive is better (``direction``), the
+    gate passes iff ``delta >= min_abs`` and ``delta / |champion| >= min_rel``. Negative values
+    tolerate a small regression; zero means "no worse than the champion".
+    """
+
+    direction: Literal["increase", "decrease"] = Field(
+        "increase", description="Which way is better for this metric."
+    )
+    min_abs: float = Field(0.0, ge=-1e6, le=1e6, description="Minimum signed absolute change.")
+    min_rel: float = Field(
+        -1.0, ge=-1.0, le=100.0, description="Minimum signed relative change (-1 disables it)."
+    )
+
+
+class TokenBudget(_Config):
+    """How much longer the candidate's answers may get than the champion's (mean tokens).
+
+    Allowed increase = ``max(max_abs_increase, max_rel_increase * champion_mean_tokens)``.
+    """
+
+    max_abs_increase: float = Field(
+        1.0, ge=0.0, le=1e4, description="Allowed increase of mean completion tokens, in tokens."
+    )
+    max_rel_increase: float = Field(
+        0.10, ge=0.0, le=10.0, description="Allowed increase relative to the champion's mean."
+    )
+
+
+class BootstrapConfig(_Config):
+    """Paired bootstrap over tasks for the candidate-minus-champion differences."""
+
+    n_resamples: int = Field(2000, ge=100, le=100_000, description="Bootstrap resamples.")
+    confidence: float = Field(
+        0.95, gt=0.5, lt=1.0, description="Two-sided confidence level of the percentile CI."
+    )
+    seed: int = Field(0, ge=0, description="Seed of the resampling (reproducible CIs).")
+    max_pass_rate_drop: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "No significant regression: fails iff the CI's upper bound of the pass-rate"
+            " difference is below -max_pass_rate_drop (the candidate is surely worse)."
+        ),
+    )
+    max_token_rise: float = Field(
+        0.0,
+        ge=0.0,
+        le=1e4,
+        description=(
+            "No significant token bloat: fails iff the CI's lower bound of the mean-token"
+            " difference is above max_token_rise (the candidate is surely longer)."
+        ),
+    )
+
+
+class HealthConfig(_Config):
+    """Checks on the candidate's weights and routing, independent of task success."""
+
+    min_load_entropy: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Expert-collapse floor: the lowest per-layer expert-load entropy on the suite,"
+            " normalised by log(n_experts) (1 = uniform, 0 = one expert takes all)."
+        ),
+    )
+    max_kl_to_champion: float = Field(
+        1.0,
+        ge=0.0,
+        le=1e3,
+        description=(
+            "Ceiling of the mean per-token KL(candidate || champion) in nats on the candidate's"
+            " own greedy suite completions."
+        ),
+    )
+
+
+class HackMonitorConfig(_Config):
+    """Reward-hacking monitors: rates that should not jump relative to the champion."""
+
+    max_no_edit_increase: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="Largest allowed rise of the no-edit rate (empty / question-only answers).",
+    )
+    max_malformed_increase: float = Field(
+        0.05, ge=0.0, le=1.0, description="Largest allowed rise of the malformed-answer rate."
+    )
+
+
+class OpeConfig(_Config):
+    """Off-policy estimate of the candidate's reward on held-out logged champion traffic."""
+
+    spans: list[str] = Field(
+        default_factory=list,
+        description="Parquet files or directories of reward rows (ingest.schema.REWARD_SCHEMA).",
+    )
+    max_rows: int = Field(512, ge=1, le=1_000_000, description="Rows used at most (held-out).")
+    ratio_clip: float = Field(
+        10.0, gt=1.0, le=1e6, description="Clip of the sequence ratio pi_candidate / pi_logged."
+    )
+    min_ess: float = Field(
+        10.0, ge=1.0, le=1e6, description="Below this effective sample size the gate fails."
+    )
+    max_reward_drop: float = Field(
+        0.1,
+        ge=0.0,
+        le=1e3,
+        description="Fails iff the CI's upper bound is below champion's realised reward minus this.",
+    )
+
+
+class InfraConfig(_Config):
+    """Load the candidate in a real serving process and query it."""
+
+    n_requests: int = Field(20, ge=1, le=10_000, description="Requests sent to the candidate.")
+    max_tokens: int = Field(16, ge=1, le=1024, description="max_tokens of each request.")
+    p95_budget_ms: float = Field(
+        2000.0, gt=0.0, le=600_000.0, description="Largest allowed p95 request latency."
+    )
+    startup_timeout_s: float = Field(
+        120.0, gt=0.0, le=1800.0, description="How long the server may take to become ready."
+    )
+
+
+class GateConfig(_Config):
+    """Everything the promotion gate needs: the suite and each gate's threshold."""
+
+    suite: SuiteConfig = Field(default_factory=SuiteConfig, description="The benchmark suite.")
+    min_pass_rate: float = Field(
+        0.2, ge=0.0, le=1.0, description="Absolute gate: candidate pass rate must be >= this."
+    )
+    pass_rate_change: ChangeThreshold = Field(
+        default_factory=ChangeThreshold,
+        description="Change gate on pass rate vs the champion (skipped without a champion).",
+    )
+    token_budget: TokenBudget = Field(
+        default_factory=TokenBudget,
+        description="Budget on mean completion tokens vs the champion (skipped without one).",
+    )
+    bootstrap: BootstrapConfig = Field(
+        default_factory=BootstrapConfig, description="Paired bootstrap CIs and their gates."
+    )
+    health: HealthConfig = Field(
+        default_factory=HealthConfig, description="Weight and routing health checks."
+    )
+    hack: HackMonitorConfig = Field(
+        default_factory=HackMonitorConfig, description="No-edit and malformed-rate monitors."
+    )
+    ope: OpeConfig | None = Field(
+        None, description="Off-policy evaluation on logged traffic; None skips it."
+    )
+    infra: InfraConfig | None = Field(
+        None, description="Serving-process check of the candidate; None skips it."
+    )
+    report_html: bool = Field(True, description="Log the HTML report artifact beside the JSON.")

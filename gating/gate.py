@@ -1,0 +1,282 @@
+"""The promotion gate: benchmark a candidate against the champion and record the verdict.
+
+:func:`run_gate` downloads both checkpoints from the registry, runs the held-out suite on each,
+measures health (finite weights, expert-load entropy, KL to the champion), evaluates every gate
+(gating/gates.py) and records ONE MLflow run — nested under the caller's active run if there is
+one — holding each gate as a metric plus a pass/fail tag, the CIs as metrics, the resolved config
+as params and an artifact, and the verdict as JSON, text and HTML. The candidate model version
+gets the verdict in its tags and description, linked to that run. Only a pass moves ``champion``
+(the old one becomes ``previous-champion``).
+
+Deliberately left out: the gate arithmetic (gating/gates.py), rendering (gating/report.py) and
+the optional off-policy / serving checks (gating/ope.py, gating/infra.py), which this module
+only calls when the config asks for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gating.config import GateConfig
+from gating.gates import HealthFigures, evaluate_gates
+from gating.records import FAIL, PASS, GateResult, GateVerdict, SuiteResult
+from gating.report import format_table, render_html
+from ratchet import registry
+
+if TYPE_CHECKING:
+    from trainer.model import MoETransformer
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "ratchet-gate"
+"""Experiment of a gate run started outside any active run."""
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{key}."))
+        else:
+            out[key] = json.dumps(v) if isinstance(v, list) else str(v)
+    return out
+
+
+class GateRunner:
+    """One gate run: ``setup`` (download, load), ``run`` (suite, gates, record), ``cleanup``."""
+
+    def __init__(
+        self,
+        *,
+        tracking_uri: str,
+        model_name: str,
+        candidate_version: int,
+        champion_version: int | None,
+        config: GateConfig,
+        workdir: Path,
+    ) -> None:
+        self.tracking_uri = tracking_uri
+        self.model_name = model_name
+        self.candidate_version = candidate_version
+        self.champion_version = champion_version
+        self.config = config
+        self.workdir = Path(workdir)
+        self.candidate: MoETransformer | None = None
+        self.champion: MoETransformer | None = None
+        self.candidate_dir: Path | None = None
+
+    # -- setup -----------------------------------------------------------------------------------
+    def setup(self) -> None:
+        from trainer.checkpoint import load_checkpoint
+
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.candidate_dir = self._download(self.candidate_version)
+        self.candidate = load_checkpoint(self.candidate_dir)
+        if self.champion_version is not None:
+            self.champion = load_checkpoint(self._download(self.champion_version))
+
+    def _download(self, version: int) -> Path:
+        return registry.download_checkpoint(
+            self.tracking_uri, self.model_name, version, self.workdir / "checkpoints"
+        )
+
+    # -- run -------------------------------------------------------------------------------------
+    def run(self) -> GateVerdict:
+        from gating.health import count_nonfinite
+
+        if self.candidate is None:
+            raise RuntimeError("GateRunner.run() called before setup()")
+        tasks, checker = self._suite()
+        cand = self._run_suite(self.candidate, tasks, checker)
+        champ = None
+        if self.champion is not None:
+            champ = self._cached_suite(self.champion_version, self.champion, tasks, checker)
+        health = HealthFigures(
+            nonfinite_params=count_nonfinite(self.candidate),
+            kl_to_champion=self._kl(tasks, cand),
+        )
+        gates = evaluate_gates(cand, champ, self.config, health=health)
+        extras: dict[str, float] = {"candidate.suite_seconds": cand.seconds}
+        gates += self._optional_gates(champ, extras)
+        return self._record(cand, champ, gates, extras)
+
+    def _suite(self):
+        from gating.suite import build_suite
+
+        return build_suite(self.config.suite)
+
+    def _run_suite(self, model: MoETransformer, tasks, checker) -> SuiteResult:
+        from gating.suite import run_suite
+
+        s = self.config.suite
+        return run_suite(
+            model, tasks, max_new_tokens=s.max_new_tokens, seed=s.seed, checker=checker,
+            token_penalty=s.token_penalty, batch_size=s.batch_size,
+        )
+
+    def _cached_suite(self, version: int, model: MoETransformer, tasks, checker) -> SuiteResult:
+        """Registry versions are immutable and decoding greedy: a suite result can be reused."""
+        key = hashlib.sha256(self.config.suite.model_dump_json().encode()).hexdigest()[:16]
+        path = self.workdir / "suite-cache" / f"{self.model_name}-v{version}-{key}.json"
+        if path.exists():
+            return SuiteResult.model_validate_json(path.read_text())
+        result = self._run_suite(model, tasks, checker)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(result.model_dump_json())
+        return result
+
+    def _kl(self, tasks, cand: SuiteResult) -> float | None:
+        from gating.health import kl_to_champion
+
+        if self.champion is None or self.config.suite.kind != "toy":
+            return None
+        by_id = {t.task_id: t for t in tasks}
+        completions = [o.token_ids for o in cand.tasks]
+        prompts = [by_id[o.task_id].prompt for o in cand.tasks]
+        return kl_to_champion(self.candidate, self.champion, prompts, completions)
+
+    def _optional_gates(self, champ: SuiteResult | None, extras: dict[str, float]) -> list:
+        gates: list[GateResult] = []
+        if self.config.ope is not None and self.champion_version is not None:
+            from gating.ope import ope_gate
+
+            gate, figures = ope_gate(self.candidate, self.config.ope, self.champion_version)
+            gates.append(gate)
+            extras.update(figures)
+        if self.config.infra is not None:
+            from gating.infra import infra_gates
+
+            infra, figures = infra_gates(
+                self.candidate_dir, self.config.infra, workdir=self.workdir / "infra"
+            )
+            gates += infra
+            extras.update(figures)
+        return gates
+
+    # -- record ----------------------------------------------------------------------------------
+    def _record(
+        self, cand: SuiteResult, champ: SuiteResult | None, gates: list[GateResult],
+        extras: dict[str, float],
+    ) -> GateVerdict:
+        import mlflow
+
+        mlflow.set_tracking_uri(self.tracking_uri)
+        nested = mlflow.active_run() is not None
+        with mlflow.start_run(
+            run_name=f"gate-v{self.candidate_version}", nested=nested,
+            experiment_id=None if nested else self._experiment_id(),
+        ) as run:
+            verdict = GateVerdict(
+                passed=all(g.passed for g in gates), run_id=run.info.run_id,
+                model_name=self.model_name, candidate_version=self.candidate_version,
+                champion_version=self.champion_version, gates=gates,
+                candidate=cand.summary(), champion=None if champ is None else champ.summary(),
+                extras=extras,
+            )
+            if verdict.passed:
+                registry.promote(self.tracking_uri, self.model_name, self.candidate_version)
+                verdict = verdict.model_copy(update={"promoted": True})
+            self._log_run(verdict, cand, champ)
+        self._tag_version(verdict, run.info.experiment_id)
+        log.info("gate %s", format_table(verdict))
+        return verdict
+
+    def _experiment_id(self) -> str:
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri=self.tracking_uri)
+        exp = client.get_experiment_by_name(EXPERIMENT)
+        return exp.experiment_id if exp is not None else client.create_experiment(EXPERIMENT)
+
+    def _log_run(self, v: GateVerdict, cand: SuiteResult, champ: SuiteResult | None) -> None:
+        import mlflow
+
+        config_json = self.config.model_dump_json(indent=2)
+        mlflow.log_params(_flatten(json.loads(config_json), "gate."))
+        mlflow.log_dict(json.loads(config_json), "gate/config.json")
+        mlflow.set_tags({
+            "ratchet.stage": "gate", "gate.verdict": PASS if v.passed else FAIL,
+            "gate.candidate_version": str(v.candidate_version),
+            "gate.champion_version": str(v.champion_version),
+            "gate.promoted": str(v.promoted).lower(),
+            **{f"gate.{g.name}": PASS if g.passed else FAIL for g in v.gates},
+        })
+        mlflow.log_metrics(_gate_metrics(v))
+        mlflow.log_text(v.model_dump_json(indent=2), "gate/verdict.json")
+        mlflow.log_text(format_table(v), "gate/report.txt")
+        if self.config.report_html:
+            mlflow.log_text(render_html(v, config_json), "gate/report.html")
+        mlflow.log_text(cand.model_dump_json(), "gate/candidate_suite.json")
+        if champ is not None:
+            mlflow.log_text(champ.model_dump_json(), "gate/champion_suite.json")
+
+    def _tag_version(self, v: GateVerdict, experiment_id: str) -> None:
+        status = PASS if v.passed else FAIL
+        champ = "none (bootstrap)" if v.champion_version is None else f"v{v.champion_version}"
+        failed = ", ".join(v.failed_gates) or "none"
+        link = f"{self.tracking_uri}/#/experiments/{experiment_id}/runs/{v.run_id}"
+        description = (
+            f"Gate {status.upper()} vs champion {champ}; failed gates: {failed}. "
+            f"Pass rate {v.candidate.pass_rate:.3f}, mean tokens "
+            f"{v.candidate.mean_completion_tokens:.2f}. Gate run {v.run_id}: {link}"
+            f"{' (promoted to champion)' if v.promoted else ''}"
+        )
+        tags = {
+            "gate.verdict": status, "gate.run_id": v.run_id,
+            "gate.champion_version": str(v.champion_version),
+            "gate.failed": failed, **{f"gate.{g.name}": status_of(g) for g in v.gates},
+        }
+        registry.set_version_tags(
+            self.tracking_uri, self.model_name, v.candidate_version, tags, description
+        )
+
+    def cleanup(self) -> None:
+        self.candidate = self.champion = None
+
+
+def status_of(g: GateResult) -> str:
+    return PASS if g.passed else FAIL
+
+
+def _gate_metrics(v: GateVerdict) -> dict[str, float]:
+    m: dict[str, float] = {"gate.passed": float(v.passed)}
+    for g in v.gates:
+        for suffix, x in (("", g.value), (".threshold", g.threshold), (".ci_low", g.ci_low),
+                          (".ci_high", g.ci_high)):
+            if x is not None:
+                m[f"gate.{g.name}{suffix}"] = float(x)
+        m[f"gate.{g.name}.passed"] = float(g.passed)
+    for who, s in (("candidate", v.candidate), ("champion", v.champion)):
+        if s is None:
+            continue
+        for k, x in s.model_dump().items():
+            if x is not None:
+                m[f"{who}.{k}"] = float(x)
+    m.update({k: float(x) for k, x in v.extras.items()})
+    return m
+
+
+def run_gate(
+    *,
+    tracking_uri: str,
+    model_name: str,
+    candidate_version: int,
+    champion_version: int | None,
+    config: GateConfig,
+    workdir: Path,
+) -> GateVerdict:
+    """Gate ``candidate_version`` against ``champion_version`` (None: absolute gates only)."""
+    runner = GateRunner(
+        tracking_uri=tracking_uri, model_name=model_name, candidate_version=candidate_version,
+        champion_version=champion_version, config=config, workdir=workdir,
+    )
+    runner.setup()
+    try:
+        return runner.run()
+    finally:
+        runner.cleanup()

@@ -1,0 +1,230 @@
+"""The gates: pure functions from suite results (and health figures) to pass/fail records.
+
+Each gate returns a :class:`~gating.records.GateResult` with the measured value, the threshold
+it was held to, the comparison, and — for the differences against the champion — a paired
+bootstrap CI over tasks. :func:`evaluate_gates` composes them; with no champion (bootstrap of
+the registry) only the absolute gates run.
+
+Gates:
+- ``pass_rate`` (absolute): candidate pass rate >= ``min_pass_rate``.
+- ``pass_rate_change``: signed pass-rate delta vs champion >= min abs / min rel change.
+- ``token_budget``: mean completion tokens may rise at most the budget.
+- ``pass_rate_no_regression`` / ``tokens_no_regression``: the paired bootstrap CI must not show a
+  significant regression (CI entirely below -drop / entirely above +rise).
+- ``no_edit_rate`` / ``malformed_rate`` (hack monitors): may rise at most a set amount.
+- ``finite_weights``, ``expert_load_entropy``, ``kl_to_champion`` (health).
+
+Deliberately left out: producing the inputs (gating/suite.py, gating/health.py) and recording
+the verdict (gating/gate.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gating.config import BootstrapConfig, ChangeThreshold, GateConfig, TokenBudget
+from gating.records import GateResult, SuiteResult
+
+
+@dataclass(frozen=True)
+class HealthFigures:
+    """Health measurements of the candidate that are not suite aggregates."""
+
+    nonfinite_params: int
+    kl_to_champion: float | None = None
+
+
+@dataclass(frozen=True)
+class BootstrapCI:
+    """Mean of the paired differences and its percentile CI."""
+
+    mean: float
+    low: float
+    high: float
+
+
+def paired_bootstrap(
+    candidate: np.ndarray,
+    champion: np.ndarray,
+    *,
+    n_resamples: int,
+    confidence: float,
+    seed: int,
+) -> BootstrapCI:
+    """Percentile CI of ``mean(candidate - champion)`` resampling tasks with replacement.
+
+    ``candidate`` and ``champion`` are per-task values ``(n_tasks,)`` on the same tasks in the
+    same order; pairing removes the between-task variance from the difference.
+    """
+    if candidate.shape != champion.shape or candidate.ndim != 1 or candidate.size == 0:
+        raise ValueError(
+            f"paired_bootstrap needs two equal 1-d arrays, got {candidate.shape} and "
+            f"{champion.shape}"
+        )
+    d = candidate.astype(np.float64) - champion.astype(np.float64)  # (n,)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, d.size, size=(n_resamples, d.size))  # (B, n)
+    means = d[idx].mean(axis=1)  # (B,)
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(means, [alpha, 1.0 - alpha])
+    return BootstrapCI(float(d.mean()), float(low), float(high))
+
+
+def normalised_load_entropy(load: list[list[int]]) -> float:
+    """Lowest per-layer entropy of the expert-load distribution, divided by log(n_experts).
+
+    ``load`` is ``(layers, n_experts)`` token counts. 1.0 means every expert got the same share;
+    0.0 means one expert took every token (collapse). A layer with no tokens counts as 0.
+    """
+    worst = 1.0
+    for counts in load:
+        c = np.asarray(counts, dtype=np.float64)
+        if c.size < 2:
+            raise ValueError(f"expert load needs >= 2 experts per layer, got {c.size}")
+        total = c.sum()
+        if total <= 0:
+            return 0.0
+        p = c[c > 0] / total
+        worst = min(worst, float(-(p * np.log(p)).sum() / math.log(c.size)))
+    return worst
+
+
+def absolute_gate(name: str, value: float, threshold: float, *, at_least: bool) -> GateResult:
+    passed = value >= threshold if at_least else value <= threshold
+    return GateResult(
+        name=name, value=value, threshold=threshold, passed=passed,
+        comparator=">=" if at_least else "<=",
+    )
+
+
+def change_gate(
+    name: str, candidate: float, champion: float, rule: ChangeThreshold, ci: BootstrapCI | None
+) -> GateResult:
+    """Signed change (positive = better) must reach ``rule.min_abs`` and ``rule.min_rel``."""
+    sign = 1.0 if rule.direction == "increase" else -1.0
+    delta = sign * (candidate - champion)
+    rel = delta / abs(champion) if champion != 0 else (0.0 if delta == 0 else math.copysign(
+        math.inf, delta))
+    passed = delta >= rule.min_abs and rel >= rule.min_rel
+    low, high = (None, None) if ci is None else sorted((sign * ci.low, sign * ci.high))
+    return GateResult(
+        name=name, value=delta, threshold=rule.min_abs, passed=passed, ci_low=low, ci_high=high,
+        comparator=">=", detail=f"relative change {rel:+.3f} (min {rule.min_rel:+.3f})",
+    )
+
+
+def token_budget_gate(
+    candidate_tokens: float, champion_tokens: float, budget: TokenBudget, ci: BootstrapCI | None
+) -> GateResult:
+    """Mean completion tokens may rise by at most max(abs, rel * champion)."""
+    allowed = max(budget.max_abs_increase, budget.max_rel_increase * champion_tokens)
+    rise = candidate_tokens - champion_tokens
+    return GateResult(
+        name="token_budget", value=rise, threshold=allowed, passed=rise <= allowed,
+        ci_low=None if ci is None else ci.low, ci_high=None if ci is None else ci.high,
+        comparator="<=",
+        detail=f"candidate {candidate_tokens:.2f} vs champion {champion_tokens:.2f} tokens",
+    )
+
+
+def no_regression_gate(
+    name: str, ci: BootstrapCI, *, worse_is_lower: bool, tolerance: float
+) -> GateResult:
+    """Fails only if the CI lies entirely on the worse side of ``-/+tolerance``."""
+    if worse_is_lower:
+        passed, threshold, comparator = ci.high >= -tolerance, -tolerance, "ci_high >="
+    else:
+        passed, threshold, comparator = ci.low <= tolerance, tolerance, "ci_low <="
+    return GateResult(
+        name=name, value=ci.mean, threshold=threshold, passed=passed, ci_low=ci.low,
+        ci_high=ci.high, comparator=comparator,
+    )
+
+
+def rate_jump_gate(name: str, candidate: float, champion: float, max_increase: float) -> GateResult:
+    rise = candidate - champion
+    return GateResult(
+        name=name, value=rise, threshold=max_increase, passed=rise <= max_increase,
+        comparator="<=", detail=f"candidate {candidate:.3f} vs champion {champion:.3f}",
+    )
+
+
+def _check_paired(candidate: SuiteResult, champion: SuiteResult) -> None:
+    a = [t.task_id for t in candidate.tasks]
+    b = [t.task_id for t in champion.tasks]
+    if a != b:
+        raise ValueError("candidate and champion suite results are not on the same tasks")
+
+
+def _health_gates(
+    candidate: SuiteResult, health: HealthFigures | None, config: GateConfig
+) -> list[GateResult]:
+    gates = []
+    if health is not None:
+        gates.append(GateResult(
+            name="finite_weights", value=float(health.nonfinite_params), threshold=0.0,
+            passed=health.nonfinite_params == 0, comparator="<=",
+            detail="parameters that are NaN or inf",
+        ))
+    entropy = candidate.load_entropy
+    if entropy is not None:
+        gates.append(absolute_gate(
+            "expert_load_entropy", entropy, config.health.min_load_entropy, at_least=True
+        ))
+    if health is not None and health.kl_to_champion is not None:
+        kl = health.kl_to_champion
+        gates.append(GateResult(
+            name="kl_to_champion", value=kl, threshold=config.health.max_kl_to_champion,
+            passed=math.isfinite(kl) and kl <= config.health.max_kl_to_champion, comparator="<=",
+        ))
+    return gates
+
+
+def _paired_ci(candidate: list, champion: list, b: BootstrapConfig) -> BootstrapCI:
+    return paired_bootstrap(
+        np.asarray(candidate, dtype=np.float64), np.asarray(champion, dtype=np.float64),
+        n_resamples=b.n_resamples, confidence=b.confidence, seed=b.seed,
+    )
+
+
+def _champion_gates(
+    candidate: SuiteResult, champion: SuiteResult, config: GateConfig
+) -> list[GateResult]:
+    _check_paired(candidate, champion)
+    b = config.bootstrap
+    passed_ci = _paired_ci([t.passed for t in candidate.tasks],
+                           [t.passed for t in champion.tasks], b)
+    tokens_ci = _paired_ci([t.completion_tokens for t in candidate.tasks],
+                           [t.completion_tokens for t in champion.tasks], b)
+    return [
+        change_gate("pass_rate_change", candidate.pass_rate, champion.pass_rate,
+                    config.pass_rate_change, passed_ci),
+        token_budget_gate(candidate.mean_completion_tokens, champion.mean_completion_tokens,
+                          config.token_budget, tokens_ci),
+        no_regression_gate("pass_rate_no_regression", passed_ci, worse_is_lower=True,
+                           tolerance=b.max_pass_rate_drop),
+        no_regression_gate("tokens_no_regression", tokens_ci, worse_is_lower=False,
+                           tolerance=b.max_token_rise),
+        rate_jump_gate("no_edit_rate", candidate.no_edit_rate, champion.no_edit_rate,
+                       config.hack.max_no_edit_increase),
+        rate_jump_gate("malformed_rate", candidate.malformed_rate, champion.malformed_rate,
+                       config.hack.max_malformed_increase),
+    ]
+
+
+def evaluate_gates(
+    candidate: SuiteResult,
+    champion: SuiteResult | None,
+    config: GateConfig,
+    *,
+    health: HealthFigures | None = None,
+) -> list[GateResult]:
+    """All gates for ``candidate``; relative gates only when a champion result is given."""
+    gates = [absolute_gate("pass_rate", candidate.pass_rate, config.min_pass_rate, at_least=True)]
+    if champion is not None:
+        gates += _champion_gates(candidate, champion, config)
+    gates += _health_gates(candidate, health, config)
+    return gates

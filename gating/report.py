@@ -1,0 +1,117 @@
+"""Rendering a gate verdict: the terminal table and the HTML report, from the same rows.
+
+Both views list every gate with its value, threshold, comparison, CI and verdict, then the
+candidate and champion suite summaries, so what ``ratchet gates show`` prints and what the
+MLflow artifact shows cannot disagree.
+
+Deliberately left out: reading the verdict from MLflow (gating/show.py).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from gating.records import FAIL, PASS, GateResult, GateVerdict, SuiteSummary
+
+_HEAD = ("gate", "value", "cmp", "threshold", "ci_low", "ci_high", "verdict")
+_SUMMARY_FIELDS = (
+    "n_tasks", "pass_rate", "mean_completion_tokens", "score", "malformed_rate", "no_edit_rate",
+    "load_entropy",
+)
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, int):
+        return str(x)
+    if not math.isfinite(x):
+        return str(x)
+    return f"{x:.4g}"
+
+
+def gate_rows(gates: list[GateResult]) -> list[tuple[str, ...]]:
+    return [
+        (g.name, _fmt(g.value), g.comparator, _fmt(g.threshold), _fmt(g.ci_low), _fmt(g.ci_high),
+         PASS if g.passed else FAIL)
+        for g in gates
+    ]
+
+
+def summary_rows(
+    candidate: SuiteSummary, champion: SuiteSummary | None
+) -> list[tuple[str, str, str]]:
+    rows = []
+    for name in _SUMMARY_FIELDS:
+        champ = "-" if champion is None else _fmt(getattr(champion, name))
+        rows.append((name, _fmt(getattr(candidate, name)), champ))
+    return rows
+
+
+def _title(v: GateVerdict) -> str:
+    champ = "none (bootstrap)" if v.champion_version is None else f"v{v.champion_version}"
+    verdict = "PASS" if v.passed else "FAIL"
+    return (
+        f"Gate {verdict}: {v.model_name} v{v.candidate_version} vs champion {champ}"
+        f" (run {v.run_id}){' - promoted' if v.promoted else ''}"
+    )
+
+
+def _text_table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [head, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_table(verdict: GateVerdict) -> str:
+    """The gate table for the terminal."""
+    parts = [_title(verdict), "", _text_table(_HEAD, gate_rows(verdict.gates)), ""]
+    parts.append(_text_table(
+        ("suite", "candidate", "champion"), summary_rows(verdict.candidate, verdict.champion)
+    ))
+    if verdict.extras:
+        parts += ["", *(f"{k}: {_fmt(v)}" for k, v in sorted(verdict.extras.items()))]
+    return "\n".join(parts)
+
+
+def _html_table(head: tuple[str, ...], rows: list[tuple[str, ...]], verdict_col: int | None) -> str:
+    out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
+    for r in rows:
+        cls = ""
+        if verdict_col is not None:
+            cls = f' class="{r[verdict_col]}"'
+        out.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+_CSS = """
+body { font-family: sans-serif; margin: 2em; }
+table { border-collapse: collapse; margin-bottom: 1.5em; }
+th, td { border: 1px solid #999; padding: 4px 10px; text-align: left; }
+tr.pass td:last-child { color: #060; font-weight: bold; }
+tr.fail td:last-child { color: #b00; font-weight: bold; }
+"""
+
+
+def render_html(verdict: GateVerdict, config_json: str) -> str:
+    """A self-contained HTML report: gates, suite summaries, extras and the resolved config."""
+    title = html.escape(_title(verdict))
+    extras = "".join(
+        f"<li>{html.escape(k)}: {html.escape(_fmt(v))}</li>" for k, v in sorted(
+            verdict.extras.items())
+    )
+    return "\n".join([
+        "<!doctype html>", "<html><head><meta charset='utf-8'>",
+        f"<title>{title}</title><style>{_CSS}</style></head><body>",
+        f"<h1 id='verdict' class='{PASS if verdict.passed else FAIL}'>{title}</h1>",
+        "<h2>Gates</h2>", _html_table(_HEAD, gate_rows(verdict.gates), verdict_col=6),
+        "<h2>Suite</h2>",
+        _html_table(("suite", "candidate", "champion"),
+                    summary_rows(verdict.candidate, verdict.champion), verdict_col=None),
+        f"<h2>Extras</h2><ul>{extras}</ul>" if extras else "",
+        "<h2>Resolved gate config</h2>", f"<pre>{html.escape(config_json)}</pre>",
+        "</body></html>",
+    ])

@@ -1,0 +1,93 @@
+"""The benchmark suite runner: greedy answers on held-out tasks, checked and scored.
+
+:func:`run_suite` asks a model for a greedy completion of every task's prompt (batched,
+reproducible: no sampling), grades each answer with a checker — by default
+:func:`ratchet.tasks.check`, the same function the rewards use, so benchmark and reward cannot
+drift apart — and scores it so that a correct but bloated answer scores below a correct tight
+one. It also counts the experts the generated tokens were routed to (for the collapse check).
+
+:func:`build_suite` turns a :class:`~gating.config.SuiteConfig` into tasks and their checker:
+the toy family's held-out split, or HumanEval graded in a sandbox (gating/humaneval.py).
+
+Deliberately left out: comparing two runs (gating/gates.py) and model loading (gating/gate.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from gating.config import SuiteConfig
+from gating.records import SuiteResult, TaskOutcome
+from ratchet.tasks import CheckResult, Task, check, generate_tasks
+
+if TYPE_CHECKING:
+    from trainer.model import MoETransformer
+
+Checker = Callable[[Task, str], CheckResult]
+
+
+def task_score(passed: bool, completion_tokens: int, max_new_tokens: int, penalty: float) -> float:
+    """``1 - penalty * min(1, tokens / max_new_tokens)`` if passed, else 0."""
+    if not passed:
+        return 0.0
+    return 1.0 - penalty * min(1.0, completion_tokens / max_new_tokens)
+
+
+def build_suite(config: SuiteConfig) -> tuple[list[Task], Checker]:
+    """Tasks and checker for ``config``: toy held-out split or HumanEval (sandboxed)."""
+    if config.kind == "toy":
+        return generate_tasks(config.size, config.seed, "heldout"), check
+    from gating.humaneval import humaneval_suite
+
+    return humaneval_suite(
+        size=config.size, seed=config.seed, timeout_s=config.sandbox_timeout_s
+    )
+
+
+def _count_experts(load: list[list[int]], routed: list[list[list[int]]]) -> None:
+    """Add one generation's routing ``(tokens, layers, top_k)`` into ``load`` ``(layers, E)``."""
+    for token in routed:
+        for layer, experts in enumerate(token):
+            for e in experts:
+                load[layer][e] += 1
+
+
+def run_suite(
+    model: MoETransformer,
+    tasks: list[Task],
+    *,
+    max_new_tokens: int,
+    seed: int,
+    checker: Checker = check,
+    token_penalty: float = 0.5,
+    batch_size: int = 32,
+) -> SuiteResult:
+    """Greedy completions for ``tasks``, graded by ``checker`` and scored by length."""
+    from trainer.generate import generate
+
+    start = time.perf_counter()
+    cfg = model.config
+    routed = cfg.ffn == "moe"
+    load = [[0] * cfg.n_experts for _ in range(cfg.n_layers)] if routed else []
+    outcomes: list[TaskOutcome] = []
+    for i in range(0, len(tasks), batch_size):
+        batch = tasks[i : i + batch_size]
+        gens = generate(
+            model, [t.prompt for t in batch], max_new_tokens=max_new_tokens,
+            temperature=0.0, top_p=1.0, seed=seed,
+        )
+        for task, gen in zip(batch, gens, strict=True):
+            result = checker(task, gen.text)
+            if routed:
+                _count_experts(load, gen.routed_experts)
+            n = len(gen.token_ids)
+            outcomes.append(TaskOutcome(
+                task_id=task.task_id, kind=task.kind, passed=result.passed,
+                malformed=result.malformed, no_edit=result.no_edit, completion_tokens=n,
+                score=task_score(result.passed, n, max_new_tokens, token_penalty),
+                finish_reason=gen.finish_reason, answer=gen.text[:200], detail=result.detail[:200],
+                token_ids=list(gen.token_ids),
+            ))
+    return SuiteResult(tasks=outcomes, expert_load=load, seconds=time.perf_counter() - start)
