@@ -12,6 +12,7 @@ lifecycle (ratchet/services.py). mlflow is imported inside functions (it costs s
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,12 +110,12 @@ def set_version_tags(
 
 def download_checkpoint(tracking_uri: str, model_name: str, version: int, dst: Path) -> Path:
     """Download version ``version`` into ``dst`` and return the checkpoint directory in it."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import mlflow
 
     target = dst / f"{model_name}-v{version}"
-    checkpoint = target / "artifacts" / "checkpoint"
-    if (checkpoint / "model.safetensors").exists():
-        return checkpoint
+    if found := _checkpoint_in(target):
+        return found
     tmp = dst / f".{model_name}-v{version}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -124,4 +125,13 @@ def download_checkpoint(tracking_uri: str, model_name: str, version: int, dst: P
     )
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
-    return checkpoint
+    found = _checkpoint_in(target)
+    if found is None:
+        raise FileNotFoundError(f"models:/{model_name}/{version} holds no model.safetensors")
+    return found
+
+
+def _checkpoint_in(model_dir: Path) -> Path | None:
+    """MLflow keeps the logged directory's own name under ``artifacts/``."""
+    hits = sorted(model_dir.glob("artifacts/*/model.safetensors"))
+    return hits[0].parent if hits else None
