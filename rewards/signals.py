@@ -1,0 +1,117 @@
+"""The reward: one pure function per signal, and their weighted sum.
+
+Every component lies in [-1, 1]; ``compute_reward`` returns ``sum_k w_k * c_k`` with the
+components and the names of the signals that were missing (and took their configured default).
+Deliberately left out: any I/O, joining signals to completions (ingest/join.py), and monitoring
+a batch of rewards (rewards/monitors.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rewards.config import RewardConfig
+
+SIGNALS = ("edit_persistence", "followup", "feedback")
+"""Signals that may be missing; latency and length come with the completion itself."""
+
+
+@dataclass(frozen=True)
+class RowSignals:
+    """What one finalised completion carries into the reward (``None``: never arrived)."""
+
+    latency_ms: float
+    completion_tokens: int
+    edit_persistence: Mapping[int, float] = field(default_factory=dict)
+    followup_dissatisfied: bool | None = None
+    feedback_label: Literal["accept", "reject"] | None = None
+
+
+def edit_persistence_reward(
+    scores_by_window: Mapping[int, float], window_weights: Mapping[int, float]
+) -> float | None:
+    """Weighted mean of the persistence scores present, mapped from [0, 1] to [-1, 1].
+
+    ``None`` when no checkpoint arrived. Checkpoints without a weight are ignored.
+    """
+    present = {w: s for w, s in scores_by_window.items() if w in window_weights}
+    total = sum(window_weights[w] for w in present)
+    if not present or total <= 0.0:
+        return None
+    mean = sum(window_weights[w] * s for w, s in present.items()) / total
+    return 2.0 * mean - 1.0
+
+
+def followup_reward(dissatisfied: bool) -> float:
+    """-1 for a dissatisfied follow-up, 0 for a neutral one."""
+    return -1.0 if dissatisfied else 0.0
+
+
+def feedback_reward(label: Literal["accept", "reject"]) -> float:
+    """+1 for an accept, -1 for a reject."""
+    if label == "accept":
+        return 1.0
+    if label == "reject":
+        return -1.0
+    raise ValueError(f"feedback label must be 'accept' or 'reject', got {label!r}")
+
+
+def latency_reward(ms: float, target_ms: float, max_ms: float) -> float:
+    """1 at or below ``target_ms``, falling linearly to 0 at ``max_ms`` and beyond."""
+    if ms <= target_ms:
+        return 1.0
+    return max(0.0, 1.0 - (ms - target_ms) / (max_ms - target_ms))
+
+
+def length_penalty(
+    completion_tokens: int, free_tokens: int, scale_tokens: int, max_penalty: float
+) -> float:
+    """0 up to ``free_tokens``, then ``((n - free) / scale)^2``, capped at ``max_penalty``."""
+    over = max(0, completion_tokens - free_tokens)
+    return min(max_penalty, (over / scale_tokens) ** 2)
+
+
+def compute_reward(
+    row_signals: RowSignals, config: RewardConfig
+) -> tuple[float, dict[str, float], list[str]]:
+    """``(reward, components, defaulted)``: the weighted sum, each component, missing signals.
+
+    ``components`` holds the unweighted component values (``length`` is the negated penalty),
+    so ``reward == sum(weights[k] * components[k])``.
+    """
+    defaulted: list[str] = []
+    persistence = edit_persistence_reward(
+        row_signals.edit_persistence, config.persistence_window_weights
+    )
+    if persistence is None:
+        persistence = config.defaults.edit_persistence
+        defaulted.append("edit_persistence")
+    if row_signals.followup_dissatisfied is None:
+        followup = config.defaults.followup
+        defaulted.append("followup")
+    else:
+        followup = followup_reward(row_signals.followup_dissatisfied)
+    if row_signals.feedback_label is None:
+        feedback = config.defaults.feedback
+        defaulted.append("feedback")
+    else:
+        feedback = feedback_reward(row_signals.feedback_label)
+    components = {
+        "edit_persistence": persistence,
+        "followup": followup,
+        "feedback": feedback,
+        "latency": latency_reward(
+            row_signals.latency_ms, config.latency_target_ms, config.latency_max_ms
+        ),
+        "length": -length_penalty(
+            row_signals.completion_tokens,
+            config.length_free_tokens,
+            config.length_scale_tokens,
+            config.length_max_penalty,
+        ),
+    }
+    weights = config.weights.model_dump()
+    reward = sum(weights[k] * v for k, v in components.items())
+    return reward, components, defaulted
