@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,20 +71,26 @@ class GateRunner:
         self.candidate: MoETransformer | None = None
         self.champion: MoETransformer | None = None
         self.candidate_dir: Path | None = None
+        self.champion_dir: Path | None = None
+        self._downloads: Path | None = None
 
     # -- setup -----------------------------------------------------------------------------------
     def setup(self) -> None:
         from trainer.checkpoint import load_checkpoint
 
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self._downloads = Path(tempfile.mkdtemp(prefix="checkpoints-", dir=self.workdir))
         self.candidate_dir = self._download(self.candidate_version)
         self.candidate = load_checkpoint(self.candidate_dir)
         if self.champion_version is not None:
-            self.champion = load_checkpoint(self._download(self.champion_version))
+            self.champion_dir = self._download(self.champion_version)
+            self.champion = load_checkpoint(self.champion_dir)
 
     def _download(self, version: int) -> Path:
+        # A fresh folder per run: registry.download_checkpoint reuses a folder by name and
+        # version, which would serve stale weights after the registry is re-created.
         return registry.download_checkpoint(
-            self.tracking_uri, self.model_name, version, self.workdir / "checkpoints"
+            self.tracking_uri, self.model_name, version, self._downloads
         )
 
     # -- run -------------------------------------------------------------------------------------
@@ -92,10 +100,10 @@ class GateRunner:
         if self.candidate is None:
             raise RuntimeError("GateRunner.run() called before setup()")
         tasks, checker = self._suite()
-        cand = self._run_suite(self.candidate, tasks, checker)
+        cand = self._cached_suite(self.candidate_dir, self.candidate, tasks, checker)
         champ = None
         if self.champion is not None:
-            champ = self._cached_suite(self.champion_version, self.champion, tasks, checker)
+            champ = self._cached_suite(self.champion_dir, self.champion, tasks, checker)
         health = HealthFigures(
             nonfinite_params=count_nonfinite(self.candidate),
             kl_to_champion=self._kl(tasks, cand),
@@ -119,10 +127,13 @@ class GateRunner:
             token_penalty=s.token_penalty, batch_size=s.batch_size,
         )
 
-    def _cached_suite(self, version: int, model: MoETransformer, tasks, checker) -> SuiteResult:
-        """Registry versions are immutable and decoding greedy: a suite result can be reused."""
-        key = hashlib.sha256(self.config.suite.model_dump_json().encode()).hexdigest()[:16]
-        path = self.workdir / "suite-cache" / f"{self.model_name}-v{version}-{key}.json"
+    def _cached_suite(self, ckpt: Path, model: MoETransformer, tasks, checker) -> SuiteResult:
+        """Greedy decoding is deterministic: a suite result is reused for the same weights and
+        suite config (keyed by their hashes, so a re-created registry cannot hit a stale one)."""
+        h = hashlib.sha256(self.config.suite.model_dump_json().encode())
+        with open(ckpt / "model.safetensors", "rb") as f:
+            h.update(hashlib.file_digest(f, "sha256").digest())
+        path = self.workdir / "suite-cache" / f"{h.hexdigest()[:24]}.json"
         if path.exists():
             return SuiteResult.model_validate_json(path.read_text())
         result = self._run_suite(model, tasks, checker)
@@ -237,6 +248,9 @@ class GateRunner:
 
     def cleanup(self) -> None:
         self.candidate = self.champion = None
+        if self._downloads is not None:
+            shutil.rmtree(self._downloads, ignore_errors=True)
+            self._downloads = None
 
 
 def status_of(g: GateResult) -> str:

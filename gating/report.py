@@ -28,7 +28,7 @@ def _fmt(x: float | None) -> str:
         return str(x)
     if not math.isfinite(x):
         return str(x)
-    return f"{x:.4g}"
+    return f"{x + 0.0:.4g}"  # + 0.0 turns -0.0 into 0.0
 
 
 def gate_rows(gates: list[GateResult]) -> list[tuple[str, ...]]:
