@@ -1,0 +1,28 @@
+"""Entry point of one replica process: settings from ``RATCHET_*`` variables, then uvicorn.
+
+``python -m deploy.serve_main`` — the fleet starts replicas this way. Settings are read (and a
+default admin token refused) before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+import logging
+
+
+def main() -> None:
+    from deploy.settings import ServerSettings
+
+    settings = ServerSettings()  # type: ignore[call-arg]  # fields come from the environment
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    import uvicorn
+
+    from deploy.server import create_app
+
+    uvicorn.run(
+        create_app(settings), host=settings.host, port=settings.port,
+        log_level="warning", access_log=False, timeout_graceful_shutdown=10,
+    )
+
+
+if __name__ == "__main__":
+    main()

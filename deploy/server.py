@@ -1,0 +1,98 @@
+"""The serving app of one replica, built by ``create_app(settings)`` — nothing is created at import.
+
+At start-up a background thread resolves the configured alias (or pinned version) in the MLflow
+registry, downloads the checkpoint and builds the model; ``/readyz`` answers 503 until then, and the
+thread retries while the registry or the alias is not there yet. Requests are served by
+deploy/routes/, behaviour events go through deploy/behaviour_log.py.
+
+Run one replica with ``python -m deploy.serve_main`` (reads ``RATCHET_*`` variables).
+
+Deliberately left out: routing between replicas (deploy/router.py) and process management
+(deploy/fleet.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from deploy.behaviour_log import BehaviourLogger
+from deploy.metrics import MetricsMiddleware, ServerMetrics
+from deploy.model_host import ModelHost
+from deploy.routes import admin, completions, health, metrics
+from deploy.settings import ServerSettings
+from deploy.spool import Spool
+
+log = logging.getLogger(__name__)
+
+
+class _InitialLoad:
+    """Loads the first model in a thread, retrying until it succeeds or the app stops."""
+
+    def __init__(self, host: ModelHost, settings: ServerSettings) -> None:
+        self.host, self.settings = host, settings
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="initial-load", daemon=True)
+
+    def _run(self) -> None:
+        from mlflow.exceptions import MlflowException
+
+        delay = 0.5
+        while not self.stop.is_set() and self.host.current is None:
+            try:
+                version = self.settings.version or self.host.resolve(self.settings.alias)
+                self.host.load(version)
+                log.info("replica %s serves version %d", self.settings.replica_id, version)
+                return
+            except (LookupError, MlflowException, OSError) as exc:
+                self.host.load_error = f"{type(exc).__name__}: {exc}"
+                log.warning("initial load failed (%s); retrying in %.1fs", exc, delay)
+            self.stop.wait(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def create_app(settings: ServerSettings) -> FastAPI:
+    """Build the app: state on ``app.state``, routers per resource, metrics, a body limit."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        import torch
+
+        torch.set_num_threads(settings.torch_threads)
+        loader = _InitialLoad(app.state.host, settings)
+        loader.thread.start()
+        try:
+            yield
+        finally:
+            loader.stop.set()
+            if app.state.behaviour_logger is not None:
+                app.state.behaviour_logger.close()
+
+    app = FastAPI(
+        title="ratchet replica", version="1", lifespan=lifespan,
+        max_body_size=settings.max_body_bytes,  # 413 for larger bodies, chunked ones included
+    )
+    app.state.settings = settings
+    app.state.host = ModelHost(
+        tracking_uri=settings.tracking_uri, model_name=settings.model_name,
+        cache_dir=settings.cache_dir,
+    )
+    app.state.behaviour_logger = _make_logger(settings)
+    app.state.metrics = ServerMetrics(replica=settings.replica_id)
+    app.state.metrics.attach(app.state.behaviour_logger, app.state.host)
+    for module in (completions, health, admin, metrics):
+        app.include_router(module.router)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    return app
+
+
+def _make_logger(settings: ServerSettings) -> BehaviourLogger | None:
+    if not settings.log_behaviour:
+        return None
+    spool = Spool(settings.spool_dir / settings.replica_id, max_bytes=settings.spool_max_bytes)
+    return BehaviourLogger(
+        bootstrap=settings.kafka_bootstrap, spool=spool, queue_max=settings.queue_max_events
+    )

@@ -1,0 +1,97 @@
+"""Settings of one serving replica, read from ``RATCHET_*`` environment variables.
+
+One typed model (pydantic-settings) with a docstring, bounds and a default on every field. It
+refuses a default admin token unless ``local_mode`` is on, so a replica reachable from anywhere
+cannot be reloaded by whoever reads this file.
+
+Deliberately left out: the fleet's own settings (deploy/fleet.py takes plain arguments) and the
+router's (deploy/router.py). Importing this module imports neither torch nor mlflow.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_ADMIN_TOKEN = "changethis"
+
+
+class ServerSettings(BaseSettings):
+    """What one replica needs: where the model lives, where logs go, and who may administer it."""
+
+    model_config = SettingsConfigDict(env_prefix="RATCHET_", extra="forbid", frozen=True)
+
+    tracking_uri: str = Field(
+        min_length=1, description="MLflow tracking/registry URI, e.g. http://127.0.0.1:5000."
+    )
+    model_name: str = Field(min_length=1, description="Registered model name in MLflow.")
+    alias: str = Field(
+        default="champion", min_length=1, description="Registry alias loaded at start-up."
+    )
+    version: int | None = Field(
+        default=None, ge=1,
+        description="Pin a registry version at start-up instead of resolving the alias "
+        "(the rollout's canary group starts this way).",
+    )
+    kafka_bootstrap: str | None = Field(
+        default=None,
+        description="Kafka bootstrap servers (host:port). None: behaviour events are only spooled.",
+    )
+    log_behaviour: bool = Field(
+        default=True, description="Log every completion to Kafka. Off only for benchmarks."
+    )
+    replica_id: str = Field(
+        default="replica-0", min_length=1, max_length=64,
+        description="Name of this replica in metrics and logs.",
+    )
+    host: str = Field(default="127.0.0.1", description="Interface to bind; loopback by default.")
+    port: int = Field(default=8000, ge=1, le=65535, description="TCP port to bind.")
+    admin_token: SecretStr = Field(
+        default=SecretStr(DEFAULT_ADMIN_TOKEN),
+        description="Bearer token for /admin/*. Must be changed unless local_mode.",
+    )
+    local_mode: bool = Field(
+        default=False, description="Developer mode: allows the default admin token."
+    )
+    spool_dir: Path = Field(
+        default=Path("runs/spool"),
+        description="Directory of the on-disk spool that holds events while Kafka is down.",
+    )
+    spool_max_bytes: int = Field(
+        default=256 * 1024 * 1024, ge=1024,
+        description="Spool bound; events beyond it are dropped and counted in /metrics.",
+    )
+    queue_max_events: int = Field(
+        default=10_000, ge=1,
+        description="In-memory queue between request threads and the logging thread.",
+    )
+    max_body_bytes: int = Field(
+        default=64 * 1024, ge=256, le=16 * 1024 * 1024,
+        description="Largest request body accepted; larger ones get 413.",
+    )
+    max_prompt_chars: int = Field(
+        default=4096, ge=1, description="Longest prompt accepted (characters)."
+    )
+    max_tokens_limit: int = Field(
+        default=256, ge=1, le=4096, description="Largest max_tokens a request may ask for."
+    )
+    cache_dir: Path = Field(
+        default=Path("runs/model-cache"),
+        description="Where downloaded checkpoints are kept (one folder per version).",
+    )
+    torch_threads: int = Field(
+        default=1, ge=1, le=64, description="torch intra-op threads of this replica."
+    )
+
+    @model_validator(mode="after")
+    def _refuse_default_token(self) -> ServerSettings:
+        if self.admin_token.get_secret_value() == DEFAULT_ADMIN_TOKEN and not self.local_mode:
+            raise ValueError(
+                "admin_token is the default 'changethis'; set RATCHET_ADMIN_TOKEN "
+                "or RATCHET_LOCAL_MODE=true"
+            )
+        if not self.admin_token.get_secret_value():
+            raise ValueError("admin_token must not be empty")
+        return self

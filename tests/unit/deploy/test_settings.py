@@ -1,0 +1,33 @@
+import pytest
+from pydantic import ValidationError
+
+from deploy.settings import DEFAULT_ADMIN_TOKEN, ServerSettings
+
+
+def test_default_admin_token_is_refused_outside_local_mode():
+    with pytest.raises(ValidationError, match="admin_token is the default"):
+        ServerSettings(tracking_uri="http://127.0.0.1:1", model_name="m")
+
+
+def test_default_admin_token_is_allowed_in_local_mode():
+    s = ServerSettings(tracking_uri="http://127.0.0.1:1", model_name="m", local_mode=True)
+    assert s.admin_token.get_secret_value() == DEFAULT_ADMIN_TOKEN
+    assert s.host == "127.0.0.1"
+    assert s.alias == "champion"
+
+
+def test_settings_come_from_ratchet_env(monkeypatch):
+    monkeypatch.setenv("RATCHET_TRACKING_URI", "http://127.0.0.1:5000")
+    monkeypatch.setenv("RATCHET_MODEL_NAME", "toy")
+    monkeypatch.setenv("RATCHET_ADMIN_TOKEN", "s3cret-token")
+    monkeypatch.setenv("RATCHET_PORT", "8123")
+    s = ServerSettings()
+    assert (s.model_name, s.port, s.local_mode) == ("toy", 8123, False)
+    assert "s3cret" not in repr(s)
+
+
+def test_bounds_name_the_field():
+    with pytest.raises(ValidationError, match="port"):
+        ServerSettings(tracking_uri="x", model_name="m", local_mode=True, port=70000)
+    with pytest.raises(ValidationError, match="max_body_bytes"):
+        ServerSettings(tracking_uri="x", model_name="m", local_mode=True, max_body_bytes=1)
