@@ -1,0 +1,94 @@
+"""Events through the real broker and Beam (DirectRunner) into a Parquet span."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from ingest.kafka_io import (
+    EventProducer,
+    committed_offsets,
+    ensure_topics,
+    high_watermarks,
+    read_range,
+)
+from ingest.pipeline import run_span
+from ingest.schema import DEAD_LETTER_TOPIC, REWARD_SCHEMA, TOPICS
+from ingest.spans import read_spans
+from ingest.synthetic import completion, feedback, persistence, stream
+from rewards.config import RewardConfig
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _dead_letters(bootstrap: str) -> list[dict]:
+    out = []
+    for p, end in high_watermarks(bootstrap, DEAD_LETTER_TOPIC).items():
+        out += [json.loads(v) for _, _, v, _ in read_range(bootstrap, DEAD_LETTER_TOPIC, p, 0, end)]
+    return out
+
+
+def test_high_watermarks_count_every_record(broker):
+    topic = "test.hwm"
+    ensure_topics(broker.bootstrap, partitions=2, topics=[topic])
+    with EventProducer(broker.bootstrap) as p:
+        for i in range(1001):
+            p.send_raw(topic, None, b"v%d" % i, partition=i % 2)
+    marks = high_watermarks(broker.bootstrap, topic)
+    assert marks == {0: 501, 1: 500}
+    got = list(read_range(broker.bootstrap, topic, 1, 0, marks[1]))
+    assert [o for o, *_ in got] == list(range(500))
+
+
+def test_events_become_reward_rows_and_bad_ones_dead_letters(broker, tmp_path):
+    ensure_topics(broker.bootstrap)
+    t0 = datetime.now(timezone.utc) - timedelta(hours=3)
+    n = 60
+    with EventProducer(broker.bootstrap) as p:
+        for e in stream(n, start=t0, spacing_s=60, prefix="a"):
+            p.send(e)
+        p.send_raw(TOPICS["completion"], b"bad", b"{not json")
+        bad = json.loads(completion("a-neg", t0).to_json())
+        bad["latency_ms"] = -5
+        p.send_raw(TOPICS["completion"], b"a-neg", json.dumps(bad).encode())
+    # a known completion and its signals, to check values
+    with EventProducer(broker.bootstrap) as p:
+        p.send(completion("known", t0, latency_ms=2750))
+        p.send(persistence("known", t0, 600, 1.0))
+        p.send(feedback("known", t0 + timedelta(seconds=5), accept=False))
+
+    out = tmp_path / "spans"
+    r = run_span(bootstrap=broker.bootstrap, group_id="g1", output_root=out,
+                 reward_config=RewardConfig())
+    assert r.completions_in == n + 1 and r.dead_letters == 2
+    assert r.validated and not r.quarantined
+    table = pq.read_table(r.path)
+    assert table.schema.equals(REWARD_SCHEMA, check_metadata=False)
+    assert table.num_rows == r.rows
+    ids = set(table.column("response_id").to_pylist())
+    assert len(ids) == r.rows
+    # everything whose windows closed (watermark = last event - 60 s) is in; the rest pending
+    assert "known" in ids and r.rows >= n - 32 and r.pending > 0
+    known = table.filter(ds.field("response_id") == "known").to_pylist()[0]
+    # persistence 1.0 -> 1 (w 1); reject -1 (w 1); followup default 0; latency 0.5 (w .1)
+    assert known["reward"] == pytest.approx(1.0 - 1.0 + 0.05)
+    assert known["defaulted_signals"] == ["followup"]
+
+    reasons = sorted(d["reason"] for d in _dead_letters(broker.bootstrap))
+    assert reasons == ["negative_latency", "unparseable_json"]
+    committed = committed_offsets(broker.bootstrap, "g1", [TOPICS["completion"]])
+    assert sum(committed[TOPICS["completion"]].values()) == n + 3
+
+    # the next span, drained, finalises the carried completions: every completion exactly once
+    r2 = run_span(bootstrap=broker.bootstrap, group_id="g1", output_root=out,
+                  reward_config=RewardConfig(), drain=True)
+    assert r2.completions_in == 0 and r2.pending == 0
+    all_rows = read_spans(out)
+    assert all_rows.num_rows == n + 1
+    assert len(set(all_rows.column("response_id").to_pylist())) == n + 1
+    hive = ds.dataset(out / "spans", partitioning="hive")
+    assert hive.count_rows() == n + 1 and "hour" in hive.schema.names

@@ -1,0 +1,128 @@
+"""The event-time join for one response id: finality, carry-over, late, dedup, order."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from datetime import timedelta
+
+import pytest
+
+from ingest.join import US, Windows, join_group
+from ingest.parse import EventItem
+from ingest.synthetic import T0, completion, feedback, followup, persistence
+from rewards.config import RewardConfig
+
+WIN = Windows.from_seconds(600, 900, 1800)
+CFG = RewardConfig()
+T0_US = int(T0.timestamp() * US)
+_offsets = itertools.count()
+
+
+def item(event, offset: int | None = None) -> EventItem:
+    off = next(_offsets) if offset is None else offset
+    t = int(event.event_time.timestamp() * US)
+    return EventItem(event.kind, event.event_id, t, "topic", 0, off, event.to_json(), 0)
+
+
+def _all_signals(rid="r1"):
+    return [
+        item(persistence(rid, T0, 30, 1.0)),
+        item(persistence(rid, T0, 120, 1.0)),
+        item(persistence(rid, T0, 300, 0.5)),
+        item(persistence(rid, T0, 600, 0.5)),
+        item(followup(rid, T0 + timedelta(seconds=20), True)),
+        item(feedback(rid, T0 + timedelta(seconds=5), True)),
+    ]
+
+
+def join(items, watermark_us, finalized=None, drain=False):
+    return join_group("r1", items, watermark_us=watermark_us, finalized=finalized or {},
+                      windows=WIN, reward_config=CFG, drain=drain)
+
+
+def test_open_windows_carry_everything():
+    items = [item(completion("r1", T0)), item(persistence("r1", T0, 30, 1.0))]
+    out = join(items, watermark_us=T0_US + 1700 * US)  # feedback window (1800 s) still open
+    assert out.row is None and out.finalized_at_us is None
+    assert sorted(i.event_id for i in out.pending) == ["c-r1", "ep30-r1"]
+
+
+def test_final_when_every_window_closed_with_defaults_for_missing():
+    items = [item(completion("r1", T0)), item(persistence("r1", T0, 600, 0.75))]
+    out = join(items, watermark_us=T0_US + 1800 * US)
+    assert out.pending == [] and out.row is not None
+    assert out.row["edit_persistence_600"] == 0.75 and out.row["edit_persistence_30"] is None
+    assert out.row["followup_dissatisfied"] is None and out.row["feedback_accept"] is None
+    assert out.row["defaulted_signals"] == ["followup", "feedback"]
+    # persistence 2*0.75-1 = 0.5 (w 1.0); defaults 0; latency 200 ms -> 1.0 (w 0.1); no penalty
+    assert out.row["reward"] == pytest.approx(0.6)
+    assert out.finalized_at_us == T0_US
+
+
+def test_final_early_when_every_signal_arrived():
+    out = join([item(completion("r1", T0)), *_all_signals()], watermark_us=T0_US)
+    assert out.row is not None
+    assert out.row["feedback_accept"] is True and out.row["followup_dissatisfied"] is True
+    assert out.row["defaulted_signals"] == []
+
+
+def test_drain_finalises_now():
+    out = join([item(completion("r1", T0))], watermark_us=0, drain=True)
+    assert out.row is not None and out.row["defaulted_signals"] == [
+        "edit_persistence", "followup", "feedback"
+    ]
+
+
+def test_duplicate_deliveries_are_removed_and_counted():
+    c = completion("r1", T0)
+    sig = persistence("r1", T0, 600, 0.2)
+    out = join([item(c, 5), item(c, 9), item(sig, 6), item(sig, 7)], watermark_us=T0_US + 10**12)
+    assert out.duplicates == 2
+    assert out.row["edit_persistence_600"] == pytest.approx(0.2)
+
+
+def test_order_of_arrival_changes_nothing():
+    items = [item(completion("r1", T0)), *_all_signals(), item(persistence("r1", T0, 30, 1.0))]
+    rows = set()
+    for seed in range(6):
+        shuffled = items[:]
+        random.Random(seed).shuffle(shuffled)
+        out = join(shuffled, watermark_us=T0_US + 10**12)
+        rows.add(repr(sorted(out.row.items())))
+    assert len(rows) == 1
+
+
+def test_signal_after_finalisation_is_late_not_dropped():
+    sig = item(feedback("r1", T0 + timedelta(seconds=5), False))
+    out = join([sig], watermark_us=T0_US, finalized={"r1": T0_US})
+    assert out.row is None and out.pending == []
+    assert [d.reason for d in out.late] == ["late_signal"]
+
+
+def test_signal_outside_its_window_is_late():
+    late_fb = item(feedback("r1", T0 + timedelta(seconds=2000), False))
+    out = join([item(completion("r1", T0)), late_fb], watermark_us=T0_US + 10**12)
+    assert out.row["feedback_accept"] is None
+    assert [d.reason for d in out.late] == ["late_signal"]
+
+
+def test_signal_without_completion_waits_then_is_dead_lettered():
+    sig = item(persistence("r1", T0, 30, 1.0))
+    waiting = join([sig], watermark_us=T0_US + 100 * US)
+    assert waiting.pending == [sig] and waiting.dead == []
+    gone = join([sig], watermark_us=T0_US + 30 * US + 1800 * US)
+    assert [d.reason for d in gone.dead] == ["unknown_response_id"]
+
+
+def test_second_completion_with_another_event_id_is_dead_lettered():
+    a = item(completion("r1", T0, event_id="a"))
+    b = item(completion("r1", T0 + timedelta(seconds=1), event_id="b"))
+    out = join([b, a], watermark_us=T0_US + 10**12)
+    assert out.row is not None
+    assert [(d.reason, d.offset) for d in out.dead] == [("duplicate_response_id", b.offset)]
+
+
+def test_redelivered_completion_after_finalisation_counts_as_duplicate():
+    out = join([item(completion("r1", T0))], watermark_us=T0_US, finalized={"r1": T0_US})
+    assert out.row is None and out.duplicates == 1

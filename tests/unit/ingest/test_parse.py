@@ -1,0 +1,116 @@
+"""Dead-letter classification: every reason, with the field and value named where there is one."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from ingest.kafka_io import KafkaRecord
+from ingest.parse import EventItem, classify
+from ingest.schema import TOPICS, DeadLetter
+from ingest.synthetic import T0, completion, feedback
+
+LIMITS = {"max_event_bytes": 4096, "max_future_skew_s": 300.0, "max_age_s": 86400.0}
+TS = int(T0.timestamp() * 1000)
+
+
+def _rec(value: bytes, topic: str = TOPICS["completion"], ts: int = TS) -> KafkaRecord:
+    return KafkaRecord(topic, 2, 17, b"k", value, ts)
+
+
+def _completion_dict(**changes) -> dict:
+    d = json.loads(completion("r1", T0).to_json())
+    d.update(changes)
+    return d
+
+
+def _reason(value: bytes, **kw) -> DeadLetter:
+    got = classify(_rec(value, **kw), **LIMITS)
+    assert isinstance(got, DeadLetter), got
+    return got
+
+
+def test_good_completion_is_keyed_by_response_id():
+    raw = completion("r1", T0).to_json()
+    got = classify(_rec(raw), **LIMITS)
+    assert not isinstance(got, DeadLetter)
+    response_id, item = got
+    assert response_id == "r1"
+    assert item == EventItem(
+        "completion", "c-r1", int(T0.timestamp() * 1e6), TOPICS["completion"], 2, 17, raw, TS
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "reason", "detail"),
+    [
+        (b"x" * 5000, "too_large", "5000 bytes"),
+        (b'{"kind": "\xff"}', "invalid_utf8", "byte"),
+        (b"{not json", "unparseable_json", ""),
+        (b"[1, 2]", "schema_violation", "<root>"),
+        (b'{"no_kind": 1}', "schema_violation", "field kind"),
+        (b'{"kind": "telemetry"}', "unknown_kind", "telemetry"),
+    ],
+)
+def test_structural_reasons(value, reason, detail):
+    dl = _reason(value)
+    assert dl.reason == reason
+    assert detail in dl.detail
+    assert (dl.topic, dl.partition, dl.offset) == (TOPICS["completion"], 2, 17)
+
+
+def test_schema_violation_names_the_field_and_value():
+    dl = _reason(json.dumps(_completion_dict(model_version=0)).encode())
+    assert dl.reason == "schema_violation"
+    assert "model_version" in dl.detail and "0" in dl.detail
+
+
+def test_missing_field_is_named():
+    d = _completion_dict()
+    del d["prompt"]
+    dl = _reason(json.dumps(d).encode())
+    assert dl.reason == "schema_violation" and "prompt" in dl.detail
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason", "field"),
+    [
+        ({"latency_ms": -3.0}, "negative_latency", "latency_ms"),
+        ({"time_to_first_token_ms": -1}, "negative_latency", "time_to_first_token_ms"),
+        ({"response_logprobs": [-0.1] * 7 + [0.5]}, "logprob_above_zero", "response_logprobs[7]"),
+        ({"response_logprobs": [-0.1] * 5}, "length_mismatch", "response_logprobs 5"),
+    ],
+)
+def test_completion_semantic_reasons(changes, reason, field):
+    dl = _reason(json.dumps(_completion_dict(**changes)).encode())
+    assert dl.reason == reason
+    assert field in dl.detail
+
+
+def test_wrong_topic():
+    dl = _reason(feedback("r1", T0, True).to_json())  # a feedback on the completions topic
+    assert dl.reason == "wrong_topic"
+
+
+def test_timestamps_judged_against_the_record_timestamp():
+    future = completion("r1", T0 + timedelta(hours=1)).to_json()
+    assert _reason(future).reason == "future_timestamp"
+    stale = completion("r1", T0 - timedelta(days=2)).to_json()
+    assert _reason(stale).reason == "stale_timestamp"
+    slightly_ahead = completion("r1", T0 + timedelta(seconds=60)).to_json()
+    assert not isinstance(classify(_rec(slightly_ahead), **LIMITS), DeadLetter)
+
+
+def test_naive_event_time_is_utc():
+    d = _completion_dict(event_time=T0.replace(tzinfo=None).isoformat())
+    got = classify(_rec(json.dumps(d).encode()), **LIMITS)
+    assert not isinstance(got, DeadLetter)
+    assert got[1].event_time_us == int(T0.timestamp() * 1e6)
+
+
+def test_payload_is_kept_with_replacement_characters():
+    dl = _reason(b"\xff\xfe{")
+    assert dl.reason == "invalid_utf8"
+    assert dl.payload == "\ufffd\ufffd{"

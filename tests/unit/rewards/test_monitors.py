@@ -1,0 +1,52 @@
+"""Reward-hacking monitors over reward rows built by the real join."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from ingest.join import reward_row
+from ingest.parse import EventItem
+from ingest.schema import REWARD_SCHEMA
+from ingest.synthetic import T0, completion, persistence
+from rewards.config import RewardConfig
+from rewards.monitors import batch_monitors, compare_batches
+
+
+def _item(event, offset: int) -> EventItem:
+    return EventItem(event.kind, event.event_id, int(event.event_time.timestamp() * 1e6),
+                     "t", 0, offset, event.to_json(), 0)
+
+
+def _table(scores: list[float | None], n_tokens: int = 8) -> pa.Table:
+    rows = []
+    for i, score in enumerate(scores):
+        rid = f"r{i}"
+        c = _item(completion(rid, T0, n_tokens=n_tokens), 2 * i)
+        sig = [] if score is None else [_item(persistence(rid, T0, 600, score), 2 * i + 1)]
+        rows.append(reward_row(rid, c, sig, RewardConfig()))
+    return pa.Table.from_pylist(rows, schema=REWARD_SCHEMA)
+
+
+def test_batch_monitors_hand_counted():
+    m = batch_monitors(_table([1.0, 1.0, 0.5, None]), dead_letters=1)
+    assert m["rows"] == 4
+    assert m["no_edit_rate"] == pytest.approx(2 / 3)  # 2 of 3 rows with a persistence signal
+    assert m["malformed_rate"] == pytest.approx(1 / 5)
+    assert m["defaulted_share"] == 1.0  # no row has feedback or follow-up
+    assert m["defaulted_share_edit_persistence"] == pytest.approx(0.25)
+    assert m["mean_length"] == 8.0
+
+
+def test_compare_batches_flags_a_jump_only():
+    a = batch_monitors(_table([0.2, 0.4, 0.5, 0.3]))
+    same = batch_monitors(_table([0.3, 0.4, 0.5, 0.2]))
+    hacked = batch_monitors(_table([1.0, 1.0, 1.0, 1.0], n_tokens=40))
+    assert compare_batches(a, same) == []
+    flagged = {f.metric for f in compare_batches(a, hacked)}
+    assert {"no_edit_rate", "mean_length"} <= flagged
+
+
+def test_empty_batch_is_all_zero():
+    m = batch_monitors(REWARD_SCHEMA.empty_table())
+    assert m["rows"] == 0 and m["no_edit_rate"] == 0 and m["reward_std"] == 0
