@@ -1,7 +1,8 @@
 """Record the Kafka topics to a JSONL file, and replay such a file into Kafka.
 
 A record is one Kafka message: ``{"topic", "key", "value", "timestamp_ms"}`` with the value kept
-as the raw string (so malformed events replay as they were). Replay keeps the records' relative
+as the raw string — or, if it is not UTF-8, as ``value_b64`` — so malformed events replay
+byte for byte as they were. Replay keeps the records' relative
 timing, compressed by a speed factor (0 = no waiting), and by default rebases event times so the
 newest recorded event lands at "now" — recorded traffic then looks fresh to ingest's
 too-old/future checks while every interval between events is kept.
@@ -9,6 +10,7 @@ too-old/future checks while every interval between events is kept.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from datetime import datetime, timezone
@@ -26,18 +28,27 @@ def record(bootstrap: str, path: Path) -> int:
         for partition, end in high_watermarks(bootstrap, topic).items():
             for _offset, key, value, ts in read_range(bootstrap, topic, partition, 0, end):
                 records.append(
-                    {
-                        "topic": topic,
-                        "key": key.decode() if key else None,
-                        "value": value.decode("utf-8", errors="replace"),
-                        "timestamp_ms": ts,
-                    }
+                    {"topic": topic, "key": key.decode() if key else None, "timestamp_ms": ts,
+                     **_encode_value(value)}
                 )
     records.sort(key=lambda r: r["timestamp_ms"])
     with path.open("w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
     return len(records)
+
+
+def _encode_value(value: bytes) -> dict[str, str]:
+    try:
+        return {"value": value.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"value_b64": base64.b64encode(value).decode()}
+
+
+def _decode_value(r: dict, shift_s: float | None) -> bytes:
+    if "value_b64" in r:
+        return base64.b64decode(r["value_b64"])
+    return (r["value"] if shift_s is None else _shift_event_time(r["value"], shift_s)).encode()
 
 
 def _shift_event_time(value: str, shift_s: float) -> str:
@@ -68,9 +79,8 @@ def replay(path: Path, *, bootstrap: str, speed: float = 0.0, rebase: bool = Tru
             if speed > 0:
                 due = (r["timestamp_ms"] - t0) / 1000 / speed
                 time.sleep(max(0.0, due - (time.monotonic() - wall0)))
-            value = _shift_event_time(r["value"], shift_s) if rebase else r["value"]
             key = r["key"].encode() if r["key"] else None
-            producer.send_raw(r["topic"], key, value.encode())
+            producer.send_raw(r["topic"], key, _decode_value(r, shift_s if rebase else None))
         producer.flush()
     finally:
         producer.close()

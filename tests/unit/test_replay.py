@@ -1,7 +1,7 @@
 import json
 from datetime import datetime
 
-from ratchet.replay import _shift_event_time
+from ratchet.replay import _decode_value, _encode_value, _shift_event_time
 
 
 def test_shift_moves_event_time_and_keeps_the_rest():
@@ -16,3 +16,9 @@ def test_shift_moves_event_time_and_keeps_the_rest():
 def test_malformed_values_replay_untouched():
     for raw in ["{not json", json.dumps({"no_time": 1}), json.dumps({"event_time": "garbage"})]:
         assert _shift_event_time(raw, 90.0) == raw
+
+
+def test_values_that_are_not_utf8_survive_the_round_trip_byte_for_byte():
+    raw = b"\xff\xfe not utf-8"
+    assert _decode_value(_encode_value(raw), 90.0) == raw
+    assert _decode_value(_encode_value(b"plain"), None) == b"plain"
