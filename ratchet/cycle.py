@@ -147,7 +147,6 @@ class Cycle:
     def _train(self, span, result: CycleResult) -> registry.CheckpointRef:
         import mlflow
         import pyarrow.parquet as pq
-
         from trainer.recipe import run_training
 
         champion_dir = registry.download_checkpoint(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ingest.schema import DEAD_LETTER_TOPIC, TOPICS
@@ -57,7 +57,7 @@ def _shift_event_time(value: str, shift_s: float) -> str:
         t = datetime.fromisoformat(event["event_time"])
     except (ValueError, KeyError, TypeError):
         return value  # malformed on purpose: replay it untouched
-    event["event_time"] = datetime.fromtimestamp(t.timestamp() + shift_s, timezone.utc).isoformat()
+    event["event_time"] = datetime.fromtimestamp(t.timestamp() + shift_s, UTC).isoformat()
     return json.dumps(event)
 
 

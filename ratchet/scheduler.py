@@ -40,7 +40,7 @@ def run_every(
     while max_cycles is None or i < max_cycles:
         try:
             tick(i)
-        except Exception:  # noqa: BLE001 - the loop outlives one failed cycle, by design
+        except Exception:
             log.exception("cycle %d failed; the loop goes on", i)
         i += 1
         if max_cycles is not None and i >= max_cycles:
