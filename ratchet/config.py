@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
-from trainer.config import TrainerConfig
 
 from gating.config import GateConfig
 from ingest.config import IngestConfig
+from trainer.config import TrainerConfig
 
 _TOY_MODEL = Path(__file__).resolve().parent.parent / "trainer" / "configs" / "toy.json"
 

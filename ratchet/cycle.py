@@ -147,6 +147,7 @@ class Cycle:
     def _train(self, span, result: CycleResult) -> registry.CheckpointRef:
         import mlflow
         import pyarrow.parquet as pq
+
         from trainer.recipe import run_training
 
         champion_dir = registry.download_checkpoint(
