@@ -30,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("demo", help="embedded broker + MLflow, toy champion, fleet, simulator, cycles")
+    p = sub.add_parser(
+        "demo", help="embedded broker + MLflow, toy champion, fleet, simulator, cycles"
+    )
     _common(p)
     p.add_argument("--cycles", type=int, default=3)
     p.add_argument("--keep-running", action="store_true", help="keep MLflow up after the cycles")
