@@ -6,6 +6,8 @@ import json
 from datetime import timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ingest.kafka_io import KafkaRecord
 from ingest.parse import EventItem, classify
@@ -114,3 +116,28 @@ def test_payload_is_kept_with_replacement_characters():
     dl = _reason(b"\xff\xfe{")
     assert dl.reason == "invalid_utf8"
     assert dl.payload == "\ufffd\ufffd{"
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_never_crash(raw):
+    got = classify(_rec(raw), **LIMITS)
+    assert isinstance(got, DeadLetter) or got[0]
+
+
+@settings(max_examples=500)
+@given(JSON, st.sampled_from(sorted(TOPICS)))
+def test_arbitrary_json_is_classified_not_raised(obj, kind):
+    if isinstance(obj, dict) and obj:
+        obj["kind"] = kind
+    got = classify(_rec(json.dumps(obj).encode()), **LIMITS)
+    assert isinstance(got, DeadLetter)
+    assert got.reason in {"schema_violation", "wrong_topic", "negative_latency",
+                          "logprob_above_zero", "length_mismatch"}
