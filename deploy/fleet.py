@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ from typing import Self
 
 import httpx
 
-from ratchet.services import free_port, stop_pid
+from ratchet.services import free_port
 
 log = logging.getLogger(__name__)
 
@@ -149,13 +150,14 @@ class Fleet:
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop every replica by PID (SIGTERM to its group, then SIGKILL)."""
         for r in self.replicas:
-            if r.proc.poll() is None:
-                stop_pid(r.pid, timeout_s=timeout_s)
-                try:
-                    r.proc.wait(timeout=timeout_s)
-                except subprocess.TimeoutExpired:
-                    r.proc.kill()
-                    r.proc.wait(timeout=timeout_s)
+            _signal_group(r, signal.SIGTERM)
+        for r in self.replicas:
+            try:
+                r.proc.wait(timeout=timeout_s)  # reaps it: a zombie would look alive to kill(0)
+            except subprocess.TimeoutExpired:
+                _signal_group(r, signal.SIGKILL)
+                r.proc.wait(timeout=timeout_s)
+            (self.workdir / f"{r.replica_id}.pid").unlink(missing_ok=True)
 
     def __enter__(self) -> Self:
         return self
@@ -165,6 +167,16 @@ class Fleet:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _signal_group(replica: Replica, sig: signal.Signals) -> None:
+    """Signal the replica's own process group (it was started in a new session) by its PID."""
+    if replica.proc.poll() is not None:
+        return
+    try:
+        os.killpg(replica.pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def _spawn(replica_id: str, workdir: Path, env: dict[str, str]) -> Replica:

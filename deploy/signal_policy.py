@@ -114,8 +114,8 @@ def edit_persistence_scores(
 ) -> dict[int, float]:
     """Score per window, non-increasing in time: high and slow for correct, low and fast else."""
     if passed:
-        score, low_factor = rng.uniform(policy.persist_correct_low, 1.0), policy.persist_correct_decay
-        factors = [rng.uniform(low_factor, 1.0) for _ in EDIT_WINDOWS_S[1:]]
+        score = rng.uniform(policy.persist_correct_low, 1.0)
+        factors = [rng.uniform(policy.persist_correct_decay, 1.0) for _ in EDIT_WINDOWS_S[1:]]
     else:
         score = rng.uniform(0.0, policy.persist_wrong_high)
         factors = [rng.uniform(0.0, policy.persist_wrong_decay) for _ in EDIT_WINDOWS_S[1:]]

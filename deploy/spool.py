@@ -6,7 +6,7 @@ delivered, so a replica that restarts resends what was left. The spool is bounde
 record that does not fit is refused and the caller counts it as dropped.
 
 Deliberately left out: fsync (records survive a crashed process, not a lost machine), concurrent
-writers (one logging thread owns a spool), and anything about Kafka itself (deploy/behaviour_log.py).
+writers (one logging thread owns a spool), and anything about Kafka (deploy/behaviour_log.py).
 """
 
 from __future__ import annotations
