@@ -162,7 +162,7 @@ class OpeConfig(_Config):
         0.1,
         ge=0.0,
         le=1e3,
-        description="Fails iff the CI's upper bound is below champion's realised reward minus this.",
+        description="Fails iff the CI's upper bound < the champion's realised reward - this.",
     )
 
 

@@ -46,6 +46,13 @@ def build_suite(config: SuiteConfig) -> tuple[list[Task], Checker]:
     )
 
 
+def fit_prompt(prompt: str, max_bytes: int) -> str:
+    """The last ``max_bytes`` bytes of ``prompt`` (byte tokenizer): long prompts such as
+    HumanEval's keep their end, where the completion starts, within the model's context."""
+    raw = prompt.encode("utf-8")
+    return prompt if len(raw) <= max_bytes else raw[-max_bytes:].decode("utf-8", errors="ignore")
+
+
 def _count_experts(load: list[list[int]], routed: list[list[list[int]]]) -> None:
     """Add one generation's routing ``(tokens, layers, top_k)`` into ``load`` ``(layers, E)``."""
     for token in routed:
@@ -71,11 +78,15 @@ def run_suite(
     cfg = model.config
     routed = cfg.ffn == "moe"
     load = [[0] * cfg.n_experts for _ in range(cfg.n_layers)] if routed else []
+    room = cfg.max_seq_len - 1 - max_new_tokens  # BOS + prompt + completion must fit
+    if room < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt under "
+                         f"max_seq_len={cfg.max_seq_len}")
     outcomes: list[TaskOutcome] = []
     for i in range(0, len(tasks), batch_size):
         batch = tasks[i : i + batch_size]
         gens = generate(
-            model, [t.prompt for t in batch], max_new_tokens=max_new_tokens,
+            model, [fit_prompt(t.prompt, room) for t in batch], max_new_tokens=max_new_tokens,
             temperature=0.0, top_p=1.0, seed=seed,
         )
         for task, gen in zip(batch, gens, strict=True):

@@ -1,0 +1,153 @@
+"""The gate against a real MLflow server: only a pass moves ``champion``.
+
+Checkpoints: a briefly warm-started model (decent), an untrained one (worse) and the decent one
+with a NaN weight. Each is registered as a model version; ``run_gate`` must promote the decent
+one at bootstrap, refuse the worse and the NaN one (alias unchanged, verdict in the version's
+tags), and promote a better candidate over a worse champion (old one kept as
+``previous-champion``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MODEL = "gate-test"
+SFT_STEPS = 300
+# A small model and suite keep the test around a minute on 2 cores.
+TINY = {"d_model": 64, "n_layers": 2, "n_heads": 4, "n_experts": 4, "d_ff": 128}
+
+
+def _register(tracking_uri: str, model, directory: Path) -> int:
+    import mlflow
+
+    from ratchet.registry import log_checkpoint
+    from trainer.checkpoint import save_checkpoint
+
+    save_checkpoint(model, directory / "checkpoint")
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_experiment("gate-test-register")
+    with mlflow.start_run():
+        return log_checkpoint(directory / "checkpoint", model_name=MODEL).version
+
+
+@pytest.fixture(scope="module")
+def versions(mlflow_server, tmp_path_factory) -> dict[str, int]:
+    import torch
+
+    from trainer.model import MoEConfig, MoETransformer
+    from trainer.sft import warm_start
+
+    torch.set_num_threads(2)
+    cfg = MoEConfig(**TINY)
+    decent = warm_start(cfg, seed=0, steps=SFT_STEPS)
+    torch.manual_seed(1)
+    worse = MoETransformer(cfg)
+    root = tmp_path_factory.mktemp("gate-ckpts")
+    out = {
+        "decent": _register(mlflow_server.uri, decent, root / "decent"),
+        "worse": _register(mlflow_server.uri, worse, root / "worse"),
+    }
+    with torch.no_grad():
+        decent.lm_head.weight[0, 0] = float("nan")
+    out["nan"] = _register(mlflow_server.uri, decent, root / "nan")
+    return out
+
+
+def _config():
+    from gating.config import GateConfig, SuiteConfig
+
+    return GateConfig(
+        suite=SuiteConfig(size=32, seed=3, max_new_tokens=16),
+        min_pass_rate=0.05,
+    )
+
+
+def _gate(uri: str, candidate: int, champion: int | None, workdir: Path):
+    from gating.gate import run_gate
+
+    return run_gate(tracking_uri=uri, model_name=MODEL, candidate_version=candidate,
+                    champion_version=champion, config=_config(), workdir=workdir)
+
+
+def _alias(uri: str, alias: str) -> int | None:
+    from ratchet.registry import resolve_alias
+
+    return resolve_alias(uri, MODEL, alias)
+
+
+def _version_tags(uri: str, version: int) -> tuple[dict[str, str], str]:
+    from mlflow import MlflowClient
+
+    mv = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version(MODEL, str(version))
+    return dict(mv.tags), mv.description or ""
+
+
+def test_gate_promotes_only_on_pass(mlflow_server, versions, tmp_path):
+    import mlflow
+    from mlflow import MlflowClient
+
+    from gating.show import format_gate_table
+
+    uri, work = mlflow_server.uri, tmp_path / "gate"
+    client = MlflowClient(tracking_uri=uri)
+
+    # Bootstrap: no champion, the absolute gates decide -> promoted.
+    boot = _gate(uri, versions["decent"], None, work)
+    assert boot.passed and boot.promoted, boot.failed_gates
+    assert boot.champion is None and boot.candidate.pass_rate >= 0.05
+    assert _alias(uri, "champion") == versions["decent"]
+
+    # A worse candidate fails; the alias stays; the verdict is on the version and its run.
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("gate-test-cycle")
+    with mlflow.start_run() as parent:
+        worse = _gate(uri, versions["worse"], versions["decent"], work)
+    assert not worse.passed and not worse.promoted
+    assert "pass_rate_change" in worse.failed_gates
+    assert worse.candidate.pass_rate < worse.champion.pass_rate
+    assert _alias(uri, "champion") == versions["decent"]
+    tags, description = _version_tags(uri, versions["worse"])
+    assert tags["gate.verdict"] == "fail" and tags["gate.run_id"] == worse.run_id
+    assert tags["gate.pass_rate_change"] == "fail"
+    assert worse.run_id in description and "FAIL" in description
+    run = client.get_run(worse.run_id)
+    assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert run.data.tags["gate.verdict"] == "fail"
+    assert run.data.metrics["gate.pass_rate_change"] == pytest.approx(
+        worse.candidate.pass_rate - worse.champion.pass_rate)
+    assert "gate.pass_rate_change.ci_low" in run.data.metrics
+    assert run.data.params["gate.min_pass_rate"] == "0.05"
+    artifacts = {a.path for a in client.list_artifacts(worse.run_id, "gate")}
+    assert {"gate/verdict.json", "gate/report.html", "gate/config.json"} <= artifacts
+    table = format_gate_table(uri, MODEL, versions["worse"])
+    assert table.startswith(f"Gate FAIL: {MODEL} v{versions['worse']}")
+    assert "pass_rate_change" in table
+
+    # A NaN checkpoint fails health, whatever else it scores.
+    nan = _gate(uri, versions["nan"], versions["decent"], work)
+    assert not nan.passed and "finite_weights" in nan.failed_gates
+    assert _alias(uri, "champion") == versions["decent"]
+
+    # A better candidate over a worse champion passes and moves the alias.
+    better = _gate(uri, versions["decent"], versions["worse"], work)
+    assert better.passed, better.failed_gates
+    assert _alias(uri, "champion") == versions["decent"]
+    assert math.isfinite(next(g.value for g in better.gates if g.name == "kl_to_champion"))
+
+
+def test_better_candidate_moves_champion_and_keeps_previous(mlflow_server, versions, tmp_path):
+    from ratchet.registry import set_alias
+
+    uri = mlflow_server.uri
+    set_alias(uri, MODEL, "champion", versions["worse"])
+    verdict = _gate(uri, versions["decent"], versions["worse"], tmp_path / "gate")
+    assert verdict.passed and verdict.promoted
+    assert _alias(uri, "champion") == versions["decent"]
+    assert _alias(uri, "previous-champion") == versions["worse"]
+    tags, _ = _version_tags(uri, versions["decent"])
+    assert tags["gate.verdict"] == "pass" and tags["gate.run_id"] == verdict.run_id
