@@ -36,8 +36,7 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
         mlflow.set_tag("ratchet.stage", "bootstrap")
         mlflow.log_dict(model_config.model_dump(), "model_config.json")
         start = time.perf_counter()
-        kwargs = {} if cfg.sft_steps is None else {"steps": cfg.sft_steps}
-        model = warm_start(model_config, seed=cfg.seed, **kwargs)
+        model = warm_start(model_config, seed=cfg.seed, steps=cfg.sft_steps)
         seconds = time.perf_counter() - start
         mlflow.log_metric("warm_start_seconds", seconds)
         out = workdir / "checkpoints" / "bootstrap"

@@ -28,8 +28,8 @@ class ChampionBootstrapConfig(_Config):
     """How the first champion is made when the registry has none: supervised warm start."""
 
     model_config_path: Path = Field(_TOY_MODEL, description="MoEConfig JSON of the toy model.")
-    sft_steps: int | None = Field(
-        None, ge=1, le=1_000_000, description="Warm-start steps; None = the trainer's default."
+    sft_steps: int = Field(
+        300, ge=1, le=1_000_000, description="Supervised warm-start steps (batch 32)."
     )
     seed: int = Field(0, ge=0, description="Seed of the warm start.")
 
