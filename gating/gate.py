@@ -156,7 +156,10 @@ class GateRunner:
         if self.config.ope is not None and self.champion_version is not None:
             from gating.ope import ope_gate
 
-            gate, figures = ope_gate(self.candidate, self.config.ope, self.champion_version)
+            gate, figures = ope_gate(
+                self.candidate, self.config.ope, self.champion_version,
+                confidence=self.config.bootstrap.confidence, seed=self.config.bootstrap.seed,
+            )
             gates.append(gate)
             extras.update(figures)
         if self.config.infra is not None:
