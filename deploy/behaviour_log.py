@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -111,8 +112,8 @@ class BehaviourLogger:
             if self._stop.is_set() and not records:
                 self._drain_spool(deadline=time.monotonic() + 2.0)
                 return
-            if records and (self.spool.depth or not self._connected()):
-                self._to_spool(records)
+            if records and (self.spool.depth or self._producer is None):
+                self._to_spool(records)  # to disk first: connecting may take a while
             elif records:
                 failed = self._send(records)
                 if failed:
@@ -158,6 +159,9 @@ class BehaviourLogger:
         from kafka import KafkaProducer
         from kafka.errors import KafkaError
 
+        if not _reachable(self.bootstrap):
+            self._down(ConnectionRefusedError(f"{self.bootstrap} unreachable"))
+            return False
         try:
             _ensure_topics(self.bootstrap)
             self._producer = KafkaProducer(
@@ -167,7 +171,10 @@ class BehaviourLogger:
                 max_in_flight_requests_per_connection=1,
                 linger_ms=5,
                 max_block_ms=2000,
+                # a record not acknowledged in time expires in the producer too, so it cannot be
+                # delivered later behind our back while its copy waits in the spool
                 request_timeout_ms=int(self.send_timeout_s * 1000),
+                delivery_timeout_ms=int(self.send_timeout_s * 1000) + 1000,
                 reconnect_backoff_max_ms=1000,
             )
         except (KafkaError, OSError) as exc:
@@ -184,7 +191,7 @@ class BehaviourLogger:
         try:
             for topic, key, value in records:
                 futures.append(self._producer.send(topic, key=key, value=value))
-            self._producer.flush(timeout=self.send_timeout_s)
+            self._producer.flush(timeout=self.send_timeout_s + 2.0)
         except KafkaError as exc:
             self._down(exc)
         failed = [
@@ -213,6 +220,16 @@ class BehaviourLogger:
         self._close_producer(timeout_s=0)
         self._retry_at = time.monotonic() + self._backoff_s
         self._backoff_s = min(self._backoff_s * 2, 5.0)
+
+
+def _reachable(bootstrap: str, timeout_s: float = 0.5) -> bool:
+    """A TCP connect to the first bootstrap server succeeds (cheap; kafka clients wait ~30 s)."""
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def _ensure_topics(bootstrap: str) -> None:

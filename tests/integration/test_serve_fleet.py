@@ -19,30 +19,13 @@ import pytest
 import torch
 
 from deploy.fleet import Fleet
+from deploy.toy_models import build_untrained, register_untrained
 from ingest.kafka_io import high_watermarks, read_range
 from ingest.schema import TOPICS, Completion, parse_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TOKEN = "fleet-test-token"
-TOY = Path(__file__).resolve().parents[2] / "trainer" / "configs" / "toy.json"
-
-
-def register_untrained(tracking_uri: str, model_name: str, seed: int, workdir: Path) -> int:
-    """Register an untrained toy MoE (weights from ``seed``) as a new version; returns it."""
-    import mlflow
-
-    from ratchet import registry
-    from trainer.checkpoint import save_checkpoint
-    from trainer.model import MoEConfig, MoETransformer
-
-    torch.manual_seed(seed)
-    model = MoETransformer(MoEConfig.model_validate_json(TOY.read_text()))
-    directory = save_checkpoint(model, workdir / f"ckpt-seed{seed}")
-    mlflow.set_tracking_uri(tracking_uri)
-    with mlflow.start_run(run_name=f"deploy-test-seed{seed}"):
-        ref = registry.log_checkpoint(directory, model_name=model_name)
-    return ref.version
 
 
 def read_events(bootstrap: str, topic: str, response_ids: set[str], *, expect: int,
@@ -67,8 +50,8 @@ def models(mlflow_server, tmp_path_factory):
 
     name = f"deploy-fleet-{uuid.uuid4().hex[:6]}"
     work = tmp_path_factory.mktemp("deploy-models")
-    v1 = register_untrained(mlflow_server.uri, name, 1, work)
-    v2 = register_untrained(mlflow_server.uri, name, 2, work)
+    v1 = register_untrained(mlflow_server.uri, name, seed=1, workdir=work)
+    v2 = register_untrained(mlflow_server.uri, name, seed=2, workdir=work)
     registry.set_alias(mlflow_server.uri, name, registry.CHAMPION, v1)
     return name, v1, v2, work
 
@@ -112,10 +95,9 @@ def test_completions_are_logged_with_sampled_logprobs(fleet, models, broker):
 def _check_logprobs_against_forward(event: Completion, work: Path) -> None:
     """The logged logprobs are log pi(token) at temperature 1 under the served weights."""
     from trainer.generate import encode_prompt
-    from trainer.model import MoEConfig, MoETransformer, sequence_logprobs
+    from trainer.model import sequence_logprobs
 
-    torch.manual_seed(1)  # version 1 was built from seed 1
-    model = MoETransformer(MoEConfig.model_validate_json(TOY.read_text())).eval()
+    model = build_untrained(1)  # version 1 was built from seed 1
     ids = encode_prompt(event.prompt) + event.response_token_ids
     tokens = torch.tensor([ids])
     with torch.no_grad():
