@@ -1,0 +1,129 @@
+"""Reward rows (``ingest.schema.REWARD_SCHEMA``) to padded training tensors.
+
+Each row becomes a :class:`Sample` (prompt ids, response ids, logged logprobs, logged routing,
+reward, behaviour version). :func:`collate` aligns everything on the model's input positions:
+for a sequence ``prompt + response`` the input is ``seq[:-1]`` and response token j is predicted
+at input position ``len(prompt) - 1 + j`` — where its logged logprob and its logged routing (the
+routing that produced it at serving time) are placed.
+
+Left out: reading Parquet (callers pass a pyarrow Table), reward shaping (rewards/ did it).
+Malformed or broken answers are ordinary samples here: they carry their (negative) reward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import torch
+from torch import Tensor
+
+from trainer.generate import encode_prompt
+from trainer.tokenizer import PAD
+
+
+@dataclass
+class Sample:
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logp_b: list[float]
+    routes: list[list[list[int]]]  # (len(response_ids), layers, top_k) or [] when not logged
+    reward: float
+    kind: str
+    group: str  # samples sharing a prompt share a group (for the group-mean baseline)
+    version: int
+    temperature: float
+    weight: float = 1.0
+
+
+@dataclass
+class Batch:
+    """All (B, T) on input positions unless noted; replay is (B, T, L, k) with -1 = router."""
+
+    tokens: Tensor
+    targets: Tensor
+    pad_mask: Tensor
+    resp_mask: Tensor
+    logp_b: Tensor
+    replay: Tensor
+    temperature: Tensor  # (B,)
+    rewards: Tensor  # (B,)
+    weights: Tensor  # (B,)
+    kinds: list[str]
+    groups: list[str]
+
+
+REQUIRED = ("prompt", "response_token_ids", "response_logprobs", "routed_experts", "reward",
+            "task_kind", "model_version", "temperature")
+
+
+def rows_to_samples(
+    rows: pa.Table, *, vocab_size: int, max_seq_len: int
+) -> tuple[list[Sample], int]:
+    """Samples from reward rows, and how many were truncated to fit ``max_seq_len``."""
+    missing = [c for c in REQUIRED if c not in rows.column_names]
+    if missing:
+        raise ValueError(f"reward rows lack columns {missing}")
+    cols = {c: rows.column(c).to_pylist() for c in REQUIRED}
+    samples, truncated = [], 0
+    for i in range(rows.num_rows):
+        s = _sample(i, cols, vocab_size)
+        truncated += _fit(s, max_seq_len)
+        samples.append(s)
+    return samples, truncated
+
+
+def _sample(i: int, cols: dict[str, list], vocab_size: int) -> Sample:
+    ids = [int(t) for t in cols["response_token_ids"][i]]
+    lps = [float(x) for x in cols["response_logprobs"][i]]
+    if len(lps) != len(ids):
+        raise ValueError(f"row {i}: {len(ids)} response tokens but {len(lps)} logprobs")
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"row {i}: response_token_ids has id {bad[0]} outside [0, {vocab_size})")
+    routes = cols["routed_experts"][i] or []
+    prompt = cols["prompt"][i]
+    return Sample(encode_prompt(prompt), ids, lps, routes if len(routes) == len(ids) else [],
+                  float(cols["reward"][i]), str(cols["task_kind"][i]), prompt,
+                  int(cols["model_version"][i]), float(cols["temperature"][i]))
+
+
+def _fit(s: Sample, max_seq_len: int) -> bool:
+    """Truncate the response (then the prompt's head) so prompt + response <= max_seq_len."""
+    over = len(s.prompt_ids) + len(s.response_ids) - max_seq_len
+    if over <= 0:
+        return False
+    keep = max(len(s.response_ids) - over, min(len(s.response_ids), max_seq_len // 2))
+    s.response_ids, s.logp_b = s.response_ids[:keep], s.logp_b[:keep]
+    s.routes = s.routes[:keep]
+    room = max_seq_len - keep
+    if len(s.prompt_ids) > room:
+        s.prompt_ids = s.prompt_ids[:1] + s.prompt_ids[len(s.prompt_ids) - room + 1:]
+    return True
+
+
+def collate(samples: list[Sample], *, n_layers: int, top_k: int) -> Batch:
+    """Right-padded tensors for a list of samples (see the module docstring for alignment)."""
+    width = max(len(s.prompt_ids) + len(s.response_ids) for s in samples) - 1
+    b = len(samples)
+    tokens = torch.full((b, width), PAD, dtype=torch.long)
+    targets = torch.full((b, width), PAD, dtype=torch.long)
+    resp = torch.zeros(b, width, dtype=torch.bool)
+    logp_b = torch.zeros(b, width)
+    replay = torch.full((b, width, n_layers, top_k), -1, dtype=torch.long)
+    for i, s in enumerate(samples):
+        seq = s.prompt_ids + s.response_ids
+        n, p, r = len(seq) - 1, len(s.prompt_ids), len(s.response_ids)
+        tokens[i, :n] = torch.tensor(seq[:-1])
+        targets[i, :n] = torch.tensor(seq[1:])
+        resp[i, p - 1 : p - 1 + r] = True
+        logp_b[i, p - 1 : p - 1 + r] = torch.tensor(s.logp_b)
+        routes = torch.tensor(s.routes, dtype=torch.long) if s.routes else None
+        if routes is not None and routes.shape[1:] == (n_layers, top_k):
+            replay[i, p - 1 : p - 1 + r] = routes
+    pad_mask = tokens != PAD
+    return Batch(tokens, targets, pad_mask, resp, logp_b, replay,
+                 torch.tensor([s.temperature if s.temperature > 0 else 1.0 for s in samples]),
+                 torch.tensor([s.reward for s in samples]),
+                 torch.tensor([s.weight for s in samples]),
+                 [s.kind for s in samples], [s.group for s in samples])
