@@ -166,7 +166,9 @@ class GateRunner:
             from gating.infra import infra_gates
 
             infra, figures = infra_gates(
-                self.candidate_dir, self.config.infra, workdir=self.workdir / "infra"
+                tracking_uri=self.tracking_uri, model_name=self.model_name,
+                version=self.candidate_version, config=self.config.infra,
+                workdir=self.workdir / "infra", seed=self.config.suite.seed,
             )
             gates += infra
             extras.update(figures)

@@ -97,8 +97,11 @@ def load_rows(paths: list[str], *, model_version: int | None, max_rows: int) -> 
 
     if not paths:
         raise ValueError("OpeConfig.spans is empty: no logged traffic to evaluate on")
-    table = ds.dataset([str(Path(p)) for p in paths], format="parquet",
-                       schema=REWARD_SCHEMA).to_table()
+    files = [str(f) for p in map(Path, paths)
+             for f in (sorted(p.rglob("*.parquet")) if p.is_dir() else [p])]
+    if not files:
+        raise ValueError(f"no Parquet files under {paths}")
+    table = ds.dataset(files, format="parquet", schema=REWARD_SCHEMA).to_table()
     if model_version is not None:
         table = table.filter(pc.equal(table["model_version"], model_version))
     return table.slice(0, max_rows)

@@ -80,3 +80,57 @@ def test_log_ratio_of_the_behaviour_model_itself_is_zero(temperature):
     torch.manual_seed(1)
     other = MoETransformer(MoEConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64)).eval()
     assert np.abs(sequence_log_ratios(other, rows)).max() > 0.1
+
+
+def _reward_table(model, version: int, temperature: float) -> pa.Table:
+    """Reward rows (ingest.schema.REWARD_SCHEMA) as the fleet + ingest would log them."""
+    from datetime import UTC, datetime
+
+    from ingest.schema import REWARD_SCHEMA
+    from ratchet.tasks import check, generate_tasks
+    from trainer.generate import generate
+
+    tasks = generate_tasks(24, 11, "heldout")
+    gens = generate(model, [t.prompt for t in tasks], max_new_tokens=8,
+                    temperature=temperature, seed=5)
+    rewards = [1.0 if check(t, g.text).passed else -1.0 for t, g in zip(tasks, gens)]
+    n = len(tasks)
+    cols = {
+        "schema_version": [1] * n, "response_id": [f"r{i}" for i in range(n)],
+        "conversation_id": [f"c{i}" for i in range(n)],
+        "event_time": [datetime(2026, 1, 1, tzinfo=UTC)] * n,
+        "model_name": ["m"] * n, "model_version": [version] * n,
+        "task_kind": [t.kind for t in tasks], "prompt": [t.prompt for t in tasks],
+        "response_text": [g.text for g in gens],
+        "response_token_ids": [g.token_ids for g in gens],
+        "response_logprobs": [g.logprobs for g in gens],
+        "routed_experts": [g.routed_experts for g in gens],
+        "temperature": [temperature] * n, "finish_reason": [g.finish_reason for g in gens],
+        "completion_tokens": [len(g.token_ids) for g in gens], "latency_ms": [1.0] * n,
+        "edit_persistence_30": [None] * n, "edit_persistence_120": [None] * n,
+        "edit_persistence_300": [None] * n, "edit_persistence_600": [None] * n,
+        "followup_dissatisfied": [None] * n, "feedback_accept": [None] * n,
+        "reward": rewards, "reward_components": [[("correct", r)] for r in rewards],
+        "defaulted_signals": [[] for _ in range(n)],
+    }
+    return pa.table(cols, schema=REWARD_SCHEMA)
+
+
+def test_ope_gate_reads_logged_spans_of_the_champion_only(tmp_path):
+    import pyarrow.parquet as pq
+    import torch
+
+    from gating.ope import ope_gate
+    from trainer.model import MoEConfig, MoETransformer
+
+    torch.manual_seed(0)
+    champion = MoETransformer(MoEConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64)).eval()
+    pq.write_table(_reward_table(champion, 7, 1.0), tmp_path / "span-1.parquet")
+    pq.write_table(_reward_table(champion, 6, 1.0), tmp_path / "span-0.parquet")
+    gate, figures = ope_gate(champion, OpeConfig(spans=[str(tmp_path)], min_ess=5.0), 7)
+    # The champion evaluated on its own traffic: every ratio is 1, the estimate is what it got.
+    assert gate.passed and figures["ope.n"] == 24
+    assert figures["ope.ess"] == pytest.approx(24.0, rel=1e-3)
+    assert gate.value == pytest.approx(figures["ope.realised"], abs=1e-3)
+    missing, _ = ope_gate(champion, OpeConfig(spans=[str(tmp_path)]), 99)
+    assert not missing.passed and missing.value is None
