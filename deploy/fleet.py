@@ -179,7 +179,8 @@ def _signal_group(replica: Replica, sig: signal.Signals) -> None:
         pass
 
 
-def _spawn(replica_id: str, workdir: Path, env: dict[str, str]) -> Replica:
+def _spawn(replica_id: str, workdir: Path, env: dict[str, str],
+           module: str = "deploy.serve_main") -> Replica:
     port = free_port()
     log_path = workdir / f"{replica_id}.log"
     full_env = {
@@ -188,13 +189,15 @@ def _spawn(replica_id: str, workdir: Path, env: dict[str, str]) -> Replica:
         "RATCHET_REPLICA_ID": replica_id,
         "RATCHET_PORT": str(port),
         "RATCHET_HOST": "127.0.0.1",
+        "RATCHET_ROUTER_PORT": str(port),
+        "RATCHET_ROUTER_HOST": "127.0.0.1",
         "PYTHONPATH": os.pathsep.join(
             [str(_REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
         ),
     }
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "deploy.serve_main"], cwd=_REPO_ROOT, env=full_env,
+            [sys.executable, "-m", module], cwd=_REPO_ROOT, env=full_env,
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
@@ -218,3 +221,67 @@ def _wait_replica(replica: Replica, *, timeout_s: float, version: int | None) ->
         if time.monotonic() > deadline:
             raise TimeoutError(f"{replica.replica_id} at {replica.url} not ready in {timeout_s}s")
         time.sleep(0.2)
+
+
+@dataclass
+class RouterProcess:
+    """The router (deploy/router.py) as its own process; ``url`` is where callers send traffic."""
+
+    replica: Replica
+    admin_token: str
+    workdir: Path
+
+    @property
+    def url(self) -> str:
+        return self.replica.url
+
+    @classmethod
+    def start(
+        cls, *, stable_urls: list[str], canary_urls: list[str], admin_token: str, workdir: Path,
+        canary_weight: float = 0.0, timeout_s: float = 60.0,
+    ) -> RouterProcess:
+        import json
+
+        workdir = Path(workdir).resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        env = {
+            "RATCHET_ROUTER_STABLE_URLS": json.dumps(stable_urls),
+            "RATCHET_ROUTER_CANARY_URLS": json.dumps(canary_urls),
+            "RATCHET_ROUTER_CANARY_WEIGHT": str(canary_weight),
+            "RATCHET_ROUTER_ADMIN_TOKEN": admin_token,
+        }
+        router = cls(_spawn("router", workdir, env, module="deploy.router"), admin_token, workdir)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if router.replica.proc.poll() is not None:
+                tail = router.replica.log_path.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"router exited:\n{tail}")
+            try:
+                if httpx.get(f"{router.url}/healthz", timeout=2).status_code == 200:
+                    return router
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                router.stop()
+                raise TimeoutError(f"router at {router.url} not up in {timeout_s}s")
+            time.sleep(0.1)
+
+    def client(self):
+        from deploy.router import RouterClient
+
+        return RouterClient(self.url, self.admin_token)
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        _signal_group(self.replica, signal.SIGTERM)
+        try:
+            self.replica.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(self.replica, signal.SIGKILL)
+            self.replica.proc.wait(timeout=timeout_s)
+        (self.workdir / "router.pid").unlink(missing_ok=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,280 @@
+"""A router in front of two replica groups, stable and canary: weighted, sticky per conversation.
+
+A conversation's bucket is a hash of its id in [0, 1); it goes to the canary iff the bucket is below
+the canary weight. Raising the weight only moves conversations *to* the canary, so a conversation
+never flips back and forth during a rollout, and the split is deterministic for a given weight.
+Within a group, requests go round-robin. Every routed request is written to a ``RequestLedger``
+(event time, arm, ok, latency) that the rollout controller reads per window via ``/admin/stats``.
+
+``create_router_app(...)`` builds the app; ``RouterSettings`` + ``python -m deploy.router`` run it;
+``RouterClient`` is what the rollout controller talks to.
+
+Deliberately left out: health-based ejection of replicas, retries (a failed request is a data
+point for the judge, not something to hide), and the judging itself (deploy/judge.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import deque
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+import httpx
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, Response, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from deploy.judge import ArmSamples
+from deploy.settings import DEFAULT_ADMIN_TOKEN
+
+Arm = Literal["stable", "canary"]
+
+
+def bucket(conversation_id: str) -> float:
+    """Stable position of a conversation in [0, 1)."""
+    digest = hashlib.sha256(conversation_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def choose_arm(conversation_id: str, canary_weight: float) -> Arm:
+    return "canary" if bucket(conversation_id) < canary_weight else "stable"
+
+
+class RequestLedger:
+    """Bounded, thread-safe record of routed requests: (event time, arm, ok, latency_ms)."""
+
+    def __init__(self, max_entries: int = 1_000_000) -> None:
+        self._entries: deque[tuple[datetime, Arm, bool, float]] = deque(maxlen=max_entries)
+        self._lock = threading.Lock()
+
+    def record(self, when: datetime, arm: Arm, ok: bool, latency_ms: float) -> None:
+        with self._lock:
+            self._entries.append((when, arm, ok, latency_ms))
+
+    def serving(self, start: datetime, end: datetime) -> dict[Arm, ArmSamples]:
+        """Per arm: requests, errors and latencies of requests started in [start, end)."""
+        with self._lock:
+            entries = [e for e in self._entries if start <= e[0] < end]
+        out: dict[Arm, ArmSamples] = {}
+        for arm in ("stable", "canary"):
+            mine = [e for e in entries if e[1] == arm]
+            out[arm] = ArmSamples(
+                requests=len(mine), errors=sum(not e[2] for e in mine),
+                latencies_ms=[e[3] for e in mine],
+            )
+        return out
+
+
+class WeightsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    canary_weight: float = Field(ge=0.0, le=1.0, description="Share of conversations on canary.")
+
+
+class GroupsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    stable_urls: list[str] = Field(min_length=1, description="Replica URLs of the stable group.")
+    canary_urls: list[str] = Field(default_factory=list, description="Replica URLs of the canary.")
+
+
+class _State:
+    def __init__(self, stable: list[str], canary: list[str], weight: float, token: str) -> None:
+        self.groups: dict[Arm, list[str]] = {"stable": list(stable), "canary": list(canary)}
+        self.canary_weight = weight
+        self.token = token
+        self.ledger = RequestLedger()
+        self.counts: dict[tuple[Arm, int], int] = {}
+        self._rr = {"stable": 0, "canary": 0}
+
+    def pick(self, conversation_id: str) -> tuple[Arm, str]:
+        arm = choose_arm(conversation_id, self.canary_weight)
+        if not self.groups[arm]:
+            arm = "stable"
+        urls = self.groups[arm]
+        self._rr[arm] = (self._rr[arm] + 1) % len(urls)
+        return arm, urls[self._rr[arm]]
+
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+def _state(request: Request) -> _State:
+    return request.app.state.router
+
+
+def _admin(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    import secrets
+
+    if credentials is None:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "admin bearer token required",
+                            headers={"WWW-Authenticate": "Bearer"})
+    if not secrets.compare_digest(credentials.credentials.encode(),
+                                  _state(request).token.encode()):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "wrong admin token")
+
+
+StateDep = Annotated[_State, Depends(_state)]
+AdminDep = Annotated[None, Depends(_admin)]
+
+public = APIRouter()
+admin = APIRouter(prefix="/admin")
+
+
+@public.post("/v1/completions")
+async def route_completion(request: Request, state: StateDep) -> Response:
+    body = await request.body()
+    try:
+        conversation_id = str(json.loads(body)["conversation_id"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            "body must be JSON with a conversation_id") from exc
+    arm, url = state.pick(conversation_id)
+    when, start = datetime.now(UTC), time.perf_counter()
+    try:
+        upstream = await request.app.state.client.post(
+            f"{url}/v1/completions", content=body, headers={"content-type": "application/json"}
+        )
+    except httpx.TransportError:
+        state.ledger.record(when, arm, False, (time.perf_counter() - start) * 1000.0)
+        state.counts[(arm, 502)] = state.counts.get((arm, 502), 0) + 1
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"{arm} upstream unreachable") from None
+    latency_ms = (time.perf_counter() - start) * 1000.0
+    if upstream.status_code < 400 or upstream.status_code >= 500:  # 4xx: the caller's fault
+        state.ledger.record(when, arm, upstream.status_code < 500, latency_ms)
+    key = (arm, upstream.status_code)
+    state.counts[key] = state.counts.get(key, 0) + 1
+    return Response(upstream.content, upstream.status_code,
+                    media_type=upstream.headers.get("content-type"),
+                    headers={"x-ratchet-arm": arm})
+
+
+@public.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@public.get("/metrics")
+def metrics(state: StateDep) -> Response:
+    lines = ["# TYPE ratchet_router_requests_total counter"]
+    for (arm, code), n in sorted(state.counts.items()):
+        lines.append(f'ratchet_router_requests_total{{arm="{arm}",status="{code}"}} {n}')
+    lines += ["# TYPE ratchet_router_canary_weight gauge",
+              f"ratchet_router_canary_weight {state.canary_weight}"]
+    return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+
+@admin.get("/weights", response_model=WeightsBody)
+def get_weights(state: StateDep, _: AdminDep) -> WeightsBody:
+    return WeightsBody(canary_weight=state.canary_weight)
+
+
+@admin.put("/weights", response_model=WeightsBody)
+def set_weights(body: WeightsBody, state: StateDep, _: AdminDep) -> WeightsBody:
+    state.canary_weight = body.canary_weight
+    return body
+
+
+@admin.put("/groups", response_model=GroupsBody)
+def set_groups(body: GroupsBody, state: StateDep, _: AdminDep) -> GroupsBody:
+    state.groups = {"stable": list(body.stable_urls), "canary": list(body.canary_urls)}
+    return body
+
+
+@admin.get("/stats")
+def stats(start: datetime, end: datetime, state: StateDep, _: AdminDep) -> dict:
+    window = state.ledger.serving(start, end)
+    return {arm: {"requests": s.requests, "errors": s.errors, "latencies_ms": s.latencies_ms}
+            for arm, s in window.items()}
+
+
+def create_router_app(
+    *, stable_urls: list[str], canary_urls: list[str], admin_token: str,
+    canary_weight: float = 0.0, max_body_bytes: int = 64 * 1024, timeout_s: float = 60.0,
+) -> FastAPI:
+    """The router app; its httpx client lives for the app's lifespan."""
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+            app.state.client = client
+            yield
+
+    app = FastAPI(title="ratchet router", lifespan=lifespan, max_body_size=max_body_bytes)
+    app.state.router = _State(stable_urls, canary_urls, canary_weight, admin_token)
+    app.include_router(public)
+    app.include_router(admin)
+    return app
+
+
+class RouterSettings(BaseSettings):
+    """Settings of the router process (env prefix ``RATCHET_ROUTER_``; lists as JSON)."""
+
+    model_config = SettingsConfigDict(env_prefix="RATCHET_ROUTER_", extra="forbid", frozen=True)
+
+    stable_urls: list[str] = Field(min_length=1, description="Replica URLs of the stable group.")
+    canary_urls: list[str] = Field(default_factory=list, description="Replica URLs of the canary.")
+    canary_weight: float = Field(default=0.0, ge=0.0, le=1.0, description="Initial canary share.")
+    admin_token: SecretStr = Field(
+        default=SecretStr(DEFAULT_ADMIN_TOKEN), description="Bearer token for /admin/*."
+    )
+    local_mode: bool = Field(default=False, description="Allows the default admin token.")
+    host: str = Field(default="127.0.0.1", description="Interface to bind.")
+    port: int = Field(default=8080, ge=1, le=65535, description="TCP port to bind.")
+    max_body_bytes: int = Field(default=64 * 1024, ge=256, description="Largest request body.")
+
+    @model_validator(mode="after")
+    def _refuse_default_token(self) -> RouterSettings:
+        if self.admin_token.get_secret_value() == DEFAULT_ADMIN_TOKEN and not self.local_mode:
+            raise ValueError("admin_token is the default; set RATCHET_ROUTER_ADMIN_TOKEN")
+        return self
+
+
+class RouterClient:
+    """The rollout controller's handle on a router: weights and per-window serving stats."""
+
+    def __init__(self, url: str, admin_token: str) -> None:
+        self.url = url
+        self._headers = {"Authorization": f"Bearer {admin_token}"}
+
+    def set_canary_weight(self, weight: float) -> None:
+        httpx.put(f"{self.url}/admin/weights", json={"canary_weight": weight},
+                  headers=self._headers, timeout=10).raise_for_status()
+
+    def canary_weight(self) -> float:
+        resp = httpx.get(f"{self.url}/admin/weights", headers=self._headers, timeout=10)
+        resp.raise_for_status()
+        return float(resp.json()["canary_weight"])
+
+    def serving(self, start: datetime, end: datetime) -> dict[Arm, ArmSamples]:
+        resp = httpx.get(f"{self.url}/admin/stats", headers=self._headers, timeout=30,
+                         params={"start": start.isoformat(), "end": end.isoformat()})
+        resp.raise_for_status()
+        return {arm: ArmSamples(**v) for arm, v in resp.json().items()}
+
+
+def main() -> None:
+    settings = RouterSettings()  # type: ignore[call-arg]  # fields come from the environment
+    import uvicorn
+
+    app = create_router_app(
+        stable_urls=settings.stable_urls, canary_urls=settings.canary_urls,
+        admin_token=settings.admin_token.get_secret_value(),
+        canary_weight=settings.canary_weight, max_body_bytes=settings.max_body_bytes,
+    )
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
+                access_log=False)
+
+
+if __name__ == "__main__":
+    main()
