@@ -130,7 +130,7 @@ def _complete(signals: list[EventItem]) -> bool:
     kinds = {s.kind for s in signals}
     if not {"followup", "feedback"} <= kinds:
         return False
-    windows = {json.loads(s.value)["window_s"] for s in signals if s.kind == "edit_persistence"}
+    windows = {s.window_s for s in signals if s.kind == "edit_persistence"}
     return windows >= set(EDIT_WINDOWS_S)
 
 
@@ -141,17 +141,16 @@ def _pick_signals(signals: list[EventItem]) -> tuple[dict[int, float], bool | No
     feedback: tuple[tuple[int, str], str] | None = None
     for s in signals:
         order = (s.event_time_us, s.event_id)
-        d = json.loads(s.value)
         if s.kind == "edit_persistence":
-            w = int(d["window_s"])
+            w = s.window_s
             if w not in persistence or order > persistence[w][0]:
-                persistence[w] = (order, float(d["score"]))
+                persistence[w] = (order, s.signal)
         elif s.kind == "followup":
             if followup is None or order < followup[0]:
-                followup = (order, bool(d["dissatisfied"]))
+                followup = (order, s.signal == 1.0)
         elif s.kind == "feedback":
             if feedback is None or order > feedback[0]:
-                feedback = (order, str(d["label"]))
+                feedback = (order, "accept" if s.signal == 1.0 else "reject")
     return (
         {w: v for w, (_, v) in persistence.items()},
         None if followup is None else followup[1],

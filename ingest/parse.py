@@ -47,8 +47,10 @@ DEAD_LETTER_REASONS = (
 class EventItem(NamedTuple):
     """A validated event as it travels through the join: small, primitive, re-parseable.
 
-    ``value`` is the original (valid UTF-8 JSON) payload; the join re-reads the few fields it
-    needs with ``json.loads``. Beam carries it as a plain tuple (``tuple(item)``).
+    ``value`` is the original (valid UTF-8 JSON) payload, re-read by the join only for
+    completions. A signal's content travels as two primitives: ``window_s`` (persistence
+    checkpoint, else 0) and ``signal`` (persistence score; 1.0/0.0 for a dissatisfied follow-up
+    or an accepting feedback). Beam carries it as a plain tuple (``tuple(item)``).
     """
 
     kind: str
@@ -59,6 +61,8 @@ class EventItem(NamedTuple):
     offset: int
     value: bytes
     timestamp_ms: int
+    window_s: int = 0
+    signal: float = 0.0
 
 
 def dead_letter(rec: KafkaRecord | EventItem, reason: str, detail: str) -> DeadLetter:
@@ -112,6 +116,17 @@ def classify(
         return dead_letter(rec, "unparseable_json", "record has no value (tombstone)")
     if len(value) > max_event_bytes:
         return dead_letter(rec, "too_large", f"{len(value)} bytes > limit {max_event_bytes}")
+    try:  # fast path: most events are good, and pydantic parses and validates in one pass
+        event = EVENT_ADAPTER.validate_json(value)
+    except ValidationError:
+        return _classify_bad(rec, value)
+    if TOPICS[event.kind] != rec.topic:
+        return dead_letter(rec, "wrong_topic", f"kind {event.kind!r} on topic {rec.topic!r}")
+    return _with_time_checks(rec, event, max_future_skew_s, max_age_s)
+
+
+def _classify_bad(rec: KafkaRecord, value: bytes) -> DeadLetter:
+    """Find the most specific reason why ``value`` is not a valid event."""
     try:
         text = value.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -134,10 +149,10 @@ def classify(
         if problem:
             return dead_letter(rec, *problem)
     try:
-        event = EVENT_ADAPTER.validate_python(d)
+        EVENT_ADAPTER.validate_python(d)
     except ValidationError as e:
         return dead_letter(rec, "schema_violation", _schema_detail(e))
-    return _with_time_checks(rec, event, max_future_skew_s, max_age_s)
+    return dead_letter(rec, "unparseable_json", "rejected by the JSON parser, accepted as Python")
 
 
 def _with_time_checks(
@@ -154,9 +169,21 @@ def _with_time_checks(
             return dead_letter(rec, "future_timestamp", f"event_time {t.isoformat()} is {skew:.0f}s ahead")
         if -skew > max_age_s:
             return dead_letter(rec, "stale_timestamp", f"event_time {t.isoformat()} is {-skew:.0f}s old")
+    window_s, signal = _signal_fields(event)
     item = EventItem(
         event.kind, event.event_id, t_us, rec.topic, rec.partition, rec.offset,
         bytes(rec.value), int(rec.timestamp_ms if rec.timestamp_ms is not None else -1),
+        window_s, signal,
     )
     return event.response_id, item
+
+
+def _signal_fields(event: Any) -> tuple[int, float]:
+    if event.kind == "edit_persistence":
+        return int(event.window_s), float(event.score)
+    if event.kind == "followup":
+        return 0, 1.0 if event.dissatisfied else 0.0
+    if event.kind == "feedback":
+        return 0, 1.0 if event.label == "accept" else 0.0
+    return 0, 0.0
 

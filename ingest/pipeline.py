@@ -180,7 +180,7 @@ class ReadFileRanges(beam.DoFn):
 
 # --- parse, join, format -----------------------------------------------------------------------
 class ClassifyRecords(beam.DoFn):
-    """Record batches -> good events ``(response_id, item)``; dead letters and event times tagged."""
+    """Record batches -> ``(response_id, [item, ...])``; dead letters and event times tagged."""
 
     def __init__(self, parse: ParseConfig) -> None:
         self.limits = parse.model_dump()
@@ -191,6 +191,7 @@ class ClassifyRecords(beam.DoFn):
     def process(self, batch: list[tuple[Any, ...]]) -> Iterator[Any]:
         max_t = None
         n_completion = n_signal = n_bad = 0
+        by_id: dict[str, list[tuple[Any, ...]]] = {}
         for rec in batch:
             got = classify(KafkaRecord(*rec), **self.limits)
             if isinstance(got, DeadLetter):
@@ -203,7 +204,10 @@ class ClassifyRecords(beam.DoFn):
             else:
                 n_signal += 1
             max_t = item.event_time_us if max_t is None else max(max_t, item.event_time_us)
-            yield response_id, tuple(item)
+            by_id.setdefault(response_id, []).append(tuple(item))
+        # one element per response id and batch: a partition's batch often holds all four
+        # persistence checkpoints of a completion, so this shrinks the shuffle
+        yield from by_id.items()
         self.completions.inc(n_completion)
         self.signals.inc(n_signal)
         self.bad.inc(n_bad)
@@ -228,10 +232,10 @@ class JoinSignals(beam.DoFn):
         self.duplicates = Metrics.counter("ingest", "duplicates")
 
     def process(self, element: tuple[str, Any], watermark: list[int | None]) -> Iterator[Any]:
-        response_id, items = element
+        response_id, groups = element
         out = join_group(
             response_id,
-            (EventItem(*i) for i in items),
+            (EventItem(*i) for items in groups for i in items),
             watermark_us=int(watermark[1]),  # type: ignore[arg-type]
             finalized=self.finalized,
             windows=self.windows,
@@ -288,7 +292,7 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
     parsed = batches | "Classify" >> beam.ParDo(ClassifyRecords(spec.parse)).with_outputs(
         "dead", "times", main="events"
     )
-    carried = p | "CarriedEvents" >> beam.Create([(k, tuple(i)) for k, i in spec.carried])
+    carried = p | "CarriedEvents" >> beam.Create([(k, [tuple(i)]) for k, i in spec.carried])
     prev = spec.prev_max_event_time_us
     watermark = parsed.times | "Watermark" >> beam.CombineGlobally(
         _WatermarkFn(prev, spec.allowed_lateness_us, spec.drain)
@@ -312,19 +316,29 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
             shard_name_template="", file_name_suffix=".parquet",
         )
     )
-    dead = (parsed.dead, joined.dead) | "AllDeadLetters" >> beam.Flatten()
-    for name, pcoll in (
-        ("dead", dead), ("pending", joined.pending), ("late", joined.late),
-        ("finalized", joined.finalized),
-    ):
-        _ = pcoll | f"Write_{name}" >> beam.io.WriteToText(
-            str(spec.staging / name), file_name_suffix=".jsonl", num_shards=1,
+    side = [
+        pcoll | f"Tag_{label}" >> beam.Map(_tag_line, name)
+        for label, name, pcoll in (
+            ("parse_dead", "dead", parsed.dead), ("join_dead", "dead", joined.dead),
+            ("pending", "pending", joined.pending),
+            ("late", "late", joined.late), ("finalized", "finalized", joined.finalized),
+            ("watermark", "watermark", watermark | "WatermarkJson" >> beam.Map(json.dumps)),
+        )
+    ]
+    _ = (
+        side
+        | "AllSideOutputs" >> beam.Flatten()
+        | "WriteSideOutputs" >> beam.io.WriteToText(
+            str(spec.staging / "side"), file_name_suffix=".tsv", num_shards=1,
             shard_name_template="", coder=_Utf8Coder(),
         )
-    _ = watermark | "WatermarkJson" >> beam.Map(json.dumps) | "WriteWatermark" >> beam.io.WriteToText(
-        str(spec.staging / "watermark"), file_name_suffix=".json", num_shards=1,
-        shard_name_template="",
     )
+
+
+def _tag_line(payload: str | bytes, name: str) -> bytes:
+    """``name<TAB>payload``: the side outputs share one staged file."""
+    body = payload if isinstance(payload, bytes) else payload.encode("utf-8")
+    return name.encode() + b"\t" + body
 
 
 class _Utf8Coder(beam.coders.Coder):
@@ -496,7 +510,7 @@ class SpanJob:
         rel = self.store.write_rows(self.span_id, table, quarantined=not ok)
         failpoint("mid_write")
         max_t, watermark = staged.watermark(self.state.max_event_time_us)
-        finalized = self._finalized(staged.finalized(), watermark)
+        finalized = self._finalized(staged.finalized(), max_t)
         counts = {
             "rows": table.num_rows,
             "dead_letters": len(dead),
@@ -527,8 +541,13 @@ class SpanJob:
             defaulted_share=stats["defaulted_share"], monitors=stats,
         )
 
-    def _finalized(self, new: dict[str, int], watermark: int | None) -> dict[str, int]:
-        keep_after = (watermark or 0) - int(self.join.finalized_retention_s * US)
+    def _finalized(self, new: dict[str, int], max_event_time_us: int | None) -> dict[str, int]:
+        """Finalised ids to remember: the new ones, and old ones within the retention.
+
+        Retention counts from the largest event time seen (not the watermark, which a drain
+        pushes to the far future).
+        """
+        keep_after = (max_event_time_us or 0) - int(self.join.finalized_retention_s * US)
         merged = {k: t for k, t in self.state.finalized.items() if t >= keep_after}
         merged.update(new)
         return merged
@@ -578,6 +597,12 @@ class _Staged:
 
     def __init__(self, staging: Path) -> None:
         self.dir = staging
+        self.side: dict[str, list[str]] = {}
+        path = staging / "side.tsv"
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                name, _, body = line.partition("\t")
+                self.side.setdefault(name, []).append(body)
 
     def rows(self) -> pa.Table:
         path = self.dir / "rows.parquet"
@@ -586,40 +611,34 @@ class _Staged:
         table = pq.read_table(path, schema=REWARD_SCHEMA)
         return table.sort_by([("event_time", "ascending"), ("response_id", "ascending")])
 
-    def _lines(self, name: str) -> list[str]:
-        path = self.dir / f"{name}.jsonl"
-        if not path.exists():
-            return []
-        return [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln]
+    def _letters(self, name: str) -> list[DeadLetter]:
+        return sorted(
+            (DeadLetter.model_validate_json(ln) for ln in self.side.get(name, [])),
+            key=lambda d: (d.topic, d.partition, d.offset),
+        )
 
     def dead_letters(self) -> list[DeadLetter]:
-        return sorted(
-            (DeadLetter.model_validate_json(ln) for ln in self._lines("dead")),
-            key=lambda d: (d.topic, d.partition, d.offset),
-        )
+        return self._letters("dead")
 
     def late(self) -> list[DeadLetter]:
-        return sorted(
-            (DeadLetter.model_validate_json(ln) for ln in self._lines("late")),
-            key=lambda d: (d.topic, d.partition, d.offset),
-        )
+        return self._letters("late")
 
     def pending(self) -> list[tuple[str, EventItem]]:
         out = []
-        for ln in self._lines("pending"):
+        for ln in self.side.get("pending", []):
             response_id, d = json.loads(ln)
             d["value"] = d["value"].encode("utf-8")
             out.append((response_id, EventItem(**d)))
         return sorted(out, key=lambda x: (x[1].topic, x[1].partition, x[1].offset))
 
     def finalized(self) -> dict[str, int]:
-        return dict(json.loads(ln) for ln in self._lines("finalized"))
+        return dict(json.loads(ln) for ln in self.side.get("finalized", []))
 
     def watermark(self, prev_max: int | None) -> tuple[int | None, int | None]:
-        path = self.dir / "watermark.json"
-        if not path.exists():
+        lines = self.side.get("watermark")
+        if not lines:
             return prev_max, None
-        max_t, wm = json.loads(path.read_text())
+        max_t, wm = json.loads(lines[0])
         return max_t, wm
 
 

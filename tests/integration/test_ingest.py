@@ -17,7 +17,7 @@ from ingest.kafka_io import (
     read_range,
 )
 from ingest.pipeline import run_span
-from ingest.schema import DEAD_LETTER_TOPIC, REWARD_SCHEMA, TOPICS
+from ingest.schema import DEAD_LETTER_TOPIC, LATE_TOPIC, REWARD_SCHEMA, TOPICS
 from ingest.spans import read_spans
 from ingest.synthetic import completion, feedback, persistence, stream
 from rewards.config import RewardConfig
@@ -92,3 +92,15 @@ def test_events_become_reward_rows_and_bad_ones_dead_letters(broker, tmp_path):
     assert len(set(all_rows.column("response_id").to_pylist())) == n + 1
     hive = ds.dataset(out / "spans", partitioning="hive")
     assert hive.count_rows() == n + 1 and "hour" in hive.schema.names
+
+    # a signal for a finalised completion is late: counted and routed, never joined
+    with EventProducer(broker.bootstrap) as p:
+        p.send(feedback("known", t0 + timedelta(seconds=9), accept=True))
+    r3 = run_span(bootstrap=broker.bootstrap, group_id="g1", output_root=out,
+                  reward_config=RewardConfig())
+    assert (r3.signals_in, r3.late, r3.rows, r3.dead_letters) == (1, 1, 0, 0)
+    late = []
+    for p_, end in high_watermarks(broker.bootstrap, LATE_TOPIC).items():
+        late += [json.loads(v) for _, _, v, _ in read_range(broker.bootstrap, LATE_TOPIC, p_, 0, end)]
+    assert [(d["reason"], d["topic"]) for d in late] == [("late_signal", TOPICS["feedback"])]
+    assert read_spans(out).num_rows == n + 1

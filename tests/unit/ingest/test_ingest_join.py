@@ -9,7 +9,9 @@ from datetime import timedelta
 import pytest
 
 from ingest.join import US, Windows, join_group
-from ingest.parse import EventItem
+from ingest.kafka_io import KafkaRecord
+from ingest.parse import EventItem, classify
+from ingest.schema import TOPICS
 from ingest.synthetic import T0, completion, feedback, followup, persistence
 from rewards.config import RewardConfig
 
@@ -20,9 +22,12 @@ _offsets = itertools.count()
 
 
 def item(event, offset: int | None = None) -> EventItem:
+    """The event as the pipeline's classifier turns it into a join item."""
     off = next(_offsets) if offset is None else offset
-    t = int(event.event_time.timestamp() * US)
-    return EventItem(event.kind, event.event_id, t, "topic", 0, off, event.to_json(), 0)
+    ts = int(event.event_time.timestamp() * 1000)
+    rec = KafkaRecord(TOPICS[event.kind], 0, off, None, event.to_json(), ts)
+    _, got = classify(rec, max_event_bytes=10**6, max_future_skew_s=60, max_age_s=86400)
+    return got
 
 
 def _all_signals(rid="r1"):

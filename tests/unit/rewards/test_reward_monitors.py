@@ -6,16 +6,19 @@ import pyarrow as pa
 import pytest
 
 from ingest.join import reward_row
-from ingest.parse import EventItem
-from ingest.schema import REWARD_SCHEMA
+from ingest.kafka_io import KafkaRecord
+from ingest.parse import EventItem, classify
+from ingest.schema import REWARD_SCHEMA, TOPICS
 from ingest.synthetic import T0, completion, persistence
 from rewards.config import RewardConfig
 from rewards.monitors import batch_monitors, compare_batches
 
 
 def _item(event, offset: int) -> EventItem:
-    return EventItem(event.kind, event.event_id, int(event.event_time.timestamp() * 1e6),
-                     "t", 0, offset, event.to_json(), 0)
+    ts = int(event.event_time.timestamp() * 1000)
+    rec = KafkaRecord(TOPICS[event.kind], 0, offset, None, event.to_json(), ts)
+    _, got = classify(rec, max_event_bytes=10**6, max_future_skew_s=60, max_age_s=86400)
+    return got
 
 
 def _table(scores: list[float | None], n_tokens: int = 8) -> pa.Table:
