@@ -144,14 +144,14 @@ class ReadKafkaRanges(beam.DoFn):
             for r in records:
                 if r.offset < start:
                     continue
-                if not tracker.try_claim(r.offset):
+                if not tracker.try_claim(r.offset):  # split off: the rest is another's
                     if out:
                         yield out
                     return
                 out.append((topic, partition, r.offset, r.key, r.value, r.timestamp))
-            if len(out) >= self.batch:
-                yield out
-                out = []
+                if len(out) >= self.batch:
+                    yield out
+                    out = []
             failpoint("mid_read")
         if out:
             yield out

@@ -104,3 +104,31 @@ def test_events_become_reward_rows_and_bad_ones_dead_letters(broker, tmp_path):
         late += [json.loads(v) for _, _, v, _ in read_range(broker.bootstrap, LATE_TOPIC, p_, 0, end)]
     assert [(d["reason"], d["topic"]) for d in late] == [("late_signal", TOPICS["feedback"])]
     assert read_spans(out).num_rows == n + 1
+
+
+def test_kafka_read_splits_at_any_claimed_offset_without_loss_or_overlap(broker):
+    from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+
+    from ingest.pipeline import ReadKafkaRanges
+
+    topic = "test.sdf"
+    ensure_topics(broker.bootstrap, partitions=1, topics=[topic])
+    with EventProducer(broker.bootstrap) as p:
+        for i in range(1000):
+            p.send_raw(topic, None, b"%d" % i, partition=0)
+    end = high_watermarks(broker.bootstrap, topic)[0]
+    fn = ReadKafkaRanges(broker.bootstrap, batch=100)
+    fn.setup()
+    try:
+        primary = OffsetRestrictionTracker(OffsetRange(0, end))
+        got, residual = [], None
+        for i, batch in enumerate(fn.process((topic, 0, 0, end), tracker=primary)):
+            got += [r[2] for r in batch]
+            if i == 2:  # a runner splits the rest off while the read is running
+                _, residual = primary.try_split(0.5)
+        assert residual is not None and 300 <= residual.start < end
+        rest = OffsetRestrictionTracker(residual)
+        more = [r[2] for b in fn.process((topic, 0, residual.start, end), tracker=rest) for r in b]
+    finally:
+        fn.teardown()
+    assert got == list(range(residual.start)) and more == list(range(residual.start, end))
