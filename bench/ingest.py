@@ -24,7 +24,7 @@ import shutil
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def produce(bootstrap: str, n_events: int) -> tuple[int, float]:
     from ingest.synthetic import stream
 
     n_completions = max(1, n_events // 6)
-    start = datetime.now(timezone.utc) - timedelta(seconds=n_completions * 2.0 + 7200)
+    start = datetime.now(UTC) - timedelta(seconds=n_completions * 2.0 + 7200)
     sent = 0
     t = time.perf_counter()
     with EventProducer(bootstrap, linger_ms=20) as p:
@@ -54,7 +54,9 @@ def raw_consume(bootstrap: str) -> tuple[int, float]:
     from ingest.kafka_io import FETCH_SETTINGS, high_watermarks
     from ingest.schema import TOPICS
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **FETCH_SETTINGS)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, **FETCH_SETTINGS
+    )
     ends = {
         TopicPartition(t, p): hw
         for t in TOPICS.values()
@@ -96,8 +98,11 @@ def main(argv: list[str] | None = None) -> dict:
         raw_n, raw_s = raw_consume(broker.bootstrap)
         job = SpanJob(
             source=KafkaSource(bootstrap=broker.bootstrap, group_id="bench"),
-            output_root=work / "out", reward_config=RewardConfig(), join=JoinConfig(),
-            parse=ParseConfig(), validation=ValidationConfig(),
+            output_root=work / "out",
+            reward_config=RewardConfig(),
+            join=JoinConfig(),
+            parse=ParseConfig(),
+            validation=ValidationConfig(),
         )
         phases = {}
         t0 = time.perf_counter()

@@ -11,7 +11,7 @@ Deliberately left out: how the pipeline uses these (ingest/pipeline.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -40,7 +40,7 @@ class FileSource(BaseModel):
     path: Path = Field(description="JSONL file of recorded Kafka records.")
 
 
-Source = Annotated[Union[KafkaSource, FileSource], Field(discriminator="type")]
+Source = Annotated[KafkaSource | FileSource, Field(discriminator="type")]
 
 
 class ParseConfig(BaseModel):
@@ -55,7 +55,9 @@ class ParseConfig(BaseModel):
         300.0, ge=0.0, description="Event time later than the record timestamp by more: future."
     )
     max_age_s: float = Field(
-        7 * 86400.0, gt=0.0, description="Event time older than the record timestamp by more: stale."
+        7 * 86400.0,
+        gt=0.0,
+        description="Event time older than the record timestamp by more: stale.",
     )
 
 

@@ -75,7 +75,11 @@ def dedup(items: Iterable[EventItem]) -> tuple[list[EventItem], int]:
     for it in items:
         n += 1
         cur = best.get(it.event_id)
-        if cur is None or (it.topic, it.partition, it.offset) < (cur.topic, cur.partition, cur.offset):
+        if cur is None or (it.topic, it.partition, it.offset) < (
+            cur.topic,
+            cur.partition,
+            cur.offset,
+        ):
             best[it.event_id] = it
     kept = sorted(best.values(), key=lambda i: (i.event_time_us, i.event_id))
     return kept, n - len(kept)
@@ -98,12 +102,16 @@ def join_group(
     signals = [i for i in kept if i.kind != "completion"]
     if response_id in finalized:
         out.duplicates += len(completions)
-        out.late = [dead_letter(s, "late_signal", f"{response_id} already finalised") for s in signals]
+        out.late = [
+            dead_letter(s, "late_signal", f"{response_id} already finalised") for s in signals
+        ]
         return out
     if not completions:
         for s in signals:
             if drain or s.event_time_us + windows.horizon_us <= watermark_us:
-                out.dead.append(dead_letter(s, "unknown_response_id", f"no completion {response_id}"))
+                out.dead.append(
+                    dead_letter(s, "unknown_response_id", f"no completion {response_id}")
+                )
             else:
                 out.pending.append(s)
         return out

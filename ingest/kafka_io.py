@@ -149,7 +149,7 @@ def high_watermarks(bootstrap: str, topic: str, *, timeout_s: float = 20.0) -> d
 def read_range(
     bootstrap: str, topic: str, partition: int, start: int, end: int, *, poll_ms: int = 500
 ) -> Iterator[tuple[int, bytes | None, bytes, int]]:
-    """``(offset, key, value, timestamp_ms)`` of one partition, ``start <= offset < end``, in order."""
+    """``(offset, key, value, timestamp_ms)`` of one partition, ``start <= offset < end``."""
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, **FETCH_SETTINGS
     )
@@ -179,7 +179,9 @@ def iter_range(
         if not batch:
             empty += 1
             if empty > 20:
-                raise TimeoutError(f"{topic}[{partition}] stalled at {consumer.position(tp)} < {end}")
+                raise TimeoutError(
+                    f"{topic}[{partition}] stalled at {consumer.position(tp)} < {end}"
+                )
             continue
         empty = 0
         for r in batch:
@@ -189,10 +191,15 @@ def iter_range(
                 yield KafkaRecord(topic, partition, r.offset, r.key, r.value, r.timestamp)
 
 
-def committed_offsets(bootstrap: str, group_id: str, topics: Iterable[str]) -> dict[str, dict[int, int]]:
-    """Committed offset per topic partition for ``group_id`` (partitions never committed: absent)."""
+def committed_offsets(
+    bootstrap: str, group_id: str, topics: Iterable[str]
+) -> dict[str, dict[int, int]]:
+    """Committed offset per topic partition for ``group_id`` (never committed: absent)."""
     consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False, **CONSUMER_TIMEOUTS
+        bootstrap_servers=bootstrap,
+        group_id=group_id,
+        enable_auto_commit=False,
+        **CONSUMER_TIMEOUTS,
     )
     try:
         out: dict[str, dict[int, int]] = {}
@@ -213,7 +220,10 @@ def commit_offsets(bootstrap: str, group_id: str, offsets: dict[str, dict[int, i
     Uses a simple (non-member) commit, so no group join is needed.
     """
     consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False, **CONSUMER_TIMEOUTS
+        bootstrap_servers=bootstrap,
+        group_id=group_id,
+        enable_auto_commit=False,
+        **CONSUMER_TIMEOUTS,
     )
     try:
         commits = {

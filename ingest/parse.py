@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import timezone
+from datetime import UTC
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
@@ -136,10 +136,14 @@ def _classify_bad(rec: KafkaRecord, value: bytes) -> DeadLetter:
     except (json.JSONDecodeError, RecursionError) as e:
         return dead_letter(rec, "unparseable_json", str(e)[:200])
     if not isinstance(d, dict):
-        return dead_letter(rec, "schema_violation", f"field <root>: not an object ({type(d).__name__})")
+        return dead_letter(
+            rec, "schema_violation", f"field <root>: not an object ({type(d).__name__})"
+        )
     kind = d.get("kind")
     if not isinstance(kind, str):
-        return dead_letter(rec, "schema_violation", f"field kind: missing or not a string ({kind!r})")
+        return dead_letter(
+            rec, "schema_violation", f"field kind: missing or not a string ({kind!r})"
+        )
     if kind not in KINDS:
         return dead_letter(rec, "unknown_kind", f"kind={kind[:80]!r}")
     if TOPICS[kind] != rec.topic:
@@ -160,20 +164,31 @@ def _with_time_checks(
 ) -> tuple[str, EventItem] | DeadLetter:
     t = event.event_time
     if t.tzinfo is None:  # naive event times are UTC
-        t = t.replace(tzinfo=timezone.utc)
+        t = t.replace(tzinfo=UTC)
     seconds = t.timestamp()
     t_us = int(round(seconds * 1e6))
     if rec.timestamp_ms is not None and rec.timestamp_ms >= 0:
         skew = seconds - rec.timestamp_ms / 1000.0
         if skew > max_future_skew_s:
-            return dead_letter(rec, "future_timestamp", f"event_time {t.isoformat()} is {skew:.0f}s ahead")
+            return dead_letter(
+                rec, "future_timestamp", f"event_time {t.isoformat()} is {skew:.0f}s ahead"
+            )
         if -skew > max_age_s:
-            return dead_letter(rec, "stale_timestamp", f"event_time {t.isoformat()} is {-skew:.0f}s old")
+            return dead_letter(
+                rec, "stale_timestamp", f"event_time {t.isoformat()} is {-skew:.0f}s old"
+            )
     window_s, signal = _signal_fields(event)
     item = EventItem(
-        event.kind, event.event_id, t_us, rec.topic, rec.partition, rec.offset,
-        bytes(rec.value), int(rec.timestamp_ms if rec.timestamp_ms is not None else -1),
-        window_s, signal,
+        event.kind,
+        event.event_id,
+        t_us,
+        rec.topic,
+        rec.partition,
+        rec.offset,
+        bytes(rec.value),
+        int(rec.timestamp_ms if rec.timestamp_ms is not None else -1),
+        window_s,
+        signal,
     )
     return event.response_id, item
 
@@ -186,4 +201,3 @@ def _signal_fields(event: Any) -> tuple[int, float]:
     if event.kind == "feedback":
         return 0, 1.0 if event.label == "accept" else 0.0
     return 0, 0.0
-

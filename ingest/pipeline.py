@@ -43,13 +43,19 @@ from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.core import RestrictionProvider
 
-from ingest.config import FileSource, IngestConfig, JoinConfig, KafkaSource, ParseConfig
-from ingest.config import ValidationConfig
+from ingest.config import (
+    FileSource,
+    IngestConfig,
+    JoinConfig,
+    KafkaSource,
+    ParseConfig,
+    ValidationConfig,
+)
 from ingest.join import US, Windows, join_group
 from ingest.kafka_io import FETCH_SETTINGS, KafkaRecord
 from ingest.parse import EventItem, classify
 from ingest.schema import REWARD_SCHEMA, TOPICS, DeadLetter
-from ingest.spans import CarriedState, SpanStore, manifest_record, span_id_for
+from ingest.spans import SpanStore, manifest_record, span_id_for
 from rewards.config import RewardConfig
 from rewards.monitors import batch_monitors
 
@@ -246,7 +252,9 @@ class JoinSignals(beam.DoFn):
             self.duplicates.inc(out.duplicates)
         if out.row is not None:
             yield out.row
-            yield beam.pvalue.TaggedOutput("finalized", json.dumps([response_id, out.finalized_at_us]))
+            yield beam.pvalue.TaggedOutput(
+                "finalized", json.dumps([response_id, out.finalized_at_us])
+            )
         for item in out.pending:
             yield beam.pvalue.TaggedOutput("pending", json.dumps([response_id, _item_json(item)]))
         for d in out.late:
@@ -311,26 +319,36 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
         joined.rows
         | "BatchRows" >> beam.BatchElements(min_batch_size=256, max_batch_size=4096)
         | "RowsToArrow" >> beam.Map(rows_to_table)
-        | "WriteRows" >> beam.io.WriteToParquetBatched(
-            str(spec.staging / "rows"), schema=REWARD_SCHEMA, num_shards=1,
-            shard_name_template="", file_name_suffix=".parquet",
+        | "WriteRows"
+        >> beam.io.WriteToParquetBatched(
+            str(spec.staging / "rows"),
+            schema=REWARD_SCHEMA,
+            num_shards=1,
+            shard_name_template="",
+            file_name_suffix=".parquet",
         )
     )
     side = [
         pcoll | f"Tag_{label}" >> beam.Map(_tag_line, name)
         for label, name, pcoll in (
-            ("parse_dead", "dead", parsed.dead), ("join_dead", "dead", joined.dead),
+            ("parse_dead", "dead", parsed.dead),
+            ("join_dead", "dead", joined.dead),
             ("pending", "pending", joined.pending),
-            ("late", "late", joined.late), ("finalized", "finalized", joined.finalized),
+            ("late", "late", joined.late),
+            ("finalized", "finalized", joined.finalized),
             ("watermark", "watermark", watermark | "WatermarkJson" >> beam.Map(json.dumps)),
         )
     ]
     _ = (
         side
         | "AllSideOutputs" >> beam.Flatten()
-        | "WriteSideOutputs" >> beam.io.WriteToText(
-            str(spec.staging / "side"), file_name_suffix=".tsv", num_shards=1,
-            shard_name_template="", coder=_Utf8Coder(),
+        | "WriteSideOutputs"
+        >> beam.io.WriteToText(
+            str(spec.staging / "side"),
+            file_name_suffix=".tsv",
+            num_shards=1,
+            shard_name_template="",
+            coder=_Utf8Coder(),
         )
     )
 
@@ -460,7 +478,9 @@ class SpanJob:
             bootstrap = None
         else:
             ranges = [
-                (t, p, s, e) for t, parts in self.offsets.items() for p, (s, e) in parts.items()
+                (t, p, s, e)
+                for t, parts in self.offsets.items()
+                for p, (s, e) in parts.items()
                 if e > s
             ]
             bootstrap = self.source.bootstrap
@@ -498,7 +518,8 @@ class SpanJob:
             min_join_share=v.min_join_share,
             min_current_version_share=v.min_current_version_share,
             drift=drift_bounds(
-                self.state.stats, rows=table.num_rows,
+                self.state.stats,
+                rows=table.num_rows,
                 max_reward_mean_drift=v.max_reward_mean_drift,
                 max_reward_std_drift=v.max_reward_std_drift,
                 max_length_drift_ratio=v.max_length_drift_ratio,
@@ -521,9 +542,16 @@ class SpanJob:
             "signals_in": self.metrics.get("signals_in", 0),
         }
         manifest = manifest_record(
-            span_id=self.span_id, seq=self.state.seq + 1, source=self._source_record(),
-            offsets=self.offsets, files=[rel], status="ok" if ok else "quarantined",
-            counts=counts, max_event_time_us=max_t, watermark_us=watermark, stats=stats,
+            span_id=self.span_id,
+            seq=self.state.seq + 1,
+            source=self._source_record(),
+            offsets=self.offsets,
+            files=[rel],
+            status="ok" if ok else "quarantined",
+            counts=counts,
+            max_event_time_us=max_t,
+            watermark_us=watermark,
+            stats=stats,
             validation=report,
         )
         path = self.store.commit_manifest(manifest, pending, finalized, late, dead)
@@ -532,13 +560,22 @@ class SpanJob:
         self._commit_offsets(self.span_id)
         failpoint("after_commit")
         return SpanResult(
-            span_id=self.span_id, path=self.store.root / rel, rows=table.num_rows,
+            span_id=self.span_id,
+            path=self.store.root / rel,
+            rows=table.num_rows,
             dead_letters=len(dead),
-            completions_in=counts["completions_in"], signals_in=counts["signals_in"],
-            validated=ok, validation_report=report, offsets=self.offsets,
-            manifest=path, pending=len(pending), late=len(late),
-            duplicates=counts["duplicates"], quarantined=not ok,
-            defaulted_share=stats["defaulted_share"], monitors=stats,
+            completions_in=counts["completions_in"],
+            signals_in=counts["signals_in"],
+            validated=ok,
+            validation_report=report,
+            offsets=self.offsets,
+            manifest=path,
+            pending=len(pending),
+            late=len(late),
+            duplicates=counts["duplicates"],
+            quarantined=not ok,
+            defaulted_share=stats["defaulted_share"],
+            monitors=stats,
         )
 
     def _finalized(self, new: dict[str, int], max_event_time_us: int | None) -> dict[str, int]:
@@ -555,7 +592,11 @@ class SpanJob:
     def _source_record(self) -> dict[str, Any]:
         if isinstance(self.source, FileSource):
             return {"type": "file", "path": str(self.source.path)}
-        return {"type": "kafka", "bootstrap": self.source.bootstrap, "group_id": self.source.group_id}
+        return {
+            "type": "kafka",
+            "bootstrap": self.source.bootstrap,
+            "group_id": self.source.group_id,
+        }
 
     def _publish(self, span_id: str) -> None:
         """Send the span's dead letters and late signals to Kafka (once marked, never again)."""
@@ -661,7 +702,7 @@ def run_span(
     drain: bool | None = None,
     beam_args: list[str] | None = None,
 ) -> SpanResult:
-    """Ingest everything new on the event topics for ``group_id`` into one span under ``output_root``.
+    """Ingest everything new on the event topics for ``group_id`` into one span.
 
     ``config`` gives join windows, parse limits, validation bounds, rewards and ``drain``
     (defaults: ``IngestConfig()``); ``reward_config`` and ``drain``, when given, override it.
@@ -671,9 +712,13 @@ def run_span(
     cfg = config or IngestConfig()
     source = KafkaSource(bootstrap=bootstrap, group_id=group_id, partitions=cfg.partitions)
     return run_job(
-        source=source, output_root=Path(output_root),
-        reward_config=reward_config or cfg.rewards, join=cfg.join, parse=cfg.parse,
-        validation=cfg.validation, drain=cfg.drain if drain is None else drain,
+        source=source,
+        output_root=Path(output_root),
+        reward_config=reward_config or cfg.rewards,
+        join=cfg.join,
+        parse=cfg.parse,
+        validation=cfg.validation,
+        drain=cfg.drain if drain is None else drain,
         beam_args=beam_args,
     )
 
@@ -694,8 +739,13 @@ def run_config(config: IngestConfig, beam_args: list[str] | None = None) -> Span
     if config.source is None or config.output_root is None:
         raise ValueError("IngestConfig.source and IngestConfig.output_root must be set here")
     return run_job(
-        source=config.source, output_root=config.output_root, reward_config=config.rewards,
-        join=config.join, parse=config.parse, validation=config.validation, drain=config.drain,
+        source=config.source,
+        output_root=config.output_root,
+        reward_config=config.rewards,
+        join=config.join,
+        parse=config.parse,
+        validation=config.validation,
+        drain=config.drain,
         beam_args=beam_args,
     )
 
@@ -717,7 +767,8 @@ def run(argv: list[str] | None = None) -> SpanResult:
     elif args.bootstrap and args.output_root:
         config = IngestConfig(
             source=KafkaSource(bootstrap=args.bootstrap, group_id=args.group_id),
-            output_root=args.output_root, drain=args.drain,
+            output_root=args.output_root,
+            drain=args.drain,
         )
     else:
         parser.error("give --config, or --bootstrap and --output-root")
@@ -730,10 +781,17 @@ def run(argv: list[str] | None = None) -> SpanResult:
 
 def _summary(r: SpanResult) -> dict[str, Any]:
     return {
-        "span_id": r.span_id, "rows": r.rows, "dead_letters": r.dead_letters,
-        "completions_in": r.completions_in, "signals_in": r.signals_in, "pending": r.pending,
-        "late": r.late, "duplicates": r.duplicates, "validated": r.validated,
-        "quarantined": r.quarantined, "defaulted_share": r.defaulted_share,
+        "span_id": r.span_id,
+        "rows": r.rows,
+        "dead_letters": r.dead_letters,
+        "completions_in": r.completions_in,
+        "signals_in": r.signals_in,
+        "pending": r.pending,
+        "late": r.late,
+        "duplicates": r.duplicates,
+        "validated": r.validated,
+        "quarantined": r.quarantined,
+        "defaulted_share": r.defaulted_share,
     }
 
 

@@ -32,7 +32,7 @@ import os
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def write_parquet_atomic(table: pa.Table, path: Path) -> None:
-    """Write ``table`` to ``path`` via a hidden temp file (ignored by pyarrow.dataset), fsync, rename."""
+    """Write ``table`` via a hidden temp file (pyarrow.dataset skips it), fsync, rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".tmp-{path.name}"
     pq.write_table(table, tmp, compression="zstd")
@@ -121,11 +121,19 @@ class SpanStore:
             return CarriedState(0, {}, [], {}, None, None)
         last = dirs[-1]
         m = json.loads((last / "manifest.json").read_text())
-        ends = {t: {int(p): int(r[1]) for p, r in parts.items()} for t, parts in m["offsets"].items()}
+        ends = {
+            t: {int(p): int(r[1]) for p, r in parts.items()} for t, parts in m["offsets"].items()
+        }
         pending = [_item_from_json(line) for line in _lines(last / "pending.jsonl")]
         finalized = json.loads((last / "finalized.json").read_text())
-        stats = next((x["stats"] for x in reversed(self.manifests_list()) if x["status"] == "ok"
-                      and x["rows"] > 0), None)
+        stats = next(
+            (
+                x["stats"]
+                for x in reversed(self.manifests_list())
+                if x["status"] == "ok" and x["rows"] > 0
+            ),
+            None,
+        )
         return CarriedState(m["seq"], ends, pending, finalized, m["max_event_time_us"], stats)
 
     # --- writing ------------------------------------------------------------------------------
@@ -143,7 +151,7 @@ class SpanStore:
 
         Returns the path relative to the root.
         """
-        at = at or datetime.now(timezone.utc)
+        at = at or datetime.now(UTC)
         base = QUARANTINE if quarantined else SPANS
         rel = f"{base}/date={at:%Y-%m-%d}/hour={at:%H}/{span_id}.parquet"
         write_parquet_atomic(table, self.root / rel)
@@ -190,7 +198,9 @@ class SpanStore:
         known = {d.name for d in self.manifest_dirs()}
         removed = []
         for base in (SPANS, QUARANTINE):
-            for path in (self.root / base).rglob("*.parquet") if (self.root / base).exists() else []:
+            for path in (
+                (self.root / base).rglob("*.parquet") if (self.root / base).exists() else []
+            ):
                 if path.name.startswith(".tmp-") or path.stem not in known:
                     path.unlink()
                     removed.append(str(path.relative_to(self.root)))
@@ -215,16 +225,25 @@ def read_spans(output_root: Path, status: str = "ok") -> pa.Table:
 
 
 def manifest_record(
-    *, span_id: str, seq: int, source: dict[str, Any], offsets: dict[str, dict[int, tuple[int, int]]],
-    files: list[str], status: str, counts: dict[str, int], max_event_time_us: int | None,
-    watermark_us: int | None, stats: dict[str, float], validation: dict[str, Any],
+    *,
+    span_id: str,
+    seq: int,
+    source: dict[str, Any],
+    offsets: dict[str, dict[int, tuple[int, int]]],
+    files: list[str],
+    status: str,
+    counts: dict[str, int],
+    max_event_time_us: int | None,
+    watermark_us: int | None,
+    stats: dict[str, float],
+    validation: dict[str, Any],
 ) -> dict[str, Any]:
     """The JSON manifest of one span."""
     return {
         "span_id": span_id,
         "seq": seq,
         "schema_version": SCHEMA_VERSION,
-        "created_at": datetime.now(timezone.utc).isoformat(),
+        "created_at": datetime.now(UTC).isoformat(),
         "source": source,
         "offsets": {t: {str(p): list(r) for p, r in parts.items()} for t, parts in offsets.items()},
         "files": files,

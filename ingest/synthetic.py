@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from ingest.schema import (
     EDIT_WINDOWS_S,
@@ -24,7 +24,7 @@ from ingest.schema import (
     Usage,
 )
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def completion(
@@ -54,8 +54,10 @@ def completion(
         response_token_ids=[(7 * i + 3) % 512 for i in range(n_tokens)],
         response_logprobs=[-0.1 * (1 + i % 5) for i in range(n_tokens)],
         sampling=SamplingParams(temperature=0.7, top_p=0.95, max_tokens=64, seed=None),
-        routed_experts=[[[(i + l) % 4, (i + l + 1) % 4][:top_k] for l in range(layers)]
-                        for i in range(n_tokens)],
+        routed_experts=[
+            [[(i + layer) % 4, (i + layer + 1) % 4][:top_k] for layer in range(layers)]
+            for i in range(n_tokens)
+        ],
         time_to_first_token_ms=latency_ms / 4,
         latency_ms=latency_ms,
         finish_reason="stop",

@@ -20,8 +20,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 REQUIRED = (
-    "response_id", "conversation_id", "event_time", "model_name", "model_version", "task_kind",
-    "finish_reason", "completion_tokens", "latency_ms", "reward",
+    "response_id",
+    "conversation_id",
+    "event_time",
+    "model_name",
+    "model_version",
+    "task_kind",
+    "finish_reason",
+    "completion_tokens",
+    "latency_ms",
+    "reward",
 )
 SIGNAL_COLUMNS = {
     "edit_persistence": "edit_persistence_600",
@@ -32,9 +40,16 @@ SIGNAL_COLUMNS = {
 
 def _frame(table: pa.Table):
     """The flat columns the suite looks at, as pandas (list/map columns are left out)."""
-    cols = [*REQUIRED, "schema_version", "edit_persistence_30", "edit_persistence_120",
-            "edit_persistence_300", "edit_persistence_600", "followup_dissatisfied",
-            "feedback_accept"]
+    cols = [
+        *REQUIRED,
+        "schema_version",
+        "edit_persistence_30",
+        "edit_persistence_120",
+        "edit_persistence_300",
+        "edit_persistence_600",
+        "followup_dissatisfied",
+        "feedback_accept",
+    ]
     flat = table.select(cols)
     df = flat.to_pandas()
     any_persistence = pc.is_valid(
@@ -69,7 +84,9 @@ def _expectations(
         gxe.ExpectColumnValuesToBeBetween(
             column="completion_tokens", min_value=0, max_value=max_completion_tokens
         ),
-        gxe.ExpectColumnValuesToBeBetween(column="latency_ms", min_value=0, max_value=max_latency_ms),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="latency_ms", min_value=0, max_value=max_latency_ms
+        ),
         gxe.ExpectColumnValuesToBeBetween(column="model_version", min_value=1),
     ]
     exps += [
@@ -79,17 +96,24 @@ def _expectations(
     for signal, share in min_join_share.items():
         if share > 0:
             exps.append(
-                gxe.ExpectColumnValuesToBeInSet(column=f"has_{signal}", value_set=[True], mostly=share)
+                gxe.ExpectColumnValuesToBeInSet(
+                    column=f"has_{signal}", value_set=[True], mostly=share
+                )
             )
     if min_current_version_share > 0:
         exps.append(
             gxe.ExpectColumnValuesToBeInSet(
-                column="model_version", value_set=[current_version],
+                column="model_version",
+                value_set=[current_version],
                 mostly=min_current_version_share,
             )
         )
     for metric, (a, b) in drift.items():
-        cls = gxe.ExpectColumnMeanToBeBetween if metric != "reward_std" else gxe.ExpectColumnStdevToBeBetween
+        cls = (
+            gxe.ExpectColumnMeanToBeBetween
+            if metric != "reward_std"
+            else gxe.ExpectColumnStdevToBeBetween
+        )
         column = "completion_tokens" if metric == "mean_length" else "reward"
         exps.append(cls(column=column, min_value=a, max_value=b))
     return exps

@@ -84,7 +84,7 @@ def stop_pid(pid: int, *, timeout_s: float = 10.0, group: bool = True) -> None:
 
 
 def stop_leftovers(workdir: Path) -> list[int]:
-    """Stop the services whose pidfiles are in ``workdir`` (an earlier run's); returns their PIDs."""
+    """Stop services whose pidfiles are in ``workdir`` (an earlier run's); return their PIDs."""
     stopped = []
     for pidfile in sorted(Path(workdir).glob("*.pid")):
         pid = int(pidfile.read_text().strip())
@@ -190,15 +190,14 @@ class Broker(_Service):
                 time.sleep(0.05)
                 continue
             try:
-                admin = KafkaAdminClient(
-                    bootstrap_servers=self.bootstrap, request_timeout_ms=2000
-                )
+                admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=2000)
                 admin.list_topics()
                 admin.close()
                 return
-            except KafkaError:
+            except KafkaError as e:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"broker at {self.bootstrap} not ready in {timeout_s}s")
+                    msg = f"broker at {self.bootstrap} not ready in {timeout_s}s"
+                    raise TimeoutError(msg) from e
                 time.sleep(0.1)
 
 

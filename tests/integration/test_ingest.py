@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
@@ -46,7 +46,7 @@ def test_high_watermarks_count_every_record(broker):
 
 def test_events_become_reward_rows_and_bad_ones_dead_letters(broker, tmp_path):
     ensure_topics(broker.bootstrap)
-    t0 = datetime.now(timezone.utc) - timedelta(hours=3)
+    t0 = datetime.now(UTC) - timedelta(hours=3)
     n = 60
     with EventProducer(broker.bootstrap) as p:
         for e in stream(n, start=t0, spacing_s=60, prefix="a"):
@@ -62,8 +62,9 @@ def test_events_become_reward_rows_and_bad_ones_dead_letters(broker, tmp_path):
         p.send(feedback("known", t0 + timedelta(seconds=5), accept=False))
 
     out = tmp_path / "spans"
-    r = run_span(bootstrap=broker.bootstrap, group_id="g1", output_root=out,
-                 reward_config=RewardConfig())
+    r = run_span(
+        bootstrap=broker.bootstrap, group_id="g1", output_root=out, reward_config=RewardConfig()
+    )
     assert r.completions_in == n + 1 and r.dead_letters == 2
     assert r.validated and not r.quarantined
     table = pq.read_table(r.path)
@@ -84,8 +85,13 @@ def test_events_become_reward_rows_and_bad_ones_dead_letters(broker, tmp_path):
     assert sum(committed[TOPICS["completion"]].values()) == n + 3
 
     # the next span, drained, finalises the carried completions: every completion exactly once
-    r2 = run_span(bootstrap=broker.bootstrap, group_id="g1", output_root=out,
-                  reward_config=RewardConfig(), drain=True)
+    r2 = run_span(
+        bootstrap=broker.bootstrap,
+        group_id="g1",
+        output_root=out,
+        reward_config=RewardConfig(),
+        drain=True,
+    )
     assert r2.completions_in == 0 and r2.pending == 0
     all_rows = read_spans(out)
     assert all_rows.num_rows == n + 1
@@ -96,12 +102,15 @@ def test_events_become_reward_rows_and_bad_ones_dead_letters(broker, tmp_path):
     # a signal for a finalised completion is late: counted and routed, never joined
     with EventProducer(broker.bootstrap) as p:
         p.send(feedback("known", t0 + timedelta(seconds=9), accept=True))
-    r3 = run_span(bootstrap=broker.bootstrap, group_id="g1", output_root=out,
-                  reward_config=RewardConfig())
+    r3 = run_span(
+        bootstrap=broker.bootstrap, group_id="g1", output_root=out, reward_config=RewardConfig()
+    )
     assert (r3.signals_in, r3.late, r3.rows, r3.dead_letters) == (1, 1, 0, 0)
     late = []
     for p_, end in high_watermarks(broker.bootstrap, LATE_TOPIC).items():
-        late += [json.loads(v) for _, _, v, _ in read_range(broker.bootstrap, LATE_TOPIC, p_, 0, end)]
+        late += [
+            json.loads(v) for _, _, v, _ in read_range(broker.bootstrap, LATE_TOPIC, p_, 0, end)
+        ]
     assert [(d["reason"], d["topic"]) for d in late] == [("late_signal", TOPICS["feedback"])]
     assert read_spans(out).num_rows == n + 1
 

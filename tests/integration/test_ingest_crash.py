@@ -15,13 +15,18 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from ingest.kafka_io import EventProducer, committed_offsets, ensure_topics, high_watermarks
-from ingest.kafka_io import read_range
+from ingest.kafka_io import (
+    EventProducer,
+    committed_offsets,
+    ensure_topics,
+    high_watermarks,
+    read_range,
+)
 from ingest.pipeline import FAILPOINT_ENV
 from ingest.schema import DEAD_LETTER_TOPIC, TOPICS
 from ingest.spans import SpanStore, read_spans
@@ -38,8 +43,18 @@ def _ingest(bootstrap: str, out: Path, failpoint: str | None, *extra: str):
     env.pop(FAILPOINT_ENV, None)
     if failpoint:
         env[FAILPOINT_ENV] = failpoint
-    argv = [sys.executable, "-m", "ingest.pipeline", "--bootstrap", bootstrap,
-            "--group-id", "crash", "--output-root", str(out), *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "ingest.pipeline",
+        "--bootstrap",
+        bootstrap,
+        "--group-id",
+        "crash",
+        "--output-root",
+        str(out),
+        *extra,
+    ]
     return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
@@ -47,8 +62,9 @@ def _produce_batch(bootstrap: str, k: int, t0: datetime) -> tuple[int, int]:
     """One batch of 40 completions with signals (and redeliveries) plus 3 bad events."""
     n = 40
     with EventProducer(bootstrap) as p:
-        events = list(stream(n, start=t0 + timedelta(minutes=40 * k), spacing_s=60,
-                             prefix=f"b{k}-"))
+        events = list(
+            stream(n, start=t0 + timedelta(minutes=40 * k), spacing_s=60, prefix=f"b{k}-")
+        )
         for e in events:
             p.send(e)
         for e in events[:10]:  # redelivered copies: same event ids
@@ -62,7 +78,7 @@ def _produce_batch(bootstrap: str, k: int, t0: datetime) -> tuple[int, int]:
 def test_sigkill_at_every_step_keeps_every_reward_exactly_once(broker, tmp_path):
     ensure_topics(broker.bootstrap)
     out = tmp_path / "spans"
-    t0 = datetime.now(timezone.utc) - timedelta(hours=5)
+    t0 = datetime.now(UTC) - timedelta(hours=5)
     good = bad = 0
     for k, step in enumerate(STEPS):
         n, b = _produce_batch(broker.bootstrap, k, t0)
@@ -83,11 +99,20 @@ def test_sigkill_at_every_step_keeps_every_reward_exactly_once(broker, tmp_path)
     for p, end in high_watermarks(broker.bootstrap, DEAD_LETTER_TOPIC).items():
         for _, key, value, _ in read_range(broker.bootstrap, DEAD_LETTER_TOPIC, p, 0, end):
             dead[key] += 1
-            assert json.loads(value)["reason"] in {"unparseable_json", "unknown_kind",
-                                                   "invalid_utf8"}
-    figures = {"completions_in": good, "rows_out": rows.num_rows, "duplicates": duplicates,
-               "losses": losses, "bad_in": bad, "dead_letter_keys": len(dead),
-               "spans": len(SpanStore(out).manifest_dirs())}
+            assert json.loads(value)["reason"] in {
+                "unparseable_json",
+                "unknown_kind",
+                "invalid_utf8",
+            }
+    figures = {
+        "completions_in": good,
+        "rows_out": rows.num_rows,
+        "duplicates": duplicates,
+        "losses": losses,
+        "bad_in": bad,
+        "dead_letter_keys": len(dead),
+        "spans": len(SpanStore(out).manifest_dirs()),
+    }
     print("kill-test figures:", json.dumps(figures))
     assert duplicates == 0 and losses == 0 and set(counts) == expected
     assert len(dead) == bad

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from ingest.config import IngestConfig, ParseConfig
 from ingest.kafka_io import EventProducer, ensure_topics, high_watermarks, read_range
 from ingest.pipeline import run_span
-from ingest.schema import DEAD_LETTER_TOPIC, EDIT_WINDOWS_S, TOPICS
+from ingest.schema import DEAD_LETTER_TOPIC, TOPICS
 from ingest.spans import read_spans
 from ingest.synthetic import completion, feedback, followup, persistence
 
@@ -58,8 +58,14 @@ SPEC = st.tuples(
 def _corpus() -> list[tuple]:
     specs: list[tuple] = []
 
-    @settings(max_examples=N_SPECS, database=None, derandomize=True,
-              phases=[Phase.generate], suppress_health_check=list(HealthCheck), deadline=None)
+    @settings(
+        max_examples=N_SPECS,
+        database=None,
+        derandomize=True,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
     @given(SPEC)
     def collect(spec: tuple) -> None:
         specs.append(spec)
@@ -114,9 +120,9 @@ class Materialiser:
         elif kind == "too_large":
             d["prompt"] = "x" * (MAX_BYTES + 10)
         elif kind == "future":
-            d["event_time"] = (datetime.now(timezone.utc) + timedelta(hours=2)).isoformat()
+            d["event_time"] = (datetime.now(UTC) + timedelta(hours=2)).isoformat()
         elif kind == "stale":
-            d["event_time"] = (datetime.now(timezone.utc) - timedelta(days=30)).isoformat()
+            d["event_time"] = (datetime.now(UTC) - timedelta(days=30)).isoformat()
         elif kind == "wrong_topic":
             topic = TOPICS["feedback"]
         elif kind == "ghost_signal":
@@ -140,19 +146,31 @@ class Materialiser:
         if slot.startswith("ep"):
             w = int(slot[2:])
             e = persistence(rid, t, w, score)
-            return TOPICS["edit_persistence"], e.to_json(), ("signal", rid, f"edit_persistence_{w}", e.score)
+            return (
+                TOPICS["edit_persistence"],
+                e.to_json(),
+                ("signal", rid, f"edit_persistence_{w}", e.score),
+            )
         if slot == "followup":
             e = followup(rid, t + timedelta(seconds=10), score < 0.5)
-            return TOPICS["followup"], e.to_json(), ("signal", rid, "followup_dissatisfied", e.dissatisfied)
+            return (
+                TOPICS["followup"],
+                e.to_json(),
+                ("signal", rid, "followup_dissatisfied", e.dissatisfied),
+            )
         e = feedback(rid, t + timedelta(seconds=3), score < 0.5)
-        return TOPICS["feedback"], e.to_json(), ("signal", rid, "feedback_accept", e.label == "accept")
+        return (
+            TOPICS["feedback"],
+            e.to_json(),
+            ("signal", rid, "feedback_accept", e.label == "accept"),
+        )
 
 
 def test_generated_payloads_never_crash_and_every_one_is_accounted_for(broker, tmp_path):
     specs = _corpus()
     assert len(specs) >= N_SPECS
     ensure_topics(broker.bootstrap)
-    m = Materialiser(datetime.now(timezone.utc) - timedelta(hours=6))
+    m = Materialiser(datetime.now(UTC) - timedelta(hours=6))
     expected_dead: dict[tuple[str, int, int], str] = {}
     rows: set[str] = set()
     signals: list[tuple] = []
@@ -175,8 +193,9 @@ def test_generated_payloads_never_crash_and_every_one_is_accounted_for(broker, t
     sent = len(futures)
 
     cfg = IngestConfig(parse=ParseConfig(max_event_bytes=MAX_BYTES), drain=True)
-    r = run_span(bootstrap=broker.bootstrap, group_id="fuzz", output_root=tmp_path / "out",
-                 config=cfg)
+    r = run_span(
+        bootstrap=broker.bootstrap, group_id="fuzz", output_root=tmp_path / "out", config=cfg
+    )
 
     got_dead = {}
     for part, end in high_watermarks(broker.bootstrap, DEAD_LETTER_TOPIC).items():
@@ -185,11 +204,20 @@ def test_generated_payloads_never_crash_and_every_one_is_accounted_for(broker, t
             got_dead[(d["topic"], d["partition"], d["offset"])] = d["reason"]
     table = read_spans(tmp_path / "out")
     by_id = {row["response_id"]: row for row in table.to_pylist()}
-    print("fuzz figures:", json.dumps({
-        "payloads_sent": sent, "good_completions": len(rows), "good_signals": len(signals),
-        "bad": len(expected_dead), "rows_out": table.num_rows, "dead_letters_out": len(got_dead),
-        "bad_by_reason": Counter(expected_dead.values()),
-    }))
+    print(
+        "fuzz figures:",
+        json.dumps(
+            {
+                "payloads_sent": sent,
+                "good_completions": len(rows),
+                "good_signals": len(signals),
+                "bad": len(expected_dead),
+                "rows_out": table.num_rows,
+                "dead_letters_out": len(got_dead),
+                "bad_by_reason": Counter(expected_dead.values()),
+            }
+        ),
+    )
     assert sent >= N_PAYLOADS
     assert got_dead == expected_dead
     assert set(by_id) == rows and table.num_rows == len(rows)

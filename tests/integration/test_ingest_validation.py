@@ -6,7 +6,7 @@ Uses the recorded-file source, so the Beam pipeline and the suite run without a 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -25,17 +25,22 @@ def _append(path: Path, events) -> None:
     with path.open("a") as f:
         for e in events:
             ts = int(e.event_time.timestamp() * 1000)
-            rec = {"topic": TOPICS[e.kind], "key": e.response_id, "value": e.to_json().decode(),
-                   "timestamp_ms": ts}
+            rec = {
+                "topic": TOPICS[e.kind],
+                "key": e.response_id,
+                "value": e.to_json().decode(),
+                "timestamp_ms": ts,
+            }
             f.write(json.dumps(rec) + "\n")
 
 
 def test_failing_span_is_quarantined_not_served(tmp_path):
     src = tmp_path / "events.jsonl"
-    _append(src, stream(30, start=datetime.now(timezone.utc) - timedelta(hours=2), p_feedback=0.3))
+    _append(src, stream(30, start=datetime.now(UTC) - timedelta(hours=2), p_feedback=0.3))
     strict = ValidationConfig(min_join_share={"feedback": 0.95})
-    cfg = IngestConfig(source=FileSource(path=src), output_root=tmp_path / "out",
-                       validation=strict, drain=True)
+    cfg = IngestConfig(
+        source=FileSource(path=src), output_root=tmp_path / "out", validation=strict, drain=True
+    )
     r = run_config(cfg)
     assert r.rows == 30 and not r.validated and r.quarantined
     assert "quarantine" in r.path.parts and r.path.exists()
@@ -44,15 +49,22 @@ def test_failing_span_is_quarantined_not_served(tmp_path):
     assert read_spans(tmp_path / "out").num_rows == 0
     assert read_spans(tmp_path / "out", status="quarantined").num_rows == 30
     manifest = SpanStore(tmp_path / "out").manifests_list()[0]
-    assert manifest["status"] == "quarantined" and manifest["offsets"]["file"]["0"] == [0, r.completions_in + r.signals_in]
+    assert manifest["status"] == "quarantined" and manifest["offsets"]["file"]["0"] == [
+        0,
+        r.completions_in + r.signals_in,
+    ]
 
 
 def test_drift_against_the_previous_span_is_flagged(tmp_path):
     src = tmp_path / "events.jsonl"
-    t0 = datetime.now(timezone.utc) - timedelta(hours=3)
+    t0 = datetime.now(UTC) - timedelta(hours=3)
     _append(src, stream(40, start=t0, n_tokens=8, prefix="a"))
-    cfg = IngestConfig(source=FileSource(path=src), output_root=tmp_path / "out", drain=True,
-                       validation=ValidationConfig(max_length_drift_ratio=2.0))
+    cfg = IngestConfig(
+        source=FileSource(path=src),
+        output_root=tmp_path / "out",
+        drain=True,
+        validation=ValidationConfig(max_length_drift_ratio=2.0),
+    )
     first = run_config(cfg)
     assert first.validated and first.rows == 40
     _append(src, stream(40, start=t0 + timedelta(hours=1), n_tokens=64, prefix="b"))

@@ -42,8 +42,15 @@ def _all_signals(rid="r1"):
 
 
 def join(items, watermark_us, finalized=None, drain=False):
-    return join_group("r1", items, watermark_us=watermark_us, finalized=finalized or {},
-                      windows=WIN, reward_config=CFG, drain=drain)
+    return join_group(
+        "r1",
+        items,
+        watermark_us=watermark_us,
+        finalized=finalized or {},
+        windows=WIN,
+        reward_config=CFG,
+        drain=drain,
+    )
 
 
 def test_open_windows_carry_everything():
@@ -75,7 +82,9 @@ def test_final_early_when_every_signal_arrived():
 def test_drain_finalises_now():
     out = join([item(completion("r1", T0))], watermark_us=0, drain=True)
     assert out.row is not None and out.row["defaulted_signals"] == [
-        "edit_persistence", "followup", "feedback"
+        "edit_persistence",
+        "followup",
+        "feedback",
     ]
 
 

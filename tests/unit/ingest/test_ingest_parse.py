@@ -117,10 +117,12 @@ def test_payload_is_kept_with_replacement_characters():
     assert dl.reason == "invalid_utf8"
     assert dl.payload == "\ufffd\ufffd{"
 
+
 JSON = st.recursive(
     st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -139,5 +141,10 @@ def test_arbitrary_json_is_classified_not_raised(obj, kind):
         obj["kind"] = kind
     got = classify(_rec(json.dumps(obj).encode()), **LIMITS)
     assert isinstance(got, DeadLetter)
-    assert got.reason in {"schema_violation", "wrong_topic", "negative_latency",
-                          "logprob_above_zero", "length_mismatch"}
+    assert got.reason in {
+        "schema_violation",
+        "wrong_topic",
+        "negative_latency",
+        "logprob_above_zero",
+        "length_mismatch",
+    }

@@ -71,7 +71,13 @@ def test_compute_reward_with_every_signal():
     # 1.0*0.2 + 0.5*(-1) + 1.0*1 + 0.1*0.5 + 0.5*(-0.25) = 0.625
     assert reward == pytest.approx(0.625)
     assert comps == pytest.approx(
-        {"edit_persistence": 0.2, "followup": -1.0, "feedback": 1.0, "latency": 0.5, "length": -0.25}
+        {
+            "edit_persistence": 0.2,
+            "followup": -1.0,
+            "feedback": 1.0,
+            "latency": 0.5,
+            "length": -0.25,
+        }
     )
     assert defaulted == []
 
@@ -101,11 +107,11 @@ def test_config_rejects_inverted_latency_bounds_naming_the_fields():
     dissatisfied=st.none() | st.booleans(),
     label=st.none() | st.sampled_from(["accept", "reject"]),
 )
-def test_reward_is_finite_and_within_the_config_bounds(latency, tokens, scores, dissatisfied, label):
+def test_reward_is_finite_and_within_the_config_bounds(
+    latency, tokens, scores, dissatisfied, label
+):
     cfg = RewardConfig()
-    reward, _, _ = compute_reward(
-        RowSignals(latency, tokens, scores, dissatisfied, label), cfg
-    )
+    reward, _, _ = compute_reward(RowSignals(latency, tokens, scores, dissatisfied, label), cfg)
     lo, hi = cfg.bounds()
     assert math.isfinite(reward)
     assert lo - 1e-9 <= reward <= hi + 1e-9
