@@ -7,7 +7,9 @@ earlier one, and decides:
   (topic, partition, offset), so arrival order changes nothing;
 - the completion is *final* once every signal window ``[t, t + window_kind]`` has closed against
   the watermark (largest event time seen less the allowed lateness), or once every signal has
-  arrived, or when draining; it then becomes one reward row;
+  arrived, or when draining; it then becomes one reward row. The follow-up window also closes
+  at the conversation's next completion (a ``next_completion`` marker item, made by the
+  pipeline from the completions of each conversation);
 - otherwise everything is carried to the next span (pending);
 - a signal for an already finalised response id, or outside its window, is *late*;
 - a signal with no completion past the join horizon is dead-lettered ``unknown_response_id``;
@@ -30,6 +32,8 @@ from rewards.config import RewardConfig
 from rewards.signals import RowSignals, compute_reward
 
 US = 1_000_000
+NEXT = "next_completion"
+"""Kind of the marker item that carries the time of the conversation's next completion."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,28 @@ class JoinOutcome:
     finalized_at_us: int | None = None
 
 
+def next_completion_marker(response_id: str, t_next_us: int) -> EventItem:
+    """Marker: the completion after ``response_id`` in its conversation came at ``t_next_us``."""
+    return EventItem(NEXT, f"next:{response_id}", t_next_us, "", -1, -1, b"", -1)
+
+
+def next_in_conversation(entries: Iterable[tuple[str, int]]) -> list[tuple[str, EventItem]]:
+    """``(response_id, marker)`` for each completion ``(response_id, t_us)`` of one conversation
+    but the last, in event-time order."""
+    ordered = sorted(entries, key=lambda e: (e[1], e[0]))
+    return [(a[0], next_completion_marker(a[0], b[1])) for a, b in zip(ordered, ordered[1:])]
+
+
+def window_ends(t_us: int, windows: Windows, t_next_us: int | None) -> dict[str, int]:
+    """Event time at which each signal kind's window closes for a completion made at ``t_us``."""
+    followup = t_us + windows.followup_us
+    return {
+        "edit_persistence": t_us + windows.edit_persistence_us,
+        "followup": followup if t_next_us is None else min(followup, t_next_us),
+        "feedback": t_us + windows.feedback_us,
+    }
+
+
 def dedup(items: Iterable[EventItem]) -> tuple[list[EventItem], int]:
     """One item per event id (smallest source position wins); returns (items, removed)."""
     best: dict[str, EventItem] = {}
@@ -96,7 +122,9 @@ def join_group(
     drain: bool = False,
 ) -> JoinOutcome:
     """Decide the fate of every event of ``response_id`` (see the module docstring)."""
-    kept, removed = dedup(items)
+    items = list(items)
+    t_next = min((i.event_time_us for i in items if i.kind == NEXT), default=None)
+    kept, removed = dedup(i for i in items if i.kind != NEXT)
     out = JoinOutcome(duplicates=removed)
     completions = [i for i in kept if i.kind == "completion"]
     signals = [i for i in kept if i.kind != "completion"]
@@ -120,16 +148,16 @@ def join_group(
         dead_letter(c, "duplicate_response_id", f"{response_id} already has {completion.event_id}")
         for c in extra
     ]
-    t = completion.event_time_us
-    in_window = [s for s in signals if s.event_time_us <= t + windows.of(s.kind)]
-    outside = [s for s in signals if s.event_time_us > t + windows.of(s.kind)]
-    closed = t + windows.horizon_us <= watermark_us
+    ends = window_ends(completion.event_time_us, windows, t_next)
+    in_window = [s for s in signals if s.event_time_us <= ends[s.kind]]
+    outside = [s for s in signals if s.event_time_us > ends[s.kind]]
+    closed = max(ends.values()) <= watermark_us
     if not (drain or closed or _complete(in_window)):
         out.pending = [completion, *signals]
         return out
     out.late = [dead_letter(s, "late_signal", f"outside the {s.kind} window") for s in outside]
     out.row = reward_row(response_id, completion, in_window, reward_config)
-    out.finalized_at_us = t
+    out.finalized_at_us = completion.event_time_us
     return out
 
 

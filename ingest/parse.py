@@ -63,6 +63,8 @@ class EventItem(NamedTuple):
     timestamp_ms: int
     window_s: int = 0
     signal: float = 0.0
+    conversation_id: str = ""
+    """Completions only: the conversation, to close the follow-up window at its next completion."""
 
 
 def dead_letter(rec: KafkaRecord | EventItem, reason: str, detail: str) -> DeadLetter:
@@ -189,6 +191,7 @@ def _with_time_checks(
         int(rec.timestamp_ms if rec.timestamp_ms is not None else -1),
         window_s,
         signal,
+        event.conversation_id if event.kind == "completion" else "",
     )
     return event.response_id, item
 

@@ -51,7 +51,7 @@ from ingest.config import (
     ParseConfig,
     ValidationConfig,
 )
-from ingest.join import US, Windows, join_group
+from ingest.join import US, Windows, join_group, next_in_conversation
 from ingest.kafka_io import FETCH_SETTINGS, KafkaRecord
 from ingest.parse import EventItem, classify
 from ingest.schema import REWARD_SCHEMA, TOPICS, DeadLetter
@@ -211,6 +211,9 @@ class ClassifyRecords(beam.DoFn):
                 n_signal += 1
             max_t = item.event_time_us if max_t is None else max(max_t, item.event_time_us)
             by_id.setdefault(response_id, []).append(tuple(item))
+            if item.conversation_id:
+                conv = (item.conversation_id, (response_id, item.event_time_us))
+                yield beam.pvalue.TaggedOutput("conv", conv)
         # one element per response id and batch: a partition's batch often holds all four
         # persistence checkpoints of a completion, so this shrinks the shuffle
         yield from by_id.items()
@@ -298,15 +301,24 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
     read = ReadKafkaRanges(spec.bootstrap) if spec.source == "kafka" else ReadFileRanges()
     batches = p | "PartitionRanges" >> beam.Create(spec.ranges) | "ReadRanges" >> beam.ParDo(read)
     parsed = batches | "Classify" >> beam.ParDo(ClassifyRecords(spec.parse)).with_outputs(
-        "dead", "times", main="events"
+        "dead", "times", "conv", main="events"
     )
     carried = p | "CarriedEvents" >> beam.Create([(k, [tuple(i)]) for k, i in spec.carried])
+    carried_conv = p | "CarriedConversations" >> beam.Create(
+        [(i.conversation_id, (k, i.event_time_us)) for k, i in spec.carried if i.conversation_id]
+    )
+    next_markers = (
+        (parsed.conv, carried_conv)
+        | "WithCarriedConversations" >> beam.Flatten()
+        | "GroupByConversation" >> beam.GroupByKey()
+        | "NextInConversation" >> beam.FlatMap(_next_markers)
+    )
     prev = spec.prev_max_event_time_us
     watermark = parsed.times | "Watermark" >> beam.CombineGlobally(
         _WatermarkFn(prev, spec.allowed_lateness_us, spec.drain)
     )
     joined = (
-        (parsed.events, carried)
+        (parsed.events, carried, next_markers)
         | "WithCarried" >> beam.Flatten()
         | "GroupByResponseId" >> beam.GroupByKey()
         | "JoinSignals"
@@ -351,6 +363,13 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
             coder=_Utf8Coder(),
         )
     )
+
+
+def _next_markers(element: tuple[str, Any]) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
+    """``(response_id, [marker])`` for each completion of a conversation that has a next one."""
+    _, entries = element
+    for response_id, marker in next_in_conversation(entries):
+        yield response_id, [tuple(marker)]
 
 
 def _tag_line(payload: str | bytes, name: str) -> bytes:

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from ingest.join import US, Windows, join_group
+from ingest.join import US, Windows, join_group, next_completion_marker, next_in_conversation
 from ingest.kafka_io import KafkaRecord
 from ingest.parse import EventItem, classify
 from ingest.schema import TOPICS
@@ -140,3 +140,26 @@ def test_second_completion_with_another_event_id_is_dead_lettered():
 def test_redelivered_completion_after_finalisation_counts_as_duplicate():
     out = join([item(completion("r1", T0))], watermark_us=T0_US, finalized={"r1": T0_US})
     assert out.row is None and out.duplicates == 1
+
+
+def test_followup_window_closes_at_the_conversations_next_completion():
+    nxt = next_completion_marker("r1", T0_US + 100 * US)
+    early = item(followup("r1", T0 + timedelta(seconds=50), True))
+    out = join([item(completion("r1", T0)), early, nxt], watermark_us=T0_US + 10**12)
+    assert out.row["followup_dissatisfied"] is True and out.late == []
+    after_next = item(followup("r1", T0 + timedelta(seconds=150), True))
+    out = join([item(completion("r1", T0)), after_next, nxt], watermark_us=T0_US + 10**12)
+    assert out.row["followup_dissatisfied"] is None
+    assert [d.reason for d in out.late] == ["late_signal"]
+
+
+def test_next_completion_markers_follow_event_time_order():
+    pairs = next_in_conversation([("b", 20), ("a", 10), ("c", 30)])
+    assert [(rid, m.event_time_us) for rid, m in pairs] == [("a", 20), ("b", 30)]
+
+
+def test_markers_are_never_carried_or_counted():
+    nxt = next_completion_marker("r1", T0_US + 10 * US)
+    out = join([item(completion("r1", T0)), nxt, nxt], watermark_us=T0_US)
+    assert out.row is None and out.duplicates == 0
+    assert [i.kind for i in out.pending] == ["completion"]

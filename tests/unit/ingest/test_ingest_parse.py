@@ -40,8 +40,9 @@ def test_good_completion_is_keyed_by_response_id():
     assert not isinstance(got, DeadLetter)
     response_id, item = got
     assert response_id == "r1"
+    t_us = int(T0.timestamp() * 1e6)
     assert item == EventItem(
-        "completion", "c-r1", int(T0.timestamp() * 1e6), TOPICS["completion"], 2, 17, raw, TS
+        "completion", "c-r1", t_us, TOPICS["completion"], 2, 17, raw, TS, conversation_id="conv-r1"
     )
 
 
