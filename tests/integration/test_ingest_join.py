@@ -1,9 +1,9 @@
-"""The join inside the Beam pipeline (recorded-file source, no broker): conversations, carry-over."""
+"""The join inside the Beam pipeline (recorded-file source, no broker): conversations."""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -32,7 +32,7 @@ def _append(path: Path, events) -> None:
 
 def test_followup_window_ends_at_the_next_completion_across_spans(tmp_path):
     src = tmp_path / "events.jsonl"
-    t0 = datetime.now(timezone.utc) - timedelta(hours=2)
+    t0 = datetime.now(UTC) - timedelta(hours=2)
     cfg = IngestConfig(source=FileSource(path=src), output_root=tmp_path / "out")
     # span 1: the first completion of a conversation, still open -> carried
     _append(src, [completion("q1", t0, conversation_id="conv"), persistence("q1", t0, 30, 0.9)])
