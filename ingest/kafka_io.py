@@ -235,3 +235,25 @@ def commit_offsets(bootstrap: str, group_id: str, offsets: dict[str, dict[int, i
             consumer.commit(commits)
     finally:
         consumer.close()
+
+
+def start_group_at_end(
+    bootstrap: str, group_id: str, topics: Iterable[str]
+) -> dict[str, dict[int, int]]:
+    """Commit the current high-water marks for ``group_id``: it will read only newer records.
+
+    Returns the committed offsets (what the group will start from).
+    """
+    ends = {t: high_watermarks(bootstrap, t) for t in topics}
+    commit_offsets(bootstrap, group_id, ends)
+    return ends
+
+
+def read_topic(
+    bootstrap: str, topic: str, since: dict[int, int] | None = None
+) -> Iterator[tuple[int, int, bytes | None, bytes]]:
+    """``(partition, offset, key, value)`` of every record of ``topic`` at or after ``since``."""
+    for partition, end in sorted(high_watermarks(bootstrap, topic).items()):
+        start = (since or {}).get(partition, 0)
+        for offset, key, value, _ in read_range(bootstrap, topic, partition, start, end):
+            yield partition, offset, key, value

@@ -15,6 +15,8 @@ from ingest.kafka_io import (
     ensure_topics,
     high_watermarks,
     read_range,
+    read_topic,
+    start_group_at_end,
 )
 from ingest.pipeline import run_span
 from ingest.schema import DEAD_LETTER_TOPIC, LATE_TOPIC, REWARD_SCHEMA, TOPICS
@@ -25,11 +27,8 @@ from rewards.config import RewardConfig
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _dead_letters(bootstrap: str) -> list[dict]:
-    out = []
-    for p, end in high_watermarks(bootstrap, DEAD_LETTER_TOPIC).items():
-        out += [json.loads(v) for _, _, v, _ in read_range(bootstrap, DEAD_LETTER_TOPIC, p, 0, end)]
-    return out
+def _letters(bootstrap: str, topic: str, since: dict[int, int]) -> list[dict]:
+    return [json.loads(v) for _, _, _, v in read_topic(bootstrap, topic, since)]
 
 
 def test_high_watermarks_count_every_record(broker):
@@ -46,6 +45,10 @@ def test_high_watermarks_count_every_record(broker):
 
 def test_events_become_reward_rows_and_bad_ones_dead_letters(broker, tmp_path):
     ensure_topics(broker.bootstrap)
+    # the session's broker is shared: start from what is there now
+    before = start_group_at_end(broker.bootstrap, "g1", TOPICS.values())
+    dlq_before = high_watermarks(broker.bootstrap, DEAD_LETTER_TOPIC)
+    late_before = high_watermarks(broker.bootstrap, LATE_TOPIC)
     t0 = datetime.now(UTC) - timedelta(hours=3)
     n = 60
     with EventProducer(broker.bootstrap) as p:
@@ -79,10 +82,12 @@ def test_events_become_reward_rows_and_bad_ones_dead_letters(broker, tmp_path):
     assert known["reward"] == pytest.approx(1.0 - 1.0 + 0.05)
     assert known["defaulted_signals"] == ["followup"]
 
-    reasons = sorted(d["reason"] for d in _dead_letters(broker.bootstrap))
+    reasons = sorted(d["reason"] for d in _letters(broker.bootstrap, DEAD_LETTER_TOPIC, dlq_before))
     assert reasons == ["negative_latency", "unparseable_json"]
     committed = committed_offsets(broker.bootstrap, "g1", [TOPICS["completion"]])
-    assert sum(committed[TOPICS["completion"]].values()) == n + 3
+    completion_topic = TOPICS["completion"]
+    read = sum(committed[completion_topic].values()) - sum(before[completion_topic].values())
+    assert read == n + 3
 
     # the next span, drained, finalises the carried completions: every completion exactly once
     r2 = run_span(
@@ -106,11 +111,7 @@ def test_events_become_reward_rows_and_bad_ones_dead_letters(broker, tmp_path):
         bootstrap=broker.bootstrap, group_id="g1", output_root=out, reward_config=RewardConfig()
     )
     assert (r3.signals_in, r3.late, r3.rows, r3.dead_letters) == (1, 1, 0, 0)
-    late = []
-    for p_, end in high_watermarks(broker.bootstrap, LATE_TOPIC).items():
-        late += [
-            json.loads(v) for _, _, v, _ in read_range(broker.bootstrap, LATE_TOPIC, p_, 0, end)
-        ]
+    late = _letters(broker.bootstrap, LATE_TOPIC, late_before)
     assert [(d["reason"], d["topic"]) for d in late] == [("late_signal", TOPICS["feedback"])]
     assert read_spans(out).num_rows == n + 1
 
