@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -100,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         "candidate_mean_completion_tokens": verdict.candidate.mean_completion_tokens,
         "gates": len(verdict.gates),
         "passed": verdict.passed,
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "laps": {k: round(x, 2) for k, x in verdict.extras.items() if k.startswith("seconds.")},
     }
     print(json.dumps(result, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)

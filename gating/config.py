@@ -42,7 +42,7 @@ class SuiteConfig(_Config):
             " but bloated answer scores below a correct tight one; a failed task scores 0."
         ),
     )
-    batch_size: int = Field(32, ge=1, le=1024, description="Prompts per generate() call.")
+    batch_size: int = Field(64, ge=1, le=1024, description="Prompts per generate() call.")
     sandbox_timeout_s: float = Field(
         5.0, gt=0.0, le=300.0, description="HumanEval only: wall-clock limit per sandboxed task."
     )

@@ -20,6 +20,7 @@ import json
 import logging
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -73,11 +74,13 @@ class GateRunner:
         self.candidate_dir: Path | None = None
         self.champion_dir: Path | None = None
         self._downloads: Path | None = None
+        self.setup_seconds: dict[str, float] = {}
 
     # -- setup -----------------------------------------------------------------------------------
     def setup(self) -> None:
         from trainer.checkpoint import load_checkpoint
 
+        clock = _Clock()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._downloads = Path(tempfile.mkdtemp(prefix="checkpoints-", dir=self.workdir))
         self.candidate_dir = self._download(self.candidate_version)
@@ -85,6 +88,8 @@ class GateRunner:
         if self.champion_version is not None:
             self.champion_dir = self._download(self.champion_version)
             self.champion = load_checkpoint(self.champion_dir)
+        clock.lap("seconds.setup")
+        self.setup_seconds = clock.laps
 
     def _download(self, version: int) -> Path:
         # A fresh folder per run: registry.download_checkpoint reuses a folder by name and
@@ -99,18 +104,24 @@ class GateRunner:
 
         if self.candidate is None:
             raise RuntimeError("GateRunner.run() called before setup()")
+        clock = _Clock()
         tasks, checker = self._suite()
         cand = self._cached_suite(self.candidate_dir, self.candidate, tasks, checker)
         champ = None
         if self.champion is not None:
             champ = self._cached_suite(self.champion_dir, self.champion, tasks, checker)
+        clock.lap("seconds.suites")
         health = HealthFigures(
             nonfinite_params=count_nonfinite(self.candidate),
             kl_to_champion=self._kl(tasks, cand),
         )
+        clock.lap("seconds.health")
         gates = evaluate_gates(cand, champ, self.config, health=health)
-        extras: dict[str, float] = {"candidate.suite_seconds": cand.seconds}
+        clock.lap("seconds.gates")
+        extras = {"candidate.suite_seconds": cand.seconds, **self.setup_seconds}
         gates += self._optional_gates(champ, extras)
+        clock.lap("seconds.optional")
+        extras.update(clock.laps)
         return self._record(cand, champ, gates, extras)
 
     def _suite(self):
@@ -223,6 +234,7 @@ class GateRunner:
             **{f"gate.{g.name}": PASS if g.passed else FAIL for g in v.gates},
         })
         mlflow.log_metrics(_gate_metrics(v))
+        mlflow.set_tag("mlflow.note.content", f"```\n{format_table(v)}\n```")
         mlflow.log_text(v.model_dump_json(indent=2), "gate/verdict.json")
         mlflow.log_text(format_table(v), "gate/report.txt")
         if self.config.report_html:
@@ -256,6 +268,19 @@ class GateRunner:
         if self._downloads is not None:
             shutil.rmtree(self._downloads, ignore_errors=True)
             self._downloads = None
+
+
+class _Clock:
+    """Named wall-clock laps, for the verdict's extras (where does a gate's time go)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = now - self._last
+        self._last = now
 
 
 def status_of(g: GateResult) -> str:

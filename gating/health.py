@@ -46,7 +46,7 @@ def kl_to_champion(
     prompts: list[str],
     completions: list[list[int]],
     *,
-    batch_size: int = 32,
+    batch_size: int = 64,
 ) -> float:
     """Mean over completion tokens of ``KL(pi_cand(.|prefix) || pi_champ(.|prefix))`` in nats.
 

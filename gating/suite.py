@@ -69,7 +69,7 @@ def run_suite(
     seed: int,
     checker: Checker = check,
     token_penalty: float = 0.5,
-    batch_size: int = 32,
+    batch_size: int = 64,
 ) -> SuiteResult:
     """Greedy completions for ``tasks``, graded by ``checker`` and scored by length."""
     from trainer.generate import generate
