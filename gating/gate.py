@@ -153,13 +153,16 @@ class GateRunner:
         return result
 
     def _kl(self, tasks, cand: SuiteResult) -> float | None:
+        """KL on the candidate's own completions, fed the same (fitted) prompts it saw."""
         from gating.health import kl_to_champion
+        from gating.suite import fit_prompt, prompt_room
 
-        if self.champion is None or self.config.suite.kind != "toy":
+        if self.champion is None:
             return None
+        room = prompt_room(self.candidate.config.max_seq_len, self.config.suite.max_new_tokens)
         by_id = {t.task_id: t for t in tasks}
+        prompts = [fit_prompt(by_id[o.task_id].prompt, room) for o in cand.tasks]
         completions = [o.token_ids for o in cand.tasks]
-        prompts = [by_id[o.task_id].prompt for o in cand.tasks]
         return kl_to_champion(self.candidate, self.champion, prompts, completions)
 
     def _optional_gates(self, champ: SuiteResult | None, extras: dict[str, float]) -> list:

@@ -46,6 +46,15 @@ def build_suite(config: SuiteConfig) -> tuple[list[Task], Checker]:
     )
 
 
+def prompt_room(max_seq_len: int, max_new_tokens: int) -> int:
+    """Prompt bytes that fit beside BOS and ``max_new_tokens`` in the model's context."""
+    room = max_seq_len - 1 - max_new_tokens
+    if room < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt under "
+                         f"max_seq_len={max_seq_len}")
+    return room
+
+
 def fit_prompt(prompt: str, max_bytes: int) -> str:
     """The last ``max_bytes`` bytes of ``prompt`` (byte tokenizer): long prompts such as
     HumanEval's keep their end, where the completion starts, within the model's context."""
@@ -78,10 +87,7 @@ def run_suite(
     cfg = model.config
     routed = cfg.ffn == "moe"
     load = [[0] * cfg.n_experts for _ in range(cfg.n_layers)] if routed else []
-    room = cfg.max_seq_len - 1 - max_new_tokens  # BOS + prompt + completion must fit
-    if room < 1:
-        raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt under "
-                         f"max_seq_len={cfg.max_seq_len}")
+    room = prompt_room(cfg.max_seq_len, max_new_tokens)
     outcomes: list[TaskOutcome] = []
     for i in range(0, len(tasks), batch_size):
         batch = tasks[i : i + batch_size]
