@@ -241,7 +241,7 @@ class GateRunner:
         mlflow.log_text(v.model_dump_json(indent=2), "gate/verdict.json")
         mlflow.log_text(format_table(v), "gate/report.txt")
         if self.config.report_html:
-            mlflow.log_text(render_html(v, config_json), "gate/report.html")
+            mlflow.log_text(render_html(v, config_json, cand, champ), "gate/report.html")
         mlflow.log_text(cand.model_dump_json(), "gate/candidate_suite.json")
         if champ is not None:
             mlflow.log_text(champ.model_dump_json(), "gate/champion_suite.json")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import math
 
-from gating.records import FAIL, PASS, GateResult, GateVerdict, SuiteSummary
+from gating.records import FAIL, PASS, GateResult, GateVerdict, SuiteResult, SuiteSummary
 
 _HEAD = ("gate", "value", "cmp", "threshold", "ci_low", "ci_high", "verdict")
 _SUMMARY_FIELDS = (
@@ -96,8 +96,27 @@ tr.fail td:last-child { color: #b00; font-weight: bold; }
 """
 
 
-def render_html(verdict: GateVerdict, config_json: str) -> str:
-    """A self-contained HTML report: gates, suite summaries, extras and the resolved config."""
+def changed_tasks(candidate: SuiteResult, champion: SuiteResult | None, limit: int = 50
+                  ) -> list[tuple[str, ...]]:
+    """Rows for the tasks whose verdict differs between the two models (first ``limit``)."""
+    if champion is None:
+        return []
+    rows = []
+    for a, b in zip(candidate.tasks, champion.tasks, strict=True):
+        if a.passed != b.passed:
+            rows.append((a.task_id[:12], a.kind, PASS if a.passed else FAIL,
+                         PASS if b.passed else FAIL, repr(a.answer[:40]), repr(b.answer[:40])))
+    return rows[:limit]
+
+
+def render_html(verdict: GateVerdict, config_json: str, candidate: SuiteResult | None = None,
+                champion: SuiteResult | None = None) -> str:
+    """A self-contained HTML report: gates, suite summaries, the tasks whose verdict changed,
+    extras and the resolved config."""
+    changed = changed_tasks(candidate, champion) if candidate is not None else []
+    changed_html = "" if not changed else "<h2>Tasks that changed verdict</h2>" + _html_table(
+        ("task", "kind", "candidate", "champion", "candidate answer", "champion answer"),
+        changed, verdict_col=None)
     title = html.escape(_title(verdict))
     extras = "".join(
         f"<li>{html.escape(k)}: {html.escape(_fmt(v))}</li>" for k, v in sorted(
@@ -111,6 +130,7 @@ def render_html(verdict: GateVerdict, config_json: str) -> str:
         "<h2>Suite</h2>",
         _html_table(("suite", "candidate", "champion"),
                     summary_rows(verdict.candidate, verdict.champion), verdict_col=None),
+        changed_html,
         f"<h2>Extras</h2><ul>{extras}</ul>" if extras else "",
         "<h2>Resolved gate config</h2>", f"<pre>{html.escape(config_json)}</pre>",
         "</body></html>",

@@ -169,6 +169,7 @@ def test_report_table_and_html_show_every_gate():
     for g in gates:
         assert g.name in text
     assert "pass_rate_change" in v.failed_gates
-    page = render_html(v, GateConfig().model_dump_json())
+    page = render_html(v, GateConfig().model_dump_json(), cand, champion)
     assert page.count("<tr class=\"fail\">") == len(v.failed_gates)
+    assert "Tasks that changed verdict" in page and page.count("<td>t2</td>") == 1
     assert "min_pass_rate" in page
