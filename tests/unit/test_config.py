@@ -1,0 +1,55 @@
+"""The composed config: defaults validate, shipped files parse, typos fail, imports stay light."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from ratchet.config import RatchetConfig, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_round_trip_through_json(tmp_path):
+    config = load_config(None)
+    path = tmp_path / "c.json"
+    path.write_text(config.model_dump_json())
+    assert load_config(path) == config
+
+
+def test_a_misspelt_key_fails_loudly(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"model_nmae": "x"}))
+    with pytest.raises(ValidationError, match="model_nmae"):
+        load_config(path)
+
+
+def test_bounds_are_enforced():
+    with pytest.raises(ValidationError, match="replicas"):
+        RatchetConfig.model_validate({"fleet": {"replicas": 0}})
+
+
+def test_every_shipped_config_file_parses():
+    from trainer.model import MoEConfig
+
+    files = sorted((ROOT / "trainer" / "configs").rglob("*.json"))
+    assert files, "no model configs shipped"
+    for f in files:
+        MoEConfig.model_validate_json(f.read_text())
+    for f in sorted((ROOT / "configs").rglob("*.json")) if (ROOT / "configs").exists() else []:
+        load_config(f)
+
+
+def test_importing_the_config_and_cli_loads_no_heavy_module():
+    code = (
+        "import sys, ratchet.config, ratchet.cli; "
+        "heavy = [m for m in ('torch', 'deepspeed', 'ray', 'apache_beam', 'mlflow', "
+        "'great_expectations') if m in sys.modules]; print(','.join(heavy))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == ""
