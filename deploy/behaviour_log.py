@@ -24,7 +24,8 @@ from deploy.spool import Record, Spool
 
 log = logging.getLogger(__name__)
 
-_BATCH = 500
+_BATCH = 64
+"""Events per produce batch: small enough that the logging thread holds the GIL only briefly."""
 
 
 class KafkaEvent(Protocol):

@@ -72,16 +72,22 @@ class ServingSource(Protocol):
 class ProductSource(Protocol):
     def closed_until(self) -> datetime | None: ...
 
-    def product(self, start: datetime, end: datetime, version: int) -> ArmSamples: ...
+    def product(self, start: datetime, end: datetime, version: int) -> ArmSamples:
+        """Finalised completions of ``version`` with event time in [start, end)."""
+        ...
+
+
+_FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 # -- product data from reward rows ------------------------------------------------------------
 class RewardTable:
-    """Product metrics from a REWARD_SCHEMA table, final up to ``closed_until``."""
+    """Product metrics of ``model_name`` in a REWARD_SCHEMA table, final up to ``closed_until``."""
 
-    def __init__(self, table, closed_until: datetime | None) -> None:
+    def __init__(self, table, closed_until: datetime | None, *, model_name: str) -> None:
         self.table = table
         self._closed_until = closed_until
+        self.model_name = model_name
 
     def extend(self, rows, closed_until: datetime) -> None:
         """Add newly finalised rows (a REWARD_SCHEMA table) and move ``closed_until``."""
@@ -97,10 +103,10 @@ class RewardTable:
         import pyarrow.compute as pc
 
         t = self.table
-        mask = pc.and_(
-            pc.and_(pc.greater_equal(t["event_time"], start), pc.less(t["event_time"], end)),
-            pc.equal(t["model_version"], version),
-        )
+        in_window = pc.and_(pc.greater_equal(t["event_time"], start), pc.less(t["event_time"], end))
+        mine = pc.and_(pc.equal(t["model_name"], self.model_name),
+                       pc.equal(t["model_version"], version))
+        mask = pc.and_(in_window, mine)
         rows = t.filter(mask)
         persistence = [v for v in rows["edit_persistence_600"].to_pylist() if v is not None]
         dissatisfied = [bool(v) for v in rows["followup_dissatisfied"].to_pylist()]
@@ -114,8 +120,9 @@ class RewardSpans:
     have closed), so ``closed_until`` = latest span watermark − ``horizon_s``.
     """
 
-    def __init__(self, output_root: Path, *, horizon_s: float) -> None:
+    def __init__(self, output_root: Path, *, model_name: str, horizon_s: float) -> None:
         self.output_root = Path(output_root)
+        self.model_name = model_name
         self.horizon_s = horizon_s
 
     def closed_until(self) -> datetime | None:
@@ -125,12 +132,14 @@ class RewardSpans:
                  if m.get("watermark_us") is not None]
         if not marks:
             return None
-        return datetime.fromtimestamp(max(marks) / 1e6, UTC) - timedelta(seconds=self.horizon_s)
+        latest = min(max(marks) / 1e6, _FAR_FUTURE.timestamp())  # a drained span: far future
+        return datetime.fromtimestamp(latest, UTC) - timedelta(seconds=self.horizon_s)
 
     def product(self, start: datetime, end: datetime, version: int) -> ArmSamples:
         from ingest.spans import read_spans
 
-        return RewardTable(read_spans(self.output_root), None).product(start, end, version)
+        table = read_spans(self.output_root)
+        return RewardTable(table, None, model_name=self.model_name).product(start, end, version)
 
 
 # -- the controller ---------------------------------------------------------------------------

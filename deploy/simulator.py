@@ -28,7 +28,7 @@ from typing import Self
 import httpx
 
 from deploy.signal_policy import Outcome, PlannedSignal, SignalPolicy, plan_signals
-from ingest.schema import EditPersistence, Feedback, Followup
+from ingest.schema import TOPICS, EditPersistence, Feedback, Followup
 from ratchet.tasks import Task, check, generate_tasks
 
 
@@ -58,13 +58,20 @@ class _Served:
 
 
 class _SignalScheduler:
-    """Sends events at their due wall time, in due order, from one thread."""
+    """Sends events at their due wall time, in due order, from one thread.
+
+    Each record's Kafka timestamp is the signal's event time: in simulated time the user acts
+    at that moment, and ingest checks event time against the record timestamp (a 600 s signal
+    sent one wall second after its completion would otherwise look 599 s in the future).
+    """
 
     def __init__(self, bootstrap: str) -> None:
-        from ingest.kafka_io import EventProducer, ensure_topics
+        from kafka import KafkaProducer
+
+        from ingest.kafka_io import ensure_topics
 
         ensure_topics(bootstrap)
-        self._producer = EventProducer(bootstrap)
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
         self._heap: list[tuple[float, int, object]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
@@ -89,7 +96,10 @@ class _SignalScheduler:
                     return
                 _, _, event = heapq.heappop(self._heap)
                 self._sending += 1
-            self._producer.send(event)
+            self._producer.send(
+                TOPICS[event.kind], key=event.response_id.encode(), value=event.to_json(),
+                timestamp_ms=int(event.event_time.timestamp() * 1000),
+            )
             with self._cond:
                 self._sending -= 1
                 self.sent += 1

@@ -58,14 +58,15 @@ def versions(mlflow_server, tmp_path):
     return name, v1, v2
 
 
-def reward_rows(version: int, n: int, start: datetime, *, dissatisfied: float,
+def reward_rows(name: str, version: int, n: int, start: datetime, *, dissatisfied: float,
                 persistence: float, rng: random.Random) -> pa.Table:
     rows = []
     for i in range(n):
         rows.append({
             "schema_version": 1, "response_id": f"r-{version}-{uuid.uuid4().hex}",
-            "conversation_id": f"c{i}", "event_time": start + timedelta(seconds=rng.uniform(0, 590)),
-            "model_name": "m", "model_version": version, "task_kind": "arith",
+            "conversation_id": f"c{i}",
+            "event_time": start + timedelta(seconds=rng.uniform(0, 590)),
+            "model_name": name, "model_version": version, "task_kind": "arith",
             "prompt": "1+1 = ", "response_text": "2", "response_token_ids": [50, 2],
             "response_logprobs": [-0.1, -0.2], "routed_experts": [[[0, 1]], [[1, 2]]],
             "temperature": 1.0, "finish_reason": "stop", "completion_tokens": 2,
@@ -82,11 +83,11 @@ def reward_rows(version: int, n: int, start: datetime, *, dissatisfied: float,
 class World:
     """Serves one step's window: requests in the ledger, finalised rows in the reward table."""
 
-    def __init__(self, stable: int, canary: int, seed: int) -> None:
-        self.stable, self.canary = stable, canary
+    def __init__(self, name: str, stable: int, canary: int, seed: int) -> None:
+        self.name, self.stable, self.canary = name, stable, canary
         self.rng = random.Random(seed)
         self.ledger = RequestLedger()
-        self.rows = RewardTable(REWARD_SCHEMA.empty_table(), None)
+        self.rows = RewardTable(REWARD_SCHEMA.empty_table(), None, model_name=name)
 
     def serve_window(self, ctl: RolloutController, clock: Clock, n: int, *,
                      canary_dissatisfied: float, canary_latency: float = 40.0) -> None:
@@ -99,8 +100,9 @@ class World:
         end = ctl.window_end
         clock.now = end + timedelta(seconds=1)
         table = pa.concat_tables([
-            reward_rows(self.stable, n, start, dissatisfied=0.2, persistence=0.8, rng=self.rng),
-            reward_rows(self.canary, n, start, dissatisfied=canary_dissatisfied,
+            reward_rows(self.name, self.stable, n, start, dissatisfied=0.2, persistence=0.8,
+                        rng=self.rng),
+            reward_rows(self.name, self.canary, n, start, dissatisfied=canary_dissatisfied,
                         persistence=0.8, rng=self.rng),
         ])
         self.rows.extend(table, closed_until=end)  # ingest's watermark passed the window
@@ -118,7 +120,7 @@ def controller(name, v1, v2, router, world, clock, mlflow_uri) -> RolloutControl
 
 def test_worse_canary_is_rolled_back(versions, router, mlflow_server):
     name, v1, v2 = versions
-    clock, world = Clock(), World(v1, v2, seed=1)
+    clock, world = Clock(), World(name, v1, v2, seed=1)
     ctl = controller(name, v1, v2, router, world, clock, mlflow_server.uri)
     ctl.start()
     assert router.client().canary_weight() == 0.1
@@ -142,7 +144,7 @@ def test_worse_canary_is_rolled_back(versions, router, mlflow_server):
 
 def test_good_canary_reaches_full_traffic(versions, router, mlflow_server):
     name, v1, v2 = versions
-    clock, world = Clock(), World(v1, v2, seed=2)
+    clock, world = Clock(), World(name, v1, v2, seed=2)
     ctl = controller(name, v1, v2, router, world, clock, mlflow_server.uri)
     ctl.start()
     weights = []
@@ -160,7 +162,7 @@ def test_good_canary_reaches_full_traffic(versions, router, mlflow_server):
 
 def test_too_few_samples_extend_the_step(versions, router, mlflow_server):
     name, v1, v2 = versions
-    clock, world = Clock(), World(v1, v2, seed=3)
+    clock, world = Clock(), World(name, v1, v2, seed=3)
     ctl = controller(name, v1, v2, router, world, clock, mlflow_server.uri)
     ctl.start()
     first_end = ctl.window_end
