@@ -374,9 +374,12 @@ def is_heldout(task: Task) -> bool:
 def _arith(rng: random.Random) -> Task:
     op = rng.choice("+-*")
     if op == "*":
-        a, b = rng.randint(2, 12), rng.randint(2, 12)
+        a, b = rng.randint(2, 9), rng.randint(2, 9)
+    elif op == "+":
+        a, b = rng.randint(0, 30), rng.randint(0, 30)
     else:
-        a, b = rng.randint(0, 99), rng.randint(0, 99)
+        a = rng.randint(0, 30)
+        b = rng.randint(0, a)
     expr = f"{a}{op}{b}"
     value = evaluate(expr)
     return _make("arith", f"# evaluate\n{expr} = ", str(value), ())

@@ -28,6 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import Tensor, nn
 
 
+SHAPE_BUCKET = 32
+
+
 class MoEConfig(BaseModel):
     """Shape of the MoE transformer; saved as ``config.json`` next to the weights."""
 
@@ -158,9 +161,19 @@ class MoELayer(nn.Module):
         token_of = order // self.top_k
         counts = torch.bincount(flat_e, minlength=self.n_experts).tolist()
         xs = x.index_select(0, token_of).split(counts)
-        ys = [F.gelu(xe @ self.w_in[e]) @ self.w_out[e] for e, xe in enumerate(xs) if counts[e]]
+        ys = [self._expert(e, xe) for e, xe in enumerate(xs) if counts[e]]
         y = torch.cat(ys) * r.gates.reshape(-1)[order].unsqueeze(1)
         return torch.zeros_like(x).index_add_(0, token_of, y)
+
+    def _expert(self, e: int, xe: Tensor) -> Tensor:
+        """One expert's MLP on its tokens (n, d). Rows are zero-padded to a multiple of
+        SHAPE_BUCKET so the matmul sees few distinct shapes: oneDNN caches a kernel per shape,
+        and per-step token counts would otherwise grow that cache (and re-JIT) without end."""
+        n = xe.shape[0]
+        pad = -n % SHAPE_BUCKET
+        if pad:
+            xe = F.pad(xe, (0, 0, 0, pad))
+        return (F.gelu(xe @ self.w_in[e]) @ self.w_out[e])[:n]
 
 
 class DenseFFN(nn.Module):

@@ -1,0 +1,44 @@
+"""The recipe logs per-step MoE health and RL metrics into the active MLflow run."""
+
+import pytest
+import torch
+
+from ratchet.tasks import generate_tasks
+from trainer.checkpoint import save_checkpoint
+from trainer.config import TrainerConfig
+from trainer.model import MoEConfig, MoETransformer
+from trainer.recipe import RLRecipe
+from trainer.rollout import sample_rows
+
+pytestmark = pytest.mark.integration
+
+
+def test_per_step_metrics_logged(tmp_path):
+    import mlflow
+
+    torch.manual_seed(0)
+    model = MoETransformer(MoEConfig(d_model=32, n_layers=2, n_heads=2, d_ff=48)).eval()
+    champion = save_checkpoint(model, tmp_path / "champion")
+    rows = sample_rows(model, generate_tasks(6, seed=0, split="train"), samples_per_task=2,
+                       temperature=1.0, model_version=1, seed=0, max_new_tokens=6)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    mlflow.set_experiment("trainer-test")
+    steps = 4
+    with mlflow.start_run() as run:
+        recipe = RLRecipe(champion, rows, TrainerConfig(steps=steps, batch_size=4, mismatch_every=2))
+        recipe.setup()
+        recipe.train()
+        recipe.cleanup()
+    client = mlflow.MlflowClient()
+    for key in ("moe/load_entropy", "moe/over_capacity_frac", "moe/router_z_loss", "grad_norm",
+                "kl_k1", "clip_frac", "ratio_max", "is_truncated_frac", "moe/load/l1/e3",
+                "mismatch_kl_replay"):
+        history = client.get_metric_history(run.info.run_id, key)
+        assert sorted(m.step for m in history) == list(range(steps)), key
+    no_replay = client.get_metric_history(run.info.run_id, "mismatch_kl_no_replay")
+    assert sorted(m.step for m in no_replay) == [0, 2]
+    stale = client.get_metric_history(run.info.run_id, "data/rows_stale")
+    assert [m.value for m in stale] == [0.0]
+    loads = [client.get_metric_history(run.info.run_id, f"moe/load/l0/e{e}")[0].value
+             for e in range(4)]
+    assert sum(loads) == pytest.approx(1.0, abs=1e-5)

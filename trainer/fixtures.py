@@ -1,0 +1,66 @@
+"""The recorded RL fixture and the warm-started champion it was recorded from.
+
+``champion_dir()`` warm-starts the toy MoE once (deterministic for a seed) and caches the
+checkpoint under ``.cache/ratchet/``; ``fixture_rows()`` reads the recorded reward rows from
+``tests/fixtures/rl_rows.parquet`` or records them (sample from the champion, score with
+``ratchet.tasks.check``, reward +1 / -1 minus a length penalty: the simulator's rule).
+Shared by bench/learning.py and tests/integration/test_trainer_learning.py.
+
+Left out: anything served through Kafka (the production loop's data path is tested elsewhere).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / ".cache" / "ratchet"
+FIXTURE = ROOT / "tests" / "fixtures" / "rl_rows.parquet"
+TOY_CONFIG = ROOT / "trainer" / "configs" / "toy.json"
+SFT_SEED = 0
+FIXTURE_TASKS = 160
+FIXTURE_SAMPLES = 4
+FIXTURE_SEED = 1
+FIXTURE_TEMPERATURE = 1.0
+
+
+def champion_dir(seed: int = SFT_SEED, steps: int | None = None) -> Path:
+    """A cached warm-started champion checkpoint (trained on first use)."""
+    from trainer.checkpoint import save_checkpoint
+    from trainer.model import MoEConfig
+    from trainer.sft import SFT_STEPS, warm_start
+
+    steps = SFT_STEPS if steps is None else steps
+    out = CACHE / f"champion-s{seed}-n{steps}"
+    if not (out / "model.safetensors").exists():
+        cfg = MoEConfig.model_validate_json(TOY_CONFIG.read_text())
+        model = warm_start(cfg, seed=seed, steps=steps)
+        save_checkpoint(model, out, metadata={"origin": "warm_start", "seed": seed,
+                                              "steps": steps, "model_version": 1})
+    return out
+
+
+def record_rows(champion: Path, *, n_tasks: int = FIXTURE_TASKS,
+                samples_per_task: int = FIXTURE_SAMPLES, seed: int = FIXTURE_SEED,
+                model_version: int = 1) -> pa.Table:
+    """Sample from the champion on train-split tasks and reward with the simulator's rule."""
+    from ratchet.tasks import generate_tasks
+    from trainer.checkpoint import load_checkpoint
+    from trainer.rollout import sample_rows
+
+    model = load_checkpoint(champion)
+    tasks = generate_tasks(n_tasks, seed=seed, split="train")
+    return sample_rows(model, tasks, samples_per_task=samples_per_task,
+                       temperature=FIXTURE_TEMPERATURE, model_version=model_version, seed=seed)
+
+
+def fixture_rows(regenerate: bool = False) -> pa.Table:
+    """The recorded fixture (recorded from ``champion_dir()`` if missing or asked to)."""
+    import pyarrow.parquet as pq
+
+    if regenerate or not FIXTURE.exists():
+        FIXTURE.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(record_rows(champion_dir()), FIXTURE, compression="zstd")
+    return pq.read_table(FIXTURE)
