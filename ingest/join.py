@@ -21,10 +21,11 @@ Pure: no I/O. Deliberately left out: reading, grouping (Beam does that) and writ
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic_core import from_json
 
 from ingest.parse import EventItem, dead_letter
 from ingest.schema import EDIT_WINDOWS_S, SCHEMA_VERSION, DeadLetter
@@ -198,7 +199,7 @@ def reward_row(
     response_id: str, completion: EventItem, signals: list[EventItem], reward_config: RewardConfig
 ) -> dict[str, Any]:
     """One ``REWARD_SCHEMA`` row (``event_time`` as microseconds since the epoch, UTC)."""
-    c = json.loads(completion.value)
+    c = from_json(completion.value)
     persistence, dissatisfied, label = _pick_signals(signals)
     n_tokens = len(c["response_token_ids"])
     reward, components, defaulted = compute_reward(

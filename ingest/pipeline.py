@@ -42,6 +42,9 @@ from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTr
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.core import RestrictionProvider
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from ingest.config import (
     FileSource,
@@ -64,6 +67,7 @@ FAILPOINT_ENV = "RATCHET_INGEST_FAILPOINT"
 'after_commit') and the ingest process SIGKILLs itself there. Unset in normal runs."""
 
 READ_BATCH = 2000
+ROWS_PER_TABLE = 4096
 
 
 def failpoint(step: str) -> None:
@@ -225,7 +229,11 @@ class ClassifyRecords(beam.DoFn):
 
 
 class JoinSignals(beam.DoFn):
-    """Per response id: dedup, join in event time, reward, or carry / late / dead-letter."""
+    """Per response id: dedup, join in event time, reward, or carry / late / dead-letter.
+
+    Reward rows leave as Arrow tables of up to ``ROWS_PER_TABLE`` rows (built per bundle), so
+    rows never pass through Beam's per-element coders.
+    """
 
     def __init__(
         self,
@@ -239,6 +247,14 @@ class JoinSignals(beam.DoFn):
         self.finalized = finalized
         self.drain = drain
         self.duplicates = Metrics.counter("ingest", "duplicates")
+
+    def start_bundle(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        if self.rows:
+            yield WindowedValue(rows_to_table(self.rows), MIN_TIMESTAMP, [GlobalWindow()])
+            self.rows = []
 
     def process(self, element: tuple[str, Any], watermark: list[int | None]) -> Iterator[Any]:
         response_id, groups = element
@@ -254,7 +270,10 @@ class JoinSignals(beam.DoFn):
         if out.duplicates:
             self.duplicates.inc(out.duplicates)
         if out.row is not None:
-            yield out.row
+            self.rows.append(out.row)
+            if len(self.rows) >= ROWS_PER_TABLE:
+                yield rows_to_table(self.rows)
+                self.rows = []
             yield beam.pvalue.TaggedOutput(
                 "finalized", json.dumps([response_id, out.finalized_at_us])
             )
@@ -327,18 +346,12 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
             watermark=beam.pvalue.AsSingleton(watermark),
         ).with_outputs("pending", "late", "dead", "finalized", main="rows")
     )
-    _ = (
-        joined.rows
-        | "BatchRows" >> beam.BatchElements(min_batch_size=256, max_batch_size=4096)
-        | "RowsToArrow" >> beam.Map(rows_to_table)
-        | "WriteRows"
-        >> beam.io.WriteToParquetBatched(
-            str(spec.staging / "rows"),
-            schema=REWARD_SCHEMA,
-            num_shards=1,
-            shard_name_template="",
-            file_name_suffix=".parquet",
-        )
+    _ = joined.rows | "WriteRows" >> beam.io.WriteToParquetBatched(
+        str(spec.staging / "rows"),
+        schema=REWARD_SCHEMA,
+        num_shards=1,
+        shard_name_template="",
+        file_name_suffix=".parquet",
     )
     side = [
         pcoll | f"Tag_{label}" >> beam.Map(_tag_line, name)
