@@ -43,6 +43,7 @@ class CycleResult:
     candidate_pass_rate: float | None = None
     champion_pass_rate: float | None = None
     candidate_tokens: float | None = None
+    candidate_score: float | None = None
     skipped: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -100,8 +101,8 @@ class Cycle:
         candidate = self._timed(result, "train", lambda: self._train(span, result))
         result.candidate_version = candidate.version
         verdict = self._timed(result, "gate", lambda: self._gate(candidate, result))
-        result.gate_passed = result.promoted = verdict.passed
-        if verdict.passed and self.fleet is not None:
+        result.gate_passed, result.promoted = verdict.passed, verdict.promoted
+        if verdict.promoted and self.fleet is not None:
             self._timed(result, "deploy", lambda: self._deploy(candidate))
 
     def _timed(self, result: CycleResult, stage: str, fn):
@@ -188,6 +189,7 @@ class Cycle:
         )
         result.candidate_pass_rate = verdict.candidate.pass_rate
         result.candidate_tokens = verdict.candidate.mean_completion_tokens
+        result.candidate_score = verdict.candidate.score
         if verdict.champion is not None:
             result.champion_pass_rate = verdict.champion.pass_rate
         return verdict

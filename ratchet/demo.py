@@ -35,6 +35,7 @@ class CycleRow:
     mean_latency_ms: float
     completion_tokens: float
     span_rows: int
+    gate_score: float | None
     gate_candidate: float | None
     gate_champion: float | None
     promoted: bool
@@ -45,8 +46,8 @@ _COLUMNS = [  # (field, header)
     ("cycle", "cycle"), ("served_version", "served"), ("pass_rate_live", "live_pass"),
     ("edit_persistence", "edit_p600"), ("dissatisfied_rate", "dissat"),
     ("mean_latency_ms", "lat_ms"), ("completion_tokens", "tokens"), ("span_rows", "rows"),
-    ("gate_candidate", "gate_cand"), ("gate_champion", "gate_chmp"), ("promoted", "promoted"),
-    ("seconds", "sec"),
+    ("gate_score", "gate_score"), ("gate_candidate", "gate_cand"),
+    ("gate_champion", "gate_chmp"), ("promoted", "promoted"), ("seconds", "sec"),
 ]
 
 
@@ -153,6 +154,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                     dissatisfied_rate=stats.dissatisfied_rate,
                     mean_latency_ms=stats.mean_latency_ms,
                     completion_tokens=stats.mean_completion_tokens, span_rows=result.span_rows,
+                    gate_score=result.candidate_score,
                     gate_candidate=result.candidate_pass_rate,
                     gate_champion=result.champion_pass_rate, promoted=result.promoted,
                     seconds=time.perf_counter() - c0,
