@@ -27,7 +27,6 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import Tensor, nn
 
-
 SHAPE_BUCKET = 32
 
 

@@ -169,7 +169,8 @@ class RLRecipe:
         self.opt.step()
         metrics.update(moe_health(out.routed_experts, batch.pad_mask, mcfg.n_experts,
                                   mcfg.capacity_factor, out.z_loss, out.lb_loss))
-        metrics.update(loss=float(loss.detach()), aux_loss=float(out.aux_loss.detach()), grad_norm=float(grad_norm),
+        metrics.update(loss=float(loss.detach()), aux_loss=float(out.aux_loss.detach()),
+                       grad_norm=float(grad_norm),
                        reward_mean=float(batch.rewards.mean()), adv_mean=float(adv.mean()),
                        adv_abs_mean=float(adv.abs().mean()), replay_replaced=out.replay_replaced,
                        response_tokens_mean=float(batch.resp_mask.sum(1).float().mean()))

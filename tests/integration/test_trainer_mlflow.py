@@ -25,7 +25,8 @@ def test_per_step_metrics_logged(tmp_path):
     mlflow.set_experiment("trainer-test")
     steps = 4
     with mlflow.start_run() as run:
-        recipe = RLRecipe(champion, rows, TrainerConfig(steps=steps, batch_size=4, mismatch_every=2))
+        cfg = TrainerConfig(steps=steps, batch_size=4, mismatch_every=2)
+        recipe = RLRecipe(champion, rows, cfg)
         recipe.setup()
         recipe.train()
         recipe.cleanup()
