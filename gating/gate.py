@@ -206,13 +206,13 @@ class GateRunner:
                 model_name=self.model_name, candidate_version=self.candidate_version,
                 champion_version=self.champion_version, gates=gates,
                 candidate=cand.summary(), champion=None if champ is None else champ.summary(),
-                extras=extras,
+                extras=extras, promoted=all(g.passed for g in gates),
             )
-            if verdict.passed:
-                registry.promote(self.tracking_uri, self.model_name, self.candidate_version)
-                verdict = verdict.model_copy(update={"promoted": True})
             self._log_run(verdict, cand, champ)
         self._tag_version(verdict, run.info.experiment_id)
+        # Promote last: an alias never moves without a complete record of why.
+        if verdict.passed:
+            registry.promote(self.tracking_uri, self.model_name, self.candidate_version)
         log.info("gate %s", format_table(verdict))
         return verdict
 

@@ -1,6 +1,6 @@
 """The gate against a real MLflow server: only a pass moves ``champion``.
 
-Checkpoints: a briefly warm-started model (decent), an untrained one (worse) and the decent one
+Checkpoints: the warm-started toy champion (decent), an untrained one (worse) and the decent one
 with a NaN weight. Each is registered as a model version; ``run_gate`` must promote the decent
 one at bootstrap, refuse the worse and the NaN one (alias unchanged, verdict in the version's
 tags), and promote a better candidate over a worse champion (old one kept as
@@ -17,9 +17,6 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MODEL = "gate-test"
-SFT_STEPS = 300
-# A small model and suite keep the test around a minute on 2 cores.
-TINY = {"d_model": 64, "n_layers": 2, "n_heads": 4, "n_experts": 4, "d_ff": 128}
 
 
 def _register(tracking_uri: str, model, directory: Path) -> int:
@@ -37,16 +34,18 @@ def _register(tracking_uri: str, model, directory: Path) -> int:
 
 @pytest.fixture(scope="module")
 def versions(mlflow_server, tmp_path_factory) -> dict[str, int]:
+    """decent: the cached warm-started toy champion (trainer.fixtures, shared with the trainer
+    tests); worse: an untrained toy model; nan: decent with one NaN weight."""
     import torch
 
-    from trainer.model import MoEConfig, MoETransformer
-    from trainer.sft import warm_start
+    from trainer.checkpoint import load_checkpoint
+    from trainer.fixtures import champion_dir
+    from trainer.model import MoETransformer
 
     torch.set_num_threads(2)
-    cfg = MoEConfig(**TINY)
-    decent = warm_start(cfg, seed=0, steps=SFT_STEPS)
+    decent = load_checkpoint(champion_dir())
     torch.manual_seed(1)
-    worse = MoETransformer(cfg)
+    worse = MoETransformer(decent.config)
     root = tmp_path_factory.mktemp("gate-ckpts")
     out = {
         "decent": _register(mlflow_server.uri, decent, root / "decent"),
@@ -58,20 +57,21 @@ def versions(mlflow_server, tmp_path_factory) -> dict[str, int]:
     return out
 
 
-def _config():
+def _config(**update):
     from gating.config import GateConfig, SuiteConfig
 
     return GateConfig(
-        suite=SuiteConfig(size=32, seed=3, max_new_tokens=16),
+        suite=SuiteConfig(size=32, seed=3, max_new_tokens=24),
         min_pass_rate=0.05,
+        **update,
     )
 
 
-def _gate(uri: str, candidate: int, champion: int | None, workdir: Path):
+def _gate(uri: str, candidate: int, champion: int | None, workdir: Path, **update):
     from gating.gate import run_gate
 
     return run_gate(tracking_uri=uri, model_name=MODEL, candidate_version=candidate,
-                    champion_version=champion, config=_config(), workdir=workdir)
+                    champion_version=champion, config=_config(**update), workdir=workdir)
 
 
 def _alias(uri: str, alias: str) -> int | None:
@@ -141,12 +141,18 @@ def test_gate_promotes_only_on_pass(mlflow_server, versions, tmp_path):
 
 
 def test_better_candidate_moves_champion_and_keeps_previous(mlflow_server, versions, tmp_path):
+    from gating.config import InfraConfig
     from ratchet.registry import set_alias
 
     uri = mlflow_server.uri
     set_alias(uri, MODEL, "champion", versions["worse"])
-    verdict = _gate(uri, versions["decent"], versions["worse"], tmp_path / "gate")
-    assert verdict.passed and verdict.promoted
+    # With the infra check: the candidate is served by a real replica and queried.
+    infra = InfraConfig(n_requests=6, max_tokens=8, p95_budget_ms=60_000, startup_timeout_s=300)
+    verdict = _gate(uri, versions["decent"], versions["worse"], tmp_path / "gate", infra=infra)
+    assert verdict.passed and verdict.promoted, verdict.failed_gates
+    gates = {g.name: g for g in verdict.gates}
+    assert gates["infra_errors"].value == 0 and gates["infra_p95_ms"].passed
+    assert verdict.extras["infra.requests"] == 6
     assert _alias(uri, "champion") == versions["decent"]
     assert _alias(uri, "previous-champion") == versions["worse"]
     tags, _ = _version_tags(uri, versions["decent"])
