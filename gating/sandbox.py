@@ -4,7 +4,8 @@ Each program runs as ``python -I -S program.py`` in a fresh scratch directory, i
 group and session, with:
 
 - a wall-clock timeout (the whole group is SIGKILLed when it expires),
-- ``setrlimit`` caps on address space, CPU seconds, file size and core dumps,
+- ``setrlimit`` caps on address space, CPU seconds, file size and core dumps (set by a small
+  launcher in the child, which then execs the program),
 - no network: a new network namespace (only the loopback, and it down) where the kernel allows
   it (root / CAP_SYS_ADMIN), and in every case a prelude that replaces ``socket.socket`` and
   ``socket.create_connection`` with functions that raise,
@@ -19,9 +20,7 @@ guard against accidents and runaway model code on a CI box, not a jail for adver
 
 from __future__ import annotations
 
-import ctypes
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -63,21 +62,21 @@ class SandboxResult:
         return self.status == "passed"
 
 
-def _limits(memory_mb: int, cpu_s: int, file_mb: int, isolate_network: bool):
-    """The child's preexec hook: resource limits, then (best effort) its own network."""
-
-    def apply() -> None:
-        mem = memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb * 1024 * 1024,) * 2)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if isolate_network:
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.unshare(CLONE_NEWNET) != 0:
-                os._exit(112)  # the parent probed this; failing here means something changed
-
-    return apply
+# Runs first in the child: limits itself, (optionally) leaves the network, then execs the
+# program. Done in the child rather than in a preexec_fn, which is unsafe in a threaded parent.
+_LAUNCHER = f"""
+import ctypes, os, resource, sys
+CLONE_NEWNET = {CLONE_NEWNET}
+mem, cpu, fsize, netns, program = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), \\
+    sys.argv[4] == "1", sys.argv[5]
+resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+if netns and ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET) != 0:
+    sys.exit(112)
+os.execv(sys.executable, [sys.executable, "-I", "-S", program])
+"""
 
 
 _NETNS_OK: bool | None = None
@@ -131,10 +130,11 @@ def _run(program: Path, scratch: Path, timeout_s: float, memory_mb: int, cpu_s: 
     env = {"PATH": "/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch)}
     cpu = cpu_s if cpu_s is not None else max(1, int(timeout_s) + 1)
     start = time.perf_counter()
+    argv = [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(memory_mb * 2**20), str(cpu),
+            str(file_mb * 2**20), "1" if isolate else "0", str(program)]
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-S", str(program)], cwd=scratch, env=env,
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, preexec_fn=_limits(memory_mb, cpu, file_mb, isolate),
+        argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, start_new_session=True,
     )
     try:
         out, err = proc.communicate(timeout=timeout_s)
