@@ -119,7 +119,7 @@ def test_events_become_reward_rows_and_bad_ones_dead_letters(broker, tmp_path):
 def test_kafka_read_splits_at_any_claimed_offset_without_loss_or_overlap(broker):
     from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 
-    from ingest.pipeline import ReadKafkaRanges
+    from ingest.transforms import ReadKafkaRanges
 
     topic = "test.sdf"
     ensure_topics(broker.bootstrap, partitions=1, topics=[topic])
