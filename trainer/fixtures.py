@@ -33,13 +33,23 @@ def champion_dir(seed: int = SFT_SEED, steps: int | None = None) -> Path:
     from trainer.sft import SFT_STEPS, warm_start
 
     steps = SFT_STEPS if steps is None else steps
-    out = CACHE / f"champion-s{seed}-n{steps}"
+    out = CACHE / f"champion-s{seed}-n{steps}-{_recipe_key()}"
     if not (out / "model.safetensors").exists():
         cfg = MoEConfig.model_validate_json(TOY_CONFIG.read_text())
         model = warm_start(cfg, seed=seed, steps=steps)
         save_checkpoint(model, out, metadata={"origin": "warm_start", "seed": seed,
                                               "steps": steps, "model_version": 1})
     return out
+
+
+def _recipe_key() -> str:
+    """Changes whenever the model config, the SFT code or the task family changes."""
+    import hashlib
+
+    h = hashlib.sha256(TOY_CONFIG.read_bytes())
+    for path in ("trainer/sft.py", "ratchet/tasks.py", "trainer/model.py"):
+        h.update((ROOT / path).read_bytes())
+    return h.hexdigest()[:10]
 
 
 def record_rows(champion: Path, *, n_tasks: int = FIXTURE_TASKS,

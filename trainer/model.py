@@ -196,7 +196,7 @@ class Block(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.norm2 = nn.RMSNorm(cfg.d_model)
-        self.ffn: MoELayer | DenseFFN = MoELayer(cfg) if cfg.ffn == "moe" else DenseFFN(cfg)
+        self.ffn: nn.Module = MoELayer(cfg) if cfg.ffn == "moe" else DenseFFN(cfg)
 
     def attend(self, x: Tensor, mask: Tensor | None, cache: KVCache | None, i: int) -> Tensor:
         b, t, d = x.shape
@@ -252,8 +252,12 @@ class MoETransformer(nn.Module):
         for i, block in enumerate(self.blocks):
             h = h + block.attend(block.norm1(h), mask, cache, i)
             x = block.norm2(h).reshape(b * t, -1)
-            if isinstance(block.ffn, DenseFFN):
-                h = h + block.ffn(x).view(b, t, -1)
+            if not isinstance(block.ffn, MoELayer):  # dense, or a DeepSpeed MoE returning l_aux
+                y = block.ffn(x)
+                if isinstance(y, tuple):
+                    y, l_aux = y
+                    lb.append(l_aux)
+                h = h + y.view(b, t, -1)
                 continue
             rep = None if replay_experts is None else replay_experts[:, :, i].reshape(b * t, -1)
             r = block.ffn.route(x, rep, replay_min_ratio)

@@ -76,10 +76,49 @@ class RLRecipe:
         self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
         self._setup_samples()
         self._setup_reference_logprobs()
-        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=self.config.lr,
-                                     weight_decay=self.config.weight_decay)
+        self._setup_optimizer()
         self.baseline = rl.RunningBaseline(self.config.baseline_momentum)
         self.gen = torch.Generator().manual_seed(self.config.seed)
+
+    def _setup_optimizer(self) -> None:
+        cfg, backend = self.config, self.config.backend
+        self.ds = None
+        self.rank, self.world_size = 0, 1
+        if backend.type == "deepspeed":
+            from trainer.ds_backend import DeepSpeedTrainer
+
+            self.ds = DeepSpeedTrainer(
+                self.policy, zero_stage=backend.zero_stage, ep_size=backend.ep_size,
+                bf16=backend.bf16, batch_size=cfg.batch_size, lr=cfg.lr,
+                weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip)
+            self.rank, self.world_size = self.ds.rank, self.ds.world_size
+            self.opt = None
+            return
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            self.rank = torch.distributed.get_rank()  # e.g. a Ray Train worker
+            self.world_size = torch.distributed.get_world_size()
+        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr,
+                                     weight_decay=cfg.weight_decay)
+
+    def _all_reduce_grads(self) -> None:
+        """Average gradients over data-parallel ranks (plain torch backend under Ray/torchrun)."""
+        for p in self.policy.parameters():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            torch.distributed.all_reduce(p.grad)
+            p.grad /= self.world_size
+
+    def _backward_step(self, loss: Tensor) -> float:
+        """Backward, clip, optimizer step; returns the global gradient norm before clipping."""
+        if self.ds is not None:
+            return self.ds.backward_step(loss)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.world_size > 1:
+            self._all_reduce_grads()
+        norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.grad_clip)
+        self.opt.step()
+        return float(norm)
 
     def _setup_samples(self) -> None:
         c = self.policy.config
@@ -142,6 +181,7 @@ class RLRecipe:
             if len(order) < self.config.batch_size:
                 order += torch.randperm(len(self.samples), generator=self.gen).tolist()
             idx, order = order[: self.config.batch_size], order[self.config.batch_size:]
+            idx = idx[self.rank::self.world_size]  # data parallel: each rank its share
             metrics = self.train_step(idx, measure_mismatch=self._mismatch_due(step))
             self.history.append(metrics)
             if mlflow is not None:
@@ -162,13 +202,10 @@ class RLRecipe:
         logp, out = policy_logprobs(self.policy, batch, replay=cfg.router_replay,
                                     replay_min_ratio=cfg.replay_min_ratio)
         loss, metrics = self._objective(logp, batch, adv, logp_ref)
-        total = loss + out.aux_loss
-        self.opt.zero_grad(set_to_none=True)
-        total.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
-        self.opt.step()
-        metrics.update(moe_health(out.routed_experts, batch.pad_mask, mcfg.n_experts,
-                                  mcfg.capacity_factor, out.z_loss, out.lb_loss))
+        grad_norm = self._backward_step(loss + out.aux_loss)
+        if out.router_probs:  # DeepSpeed MoE layers do not expose their routing
+            metrics.update(moe_health(out.routed_experts, batch.pad_mask, mcfg.n_experts,
+                                      mcfg.capacity_factor, out.z_loss, out.lb_loss))
         metrics.update(loss=float(loss.detach()), aux_loss=float(out.aux_loss.detach()),
                        grad_norm=float(grad_norm),
                        reward_mean=float(batch.rewards.mean()), adv_mean=float(adv.mean()),
@@ -217,7 +254,13 @@ class RLRecipe:
             "trainer_config": self.config.model_dump(mode="json"), "counts": self.counts,
             "steps": len(self.history),
         }
-        return save_checkpoint(self.policy, Path(directory), metadata=meta)
+        model = self.policy
+        if self.ds is not None:  # gather experts (every rank takes part), rank 0 writes
+            model = MoETransformer(self.policy.config)
+            model.load_state_dict(self.ds.state_dict())
+        if self.rank != 0:
+            return Path(directory)
+        return save_checkpoint(model, Path(directory), metadata=meta)
 
     def cleanup(self) -> None:
         for name in ("policy", "reference", "opt", "samples", "logp_ref"):

@@ -1,0 +1,52 @@
+"""Ray Train: N workers of the same recipe under ``TorchTrainer`` (gloo on CPU, NCCL on GPUs).
+
+Every worker builds the same ``RLRecipe``; Ray initialises torch.distributed, the recipe sees the
+process group, trains on its share of each batch and averages gradients (torch backend) or lets
+DeepSpeed do it (deepspeed backend). Rank 0 writes the checkpoint — the same safetensors + JSON
+format as every other path — and reports the metrics.
+
+Left out: Ray cluster management (``ray.init`` is the caller's, or a local one is started),
+fault tolerance / elastic restarts, Ray Data ingestion (rows are read from one Parquet file).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainer.config import TrainerConfig
+
+
+def _worker_loop(loop_config: dict) -> None:
+    import pyarrow.parquet as pq
+    import ray.train
+
+    from trainer.recipe import run_training
+
+    config = TrainerConfig.model_validate_json(loop_config["config"])
+    metrics = run_training(Path(loop_config["champion"]), pq.read_table(loop_config["rows"]),
+                           config, Path(loop_config["out"]),
+                           current_version=loop_config["current_version"])
+    ray.train.report({k: float(v) for k, v in metrics.items()})
+
+
+def run_training_ray(champion_dir: Path, rows_path: Path, config: TrainerConfig, out_dir: Path,
+                     *, num_workers: int = 2, current_version: int | None = None,
+                     storage_path: Path | None = None) -> dict[str, float]:
+    """Run the recipe on ``num_workers`` Ray Train workers; returns rank 0's metrics."""
+    import torch
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    use_gpu = torch.cuda.is_available()
+    trainer = TorchTrainer(
+        _worker_loop,
+        train_loop_config={"champion": str(champion_dir), "rows": str(rows_path),
+                           "out": str(out_dir), "config": config.model_dump_json(),
+                           "current_version": current_version},
+        scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=use_gpu),
+        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        run_config=RunConfig(storage_path=str(storage_path or Path(out_dir).parent / "ray"),
+                             name="ratchet-train"),
+    )
+    result = trainer.fit()
+    return dict(result.metrics)
