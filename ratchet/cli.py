@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from pathlib import Path
 
 
@@ -59,7 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ui", help="serve the MLflow UI over a demo workdir's store")
     p.add_argument("--workdir", type=Path, default=Path(".demo"))
-    p.add_argument("--port", type=int, default=5000)
     return parser
 
 
@@ -84,10 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "ui":
         from ratchet.services import MlflowServer
 
-        server = MlflowServer.start(args.workdir / "mlflow", port=args.port)
-        print(f"MLflow UI: {server.uri}  (Ctrl-C to stop)")
+        server = MlflowServer.start(args.workdir / "mlflow")
+        print(f"MLflow UI: {server.uri}  (Ctrl-C to stop)", flush=True)
         try:
-            server.wait()
+            while True:
+                time.sleep(3600)
         except KeyboardInterrupt:
             pass
         finally:
