@@ -54,10 +54,18 @@ class Load:
 
     def _one(self, url: str, i: int) -> float:
         start = time.perf_counter()
-        r = self.client.post(f"{url}/v1/completions", json={
-            "prompt": "# evaluate\n12+7 = ", "max_tokens": self.max_tokens, "temperature": 1.0,
-            "seed": i, "conversation_id": f"bench-{i}", "user_id": f"u{i % 50}",
-            "task_kind": "arith"})
+        r = self.client.post(
+            f"{url}/v1/completions",
+            json={
+                "prompt": "# evaluate\n12+7 = ",
+                "max_tokens": self.max_tokens,
+                "temperature": 1.0,
+                "seed": i,
+                "conversation_id": f"bench-{i}",
+                "user_id": f"u{i % 50}",
+                "task_kind": "arith",
+            },
+        )
         r.raise_for_status()
         return (time.perf_counter() - start) * 1000.0
 
@@ -84,11 +92,23 @@ def run(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     with MlflowServer.start(work / "mlflow") as mlflow_srv, Broker.start(work / "broker") as broker:
         version = register_untrained(mlflow_srv.uri, "bench-serve", seed=0, workdir=work)
-        common = dict(n_replicas=1, tracking_uri=mlflow_srv.uri, model_name="bench-serve",
-                      version=version, bootstrap=broker.bootstrap, admin_token=TOKEN)
-        with Fleet.start(**common, workdir=work / "with", name="with") as with_log, \
-                Fleet.start(**common, workdir=work / "without", name="without",
-                            extra_env={"RATCHET_LOG_BEHAVIOUR": "false"}) as without_log:
+        common = dict(
+            n_replicas=1,
+            tracking_uri=mlflow_srv.uri,
+            model_name="bench-serve",
+            version=version,
+            bootstrap=broker.bootstrap,
+            admin_token=TOKEN,
+        )
+        with (
+            Fleet.start(**common, workdir=work / "with", name="with") as with_log,
+            Fleet.start(
+                **common,
+                workdir=work / "without",
+                name="without",
+                extra_env={"RATCHET_LOG_BEHAVIOUR": "false"},
+            ) as without_log,
+        ):
             targets = {"with": with_log.urls[0], "without": without_log.urls[0]}
             load = Load(args.concurrency, args.max_tokens)
             for name, url in targets.items():  # warm-up, not measured
@@ -105,8 +125,9 @@ def run(args: argparse.Namespace) -> dict:
     return result
 
 
-def log_path_cost(bootstrap: str, work: Path, max_tokens: int, n: int = 5000,
-                  interval_s: float = 0.002) -> dict:
+def log_path_cost(
+    bootstrap: str, work: Path, max_tokens: int, n: int = 5000, interval_s: float = 0.002
+) -> dict:
     """Time ``_log_completion`` (the request thread's whole logging cost) ``n`` times, one every
     ``interval_s`` (500/s: far above one replica's rate, so the logger thread stays busy)."""
     from datetime import UTC, datetime
@@ -119,32 +140,48 @@ def log_path_cost(bootstrap: str, work: Path, max_tokens: int, n: int = 5000,
     from deploy.toy_models import build_untrained
     from trainer.generate import generate
 
-    req = CompletionRequest(prompt="# evaluate\n12+7 = ", max_tokens=max_tokens, seed=0,
-                            conversation_id="c", user_id="u", task_kind="arith")
-    gen = generate(build_untrained(0), [req.prompt], max_new_tokens=max_tokens, temperature=1.0,
-                   seed=0)[0]
-    logger = BehaviourLogger(bootstrap=bootstrap, spool=Spool(work / "micro-spool",
-                                                              max_bytes=1 << 30))
+    req = CompletionRequest(
+        prompt="# evaluate\n12+7 = ",
+        max_tokens=max_tokens,
+        seed=0,
+        conversation_id="c",
+        user_id="u",
+        task_kind="arith",
+    )
+    gen = generate(
+        build_untrained(0), [req.prompt], max_new_tokens=max_tokens, temperature=1.0, seed=0
+    )[0]
+    logger = BehaviourLogger(
+        bootstrap=bootstrap, spool=Spool(work / "micro-spool", max_bytes=1 << 30)
+    )
     metrics = ServerMetrics(replica="micro")
     created = datetime.now(UTC)
     costs = []
     for i in range(n):
         start = time.perf_counter_ns()
-        _log_completion(logger, metrics, "bench-serve", 1, req, gen, f"cmpl-micro-{i}", created,
-                        10.0)
+        _log_completion(
+            logger, metrics, "bench-serve", 1, req, gen, f"cmpl-micro-{i}", created, 10.0
+        )
         costs.append((time.perf_counter_ns() - start) / 1000.0)
         time.sleep(interval_s)
     flushed = logger.flush(timeout_s=60)
     sent = logger.stats.sent
     logger.close()
-    return {"log_path_us_p50": round(percentile(costs, 50), 1),
-            "log_path_us_p99": round(percentile(costs, 99), 1),
-            "log_path_events": n, "log_path_events_sent": sent, "log_path_flushed": flushed}
+    return {
+        "log_path_us_p50": round(percentile(costs, 50), 1),
+        "log_path_us_p99": round(percentile(costs, 99), 1),
+        "log_path_events": n,
+        "log_path_events_sent": sent,
+        "log_path_flushed": flushed,
+    }
 
 
 def summarise(load: Load, args: argparse.Namespace, logged: float) -> dict:
-    out: dict = {"requests_per_arm": args.requests, "concurrency": args.concurrency,
-                 "max_tokens": args.max_tokens}
+    out: dict = {
+        "requests_per_arm": args.requests,
+        "concurrency": args.concurrency,
+        "max_tokens": args.max_tokens,
+    }
     for name in ("with", "without"):
         lat = load.latencies[name]
         out[f"rps_{name}"] = round(len(lat) / load.busy_s[name], 2)

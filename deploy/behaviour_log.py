@@ -198,7 +198,7 @@ class BehaviourLogger:
         failed = [
             rec for rec, fut in zip(records, futures) if not (fut.is_done and fut.succeeded())
         ]
-        failed += records[len(futures):]
+        failed += records[len(futures) :]
         self.stats.sent += len(records) - len(failed)
         if failed and self._producer is not None:
             self._down(RuntimeError(f"{len(failed)} of {len(records)} events not acknowledged"))

@@ -45,7 +45,8 @@ def require_admin(
     """401 without a bearer token, 403 with a wrong one."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED, "admin bearer token required",
+            status.HTTP_401_UNAUTHORIZED,
+            "admin bearer token required",
             headers={"WWW-Authenticate": "Bearer"},
         )
     expected = settings.admin_token.get_secret_value().encode()

@@ -134,14 +134,19 @@ class Fleet:
         for r in self.replicas:
             start = time.perf_counter()
             resp = httpx.post(
-                f"{r.url}/admin/reload", json={"version": version}, headers=headers,
+                f"{r.url}/admin/reload",
+                json={"version": version},
+                headers=headers,
                 timeout=timeout_s,
             )
             resp.raise_for_status()
             _wait_replica(r, timeout_s=timeout_s, version=version)
             body = resp.json()
-            results.append(ReloadResult(r.replica_id, body["previous_version"], version,
-                                        time.perf_counter() - start))
+            results.append(
+                ReloadResult(
+                    r.replica_id, body["previous_version"], version, time.perf_counter() - start
+                )
+            )
             log.info("replica %s now serves version %d", r.replica_id, version)
         self.reload_log.extend(results)
         return results
@@ -163,7 +168,9 @@ class Fleet:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.stop()
@@ -179,8 +186,9 @@ def _signal_group(replica: Replica, sig: signal.Signals) -> None:
         pass
 
 
-def _spawn(replica_id: str, workdir: Path, env: dict[str, str],
-           module: str = "deploy.serve_main") -> Replica:
+def _spawn(
+    replica_id: str, workdir: Path, env: dict[str, str], module: str = "deploy.serve_main"
+) -> Replica:
     port = free_port()
     log_path = workdir / f"{replica_id}.log"
     full_env = {
@@ -197,8 +205,12 @@ def _spawn(replica_id: str, workdir: Path, env: dict[str, str],
     }
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", module], cwd=_REPO_ROOT, env=full_env,
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [sys.executable, "-m", module],
+            cwd=_REPO_ROOT,
+            env=full_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
     (workdir / f"{replica_id}.pid").write_text(str(proc.pid))
@@ -237,8 +249,14 @@ class RouterProcess:
 
     @classmethod
     def start(
-        cls, *, stable_urls: list[str], canary_urls: list[str], admin_token: str, workdir: Path,
-        canary_weight: float = 0.0, timeout_s: float = 60.0,
+        cls,
+        *,
+        stable_urls: list[str],
+        canary_urls: list[str],
+        admin_token: str,
+        workdir: Path,
+        canary_weight: float = 0.0,
+        timeout_s: float = 60.0,
     ) -> RouterProcess:
         import json
 

@@ -47,11 +47,15 @@ class JudgeConfig(BaseModel):
         default=0.2, ge=0.0, description="Relative p95 latency increase that matters."
     )
     edit_persistence_margin: float = Field(
-        default=0.05, ge=0.0, le=1.0,
+        default=0.05,
+        ge=0.0,
+        le=1.0,
         description="Drop of mean edit persistence at 600 s that matters (absolute).",
     )
     dissatisfied_margin: float = Field(
-        default=0.05, ge=0.0, le=1.0,
+        default=0.05,
+        ge=0.0,
+        le=1.0,
         description="Increase of the dissatisfied follow-up rate that matters (absolute).",
     )
 
@@ -91,12 +95,14 @@ class Verdict:
     def reasons(self) -> list[str]:
         return [
             f"{m.name}: canary {m.canary:.4g} vs stable {m.stable:.4g} (p={m.p_value:.3g})"
-            for m in self.metrics if m.decision == "fail"
+            for m in self.metrics
+            if m.decision == "fail"
         ]
 
 
-def two_proportion_z(x_stable: int, n_stable: int, x_canary: int, n_canary: int
-                     ) -> tuple[float, float]:
+def two_proportion_z(
+    x_stable: int, n_stable: int, x_canary: int, n_canary: int
+) -> tuple[float, float]:
     """Pooled z statistic and one-sided p-value of H1: p_canary > p_stable."""
     from scipy.stats import norm
 
@@ -109,8 +115,9 @@ def two_proportion_z(x_stable: int, n_stable: int, x_canary: int, n_canary: int
     return z, float(norm.sf(z))
 
 
-def mann_whitney(stable: list[float], canary: list[float], worse: Literal["greater", "less"]
-                 ) -> tuple[float, float]:
+def mann_whitney(
+    stable: list[float], canary: list[float], worse: Literal["greater", "less"]
+) -> tuple[float, float]:
     """U statistic of the canary sample and one-sided p-value (canary ``worse`` than stable)."""
     from scipy.stats import mannwhitneyu
 
@@ -123,53 +130,84 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
 
 
-def _rate_check(name: str, xs: int, ns: int, xc: int, nc: int, minimum: int, margin: float,
-                alpha: float) -> MetricVerdict:
+def _rate_check(
+    name: str, xs: int, ns: int, xc: int, nc: int, minimum: int, margin: float, alpha: float
+) -> MetricVerdict:
     if ns < minimum or nc < minimum:
-        return MetricVerdict(name, xs / ns if ns else None, xc / nc if nc else None, ns, nc,
-                             "two_proportion_z", None, None, "insufficient")
+        return MetricVerdict(
+            name,
+            xs / ns if ns else None,
+            xc / nc if nc else None,
+            ns,
+            nc,
+            "two_proportion_z",
+            None,
+            None,
+            "insufficient",
+        )
     z, p = two_proportion_z(xs, ns, xc, nc)
     worse = p < alpha and (xc / nc - xs / ns) > margin
-    return MetricVerdict(name, xs / ns, xc / nc, ns, nc, "two_proportion_z", z, p,
-                         "fail" if worse else "pass")
+    return MetricVerdict(
+        name, xs / ns, xc / nc, ns, nc, "two_proportion_z", z, p, "fail" if worse else "pass"
+    )
 
 
 def _latency_check(s: ArmSamples, c: ArmSamples, cfg: JudgeConfig, alpha: float) -> MetricVerdict:
     ns, nc = len(s.latencies_ms), len(c.latencies_ms)
     if ns < cfg.min_requests or nc < cfg.min_requests:
-        return MetricVerdict("p95_latency_ms", None, None, ns, nc, "mann_whitney", None, None,
-                             "insufficient")
+        return MetricVerdict(
+            "p95_latency_ms", None, None, ns, nc, "mann_whitney", None, None, "insufficient"
+        )
     u, p = mann_whitney(s.latencies_ms, c.latencies_ms, "greater")
     ps, pc = p95(s.latencies_ms), p95(c.latencies_ms)
     worse = p < alpha and pc > ps * (1 + cfg.latency_p95_margin)
-    return MetricVerdict("p95_latency_ms", ps, pc, ns, nc, "mann_whitney", u, p,
-                         "fail" if worse else "pass")
+    return MetricVerdict(
+        "p95_latency_ms", ps, pc, ns, nc, "mann_whitney", u, p, "fail" if worse else "pass"
+    )
 
 
-def _persistence_check(s: ArmSamples, c: ArmSamples, cfg: JudgeConfig, alpha: float
-                       ) -> MetricVerdict:
+def _persistence_check(
+    s: ArmSamples, c: ArmSamples, cfg: JudgeConfig, alpha: float
+) -> MetricVerdict:
     ns, nc = len(s.edit_persistence), len(c.edit_persistence)
     if ns < cfg.min_signals or nc < cfg.min_signals:
-        return MetricVerdict("edit_persistence_600", None, None, ns, nc, "mann_whitney", None,
-                             None, "insufficient")
+        return MetricVerdict(
+            "edit_persistence_600", None, None, ns, nc, "mann_whitney", None, None, "insufficient"
+        )
     u, p = mann_whitney(s.edit_persistence, c.edit_persistence, "less")
     ms, mc = sum(s.edit_persistence) / ns, sum(c.edit_persistence) / nc
     worse = p < alpha and (ms - mc) > cfg.edit_persistence_margin
-    return MetricVerdict("edit_persistence_600", ms, mc, ns, nc, "mann_whitney", u, p,
-                         "fail" if worse else "pass")
+    return MetricVerdict(
+        "edit_persistence_600", ms, mc, ns, nc, "mann_whitney", u, p, "fail" if worse else "pass"
+    )
 
 
 def judge(stable: ArmSamples, canary: ArmSamples, config: JudgeConfig) -> Verdict:
     """Compare one window's arms; see the module docstring for the rule."""
     alpha = config.alpha / 4
     metrics = [
-        _rate_check("error_rate", stable.errors, stable.requests, canary.errors,
-                    canary.requests, config.min_requests, config.error_rate_margin, alpha),
+        _rate_check(
+            "error_rate",
+            stable.errors,
+            stable.requests,
+            canary.errors,
+            canary.requests,
+            config.min_requests,
+            config.error_rate_margin,
+            alpha,
+        ),
         _latency_check(stable, canary, config, alpha),
         _persistence_check(stable, canary, config, alpha),
-        _rate_check("dissatisfied_rate", sum(stable.dissatisfied), len(stable.dissatisfied),
-                    sum(canary.dissatisfied), len(canary.dissatisfied), config.min_signals,
-                    config.dissatisfied_margin, alpha),
+        _rate_check(
+            "dissatisfied_rate",
+            sum(stable.dissatisfied),
+            len(stable.dissatisfied),
+            sum(canary.dissatisfied),
+            len(canary.dissatisfied),
+            config.min_signals,
+            config.dissatisfied_margin,
+            alpha,
+        ),
     ]
     decisions = {m.decision for m in metrics}
     if "fail" in decisions:

@@ -32,7 +32,8 @@ class _LiveCollector(Collector):
     def collect(self):
         current = self.host.current
         version = GaugeMetricFamily(
-            "ratchet_model_version", "Registry version served (0 while loading).",
+            "ratchet_model_version",
+            "Registry version served (0 while loading).",
             labels=["replica"],
         )
         version.add_metric([self.replica], current.version if current else 0)
@@ -50,7 +51,9 @@ class _LiveCollector(Collector):
             "ratchet_behaviour_events", "Behaviour-log events by outcome.", labels=["outcome"]
         )
         for outcome, value in (
-            ("submitted", s.submitted), ("sent", s.sent), ("spooled", s.spooled),
+            ("submitted", s.submitted),
+            ("sent", s.sent),
+            ("spooled", s.spooled),
             ("dropped_queue_full", s.dropped_queue_full),
             ("dropped_spool_full", s.dropped_spool_full),
         ):
@@ -72,15 +75,19 @@ class ServerMetrics:
             "ratchet_request_errors", "HTTP requests answered 5xx.", ["route"], registry=r
         )
         self.latency = Histogram(
-            "ratchet_request_latency_seconds", "HTTP request latency.", ["route"],
-            buckets=LATENCY_BUCKETS, registry=r,
+            "ratchet_request_latency_seconds",
+            "HTTP request latency.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.prompt_tokens = Counter("ratchet_prompt_tokens", "Prompt tokens.", registry=r)
         self.completion_tokens = Counter(
             "ratchet_completion_tokens", "Generated tokens.", registry=r
         )
         self.log_errors = Counter(
-            "ratchet_behaviour_log_errors", "Completions whose event could not be built.",
+            "ratchet_behaviour_log_errors",
+            "Completions whose event could not be built.",
             registry=r,
         )
         self.reloads = Counter("ratchet_model_reloads", "Model reloads.", ["result"], registry=r)

@@ -104,8 +104,9 @@ class RewardTable:
 
         t = self.table
         in_window = pc.and_(pc.greater_equal(t["event_time"], start), pc.less(t["event_time"], end))
-        mine = pc.and_(pc.equal(t["model_name"], self.model_name),
-                       pc.equal(t["model_version"], version))
+        mine = pc.and_(
+            pc.equal(t["model_name"], self.model_name), pc.equal(t["model_version"], version)
+        )
         mask = pc.and_(in_window, mine)
         rows = t.filter(mask)
         persistence = [v for v in rows["edit_persistence_600"].to_pylist() if v is not None]
@@ -128,8 +129,11 @@ class RewardSpans:
     def closed_until(self) -> datetime | None:
         from ingest.spans import SpanStore
 
-        marks = [m["watermark_us"] for m in SpanStore(self.output_root).manifests_list()
-                 if m.get("watermark_us") is not None]
+        marks = [
+            m["watermark_us"]
+            for m in SpanStore(self.output_root).manifests_list()
+            if m.get("watermark_us") is not None
+        ]
         if not marks:
             return None
         latest = min(max(marks) / 1e6, _FAR_FUTURE.timestamp())  # a drained span: far future
@@ -169,9 +173,17 @@ class RolloutController:
     """Drive one rollout of ``canary_version`` against ``stable_version``; see the module doc."""
 
     def __init__(
-        self, *, config: RolloutConfig, splitter: TrafficSplitter, serving: ServingSource,
-        product: ProductSource, tracking_uri: str, model_name: str, stable_version: int,
-        canary_version: int, clock: Callable[[], datetime] | None = None,
+        self,
+        *,
+        config: RolloutConfig,
+        splitter: TrafficSplitter,
+        serving: ServingSource,
+        product: ProductSource,
+        tracking_uri: str,
+        model_name: str,
+        stable_version: int,
+        canary_version: int,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.config = config
         self.splitter, self.serving_source, self.product_source = splitter, serving, product
@@ -198,8 +210,12 @@ class RolloutController:
         self.splitter.set_canary_weight(self.config.steps[step])
         self.window_start = self.clock()
         self.window_end = self.window_start + timedelta(seconds=self.config.window_s)
-        log.info("rollout step %d: canary weight %.2f until %s", step,
-                 self.config.steps[step], self.window_end.isoformat())
+        log.info(
+            "rollout step %d: canary weight %.2f until %s",
+            step,
+            self.config.steps[step],
+            self.window_end.isoformat(),
+        )
 
     def window_closed(self) -> bool:
         closed = self.product_source.closed_until()
@@ -211,8 +227,9 @@ class RolloutController:
             return None
         stable, canary = self._samples()
         verdict = judge(stable, canary, self.config.judge)
-        record = self._record(verdict.decision, stable, canary, verdict.metrics,
-                              "; ".join(verdict.reasons))
+        record = self._record(
+            verdict.decision, stable, canary, verdict.metrics, "; ".join(verdict.reasons)
+        )
         if verdict.decision == "fail":
             self._rollback(record)
         elif verdict.decision == "extend":
@@ -246,21 +263,37 @@ class RolloutController:
         out = []
         for arm, version in (("stable", self.stable_version), ("canary", self.canary_version)):
             s, p = serving[arm], self.product_source.product(start, end, version)
-            out.append(ArmSamples(s.requests, s.errors, s.latencies_ms,
-                                  p.edit_persistence, p.dissatisfied))
+            out.append(
+                ArmSamples(s.requests, s.errors, s.latencies_ms, p.edit_persistence, p.dissatisfied)
+            )
         return out[0], out[1]
 
-    def _record(self, decision, stable: ArmSamples, canary: ArmSamples,
-                metrics: list[MetricVerdict], reason: str) -> StepRecord:
+    def _record(
+        self,
+        decision,
+        stable: ArmSamples,
+        canary: ArmSamples,
+        metrics: list[MetricVerdict],
+        reason: str,
+    ) -> StepRecord:
         def counts(a: ArmSamples) -> dict[str, int]:
-            return {"requests": a.requests, "errors": a.errors,
-                    "finalised": len(a.dissatisfied), "with_persistence": len(a.edit_persistence)}
+            return {
+                "requests": a.requests,
+                "errors": a.errors,
+                "finalised": len(a.dissatisfied),
+                "with_persistence": len(a.edit_persistence),
+            }
 
         record = StepRecord(
-            self.step, self.config.steps[self.step], self.window_start.isoformat(),
-            self.window_end.isoformat(), self.extensions, decision,
+            self.step,
+            self.config.steps[self.step],
+            self.window_start.isoformat(),
+            self.window_end.isoformat(),
+            self.extensions,
+            decision,
             {"stable": counts(stable), "canary": counts(canary)},
-            [asdict(m) for m in metrics], reason,
+            [asdict(m) for m in metrics],
+            reason,
         )
         self.log.append(record)
         return record
@@ -272,20 +305,37 @@ class RolloutController:
             return
         self.extensions += 1
         self.window_end += timedelta(seconds=self.config.window_s)
-        log.info("rollout step %d: too few samples, window extended to %s", self.step,
-                 self.window_end.isoformat())
+        log.info(
+            "rollout step %d: too few samples, window extended to %s",
+            self.step,
+            self.window_end.isoformat(),
+        )
 
     def _rollback(self, record: StepRecord) -> None:
         from ratchet import registry
 
         self.splitter.set_canary_weight(0.0)
-        registry.set_alias(self.tracking_uri, self.model_name, registry.CHAMPION,
-                           self.stable_version)
+        registry.set_alias(
+            self.tracking_uri, self.model_name, registry.CHAMPION, self.stable_version
+        )
         self.state = "rolled_back"
-        self.log.append(StepRecord(self.step, 0.0, record.window_start, record.window_end,
-                                   self.extensions, "rollback", reason=record.reason))
-        log.warning("rollout of v%d rolled back at step %d: %s", self.canary_version,
-                    self.step, record.reason)
+        self.log.append(
+            StepRecord(
+                self.step,
+                0.0,
+                record.window_start,
+                record.window_end,
+                self.extensions,
+                "rollback",
+                reason=record.reason,
+            )
+        )
+        log.warning(
+            "rollout of v%d rolled back at step %d: %s",
+            self.canary_version,
+            self.step,
+            record.reason,
+        )
         self._write_verdict("rolled_back", record.reason)
 
     def _promote(self, record: StepRecord) -> None:
@@ -298,8 +348,17 @@ class RolloutController:
         ):
             registry.promote(self.tracking_uri, self.model_name, self.canary_version)
         self.state = "promoted"
-        self.log.append(StepRecord(self.step, 1.0, record.window_start, record.window_end, 0,
-                                   "promote", reason="every judged step passed"))
+        self.log.append(
+            StepRecord(
+                self.step,
+                1.0,
+                record.window_start,
+                record.window_end,
+                0,
+                "promote",
+                reason="every judged step passed",
+            )
+        )
         self._write_verdict("promoted", "every judged step passed")
 
     def _write_verdict(self, verdict: str, reason: str) -> None:
@@ -315,17 +374,25 @@ class RolloutController:
             f" ({self.clock().isoformat()}): {reason or 'ok'}"
         )
         steps = [
-            {"step": r.step, "weight": r.weight, "decision": r.decision,
-             "samples": r.samples,
-             "p": {m["name"]: m["p_value"] for m in r.metrics}}
+            {
+                "step": r.step,
+                "weight": r.weight,
+                "decision": r.decision,
+                "samples": r.samples,
+                "p": {m["name"]: m["p_value"] for m in r.metrics},
+            }
             for r in self.log
         ]
         registry.set_version_tags(
-            self.tracking_uri, self.model_name, self.canary_version,
-            {"ratchet.rollout.verdict": verdict,
-             "ratchet.rollout.final_weight": f"{self.weight:.2f}",
-             "ratchet.rollout.stable_version": str(self.stable_version),
-             "ratchet.rollout.reason": (reason or "ok")[:4000],
-             "ratchet.rollout.steps": json.dumps(steps)[:4900]},
+            self.tracking_uri,
+            self.model_name,
+            self.canary_version,
+            {
+                "ratchet.rollout.verdict": verdict,
+                "ratchet.rollout.final_weight": f"{self.weight:.2f}",
+                "ratchet.rollout.stable_version": str(self.stable_version),
+                "ratchet.rollout.reason": (reason or "ok")[:4000],
+                "ratchet.rollout.steps": json.dumps(steps)[:4900],
+            },
             description=f"{old}\n\n{summary}" if old else summary,
         )

@@ -73,8 +73,9 @@ def _ingest_config():
 
     return IngestConfig(
         join=JoinConfig(followup_window_s=600.0, feedback_window_s=600.0, allowed_lateness_s=0.0),
-        validation=ValidationConfig(max_reward_mean_drift=10.0, max_reward_std_drift=10.0,
-                                    max_length_drift_ratio=100.0),
+        validation=ValidationConfig(
+            max_reward_mean_drift=10.0, max_reward_std_drift=10.0, max_length_drift_ratio=100.0
+        ),
     )
 
 
@@ -91,34 +92,59 @@ def run(args: argparse.Namespace) -> list[dict]:
     token = f"demo-{uuid.uuid4().hex}"
     with services(workdir, bootstrap=None, tracking_uri=None) as ep:
         name, stable_v, canary_v = _register(args, ep, workdir)
-        common = dict(n_replicas=1, tracking_uri=ep.tracking_uri, model_name=name,
-                      bootstrap=ep.bootstrap, admin_token=token)
-        with Fleet.start(**common, version=stable_v, workdir=workdir / "stable",
-                         name="stable") as stable, \
-                Fleet.start(**common, version=canary_v, workdir=workdir / "canary",
-                            name="canary") as canary, \
-                RouterProcess.start(stable_urls=stable.urls, canary_urls=canary.urls,
-                                    admin_token=token, workdir=workdir / "router") as router:
-            sim = UserSimulator(urls=[router.url], bootstrap=ep.bootstrap, speed=600.0,
-                                seed=args.seed)
+        common = dict(
+            n_replicas=1,
+            tracking_uri=ep.tracking_uri,
+            model_name=name,
+            bootstrap=ep.bootstrap,
+            admin_token=token,
+        )
+        with (
+            Fleet.start(
+                **common, version=stable_v, workdir=workdir / "stable", name="stable"
+            ) as stable,
+            Fleet.start(
+                **common, version=canary_v, workdir=workdir / "canary", name="canary"
+            ) as canary,
+            RouterProcess.start(
+                stable_urls=stable.urls,
+                canary_urls=canary.urls,
+                admin_token=token,
+                workdir=workdir / "router",
+            ) as router,
+        ):
+            sim = UserSimulator(
+                urls=[router.url], bootstrap=ep.bootstrap, speed=600.0, seed=args.seed
+            )
             traffic = Traffic(sim, round_size=8, concurrency=4)
             config = RolloutConfig(
-                window_s=args.window_s, max_extensions=args.max_extensions,
-                judge=JudgeConfig(min_requests=args.min_requests, min_signals=args.min_signals))
+                window_s=args.window_s,
+                max_extensions=args.max_extensions,
+                judge=JudgeConfig(min_requests=args.min_requests, min_signals=args.min_signals),
+            )
             spans = workdir / "spans"
             ctl = RolloutController(
-                config=config, splitter=router.client(), serving=router.client(),
+                config=config,
+                splitter=router.client(),
+                serving=router.client(),
                 product=RewardSpans(spans, model_name=name, horizon_s=600.0),
-                tracking_uri=ep.tracking_uri, model_name=name, stable_version=stable_v,
-                canary_version=canary_v)
+                tracking_uri=ep.tracking_uri,
+                model_name=name,
+                stable_version=stable_v,
+                canary_version=canary_v,
+            )
             ctl.start()
             traffic.thread.start()
             group, ingest_config, t0 = f"rollout-{uuid.uuid4().hex[:6]}", _ingest_config(), 0.0
             try:
                 t0 = time.monotonic()
                 while ctl.state == "running" and time.monotonic() - t0 < args.timeout_s:
-                    run_span(bootstrap=ep.bootstrap, group_id=group, output_root=spans,
-                             config=ingest_config)
+                    run_span(
+                        bootstrap=ep.bootstrap,
+                        group_id=group,
+                        output_root=spans,
+                        config=ingest_config,
+                    )
                     record = ctl.tick()
                     if record is not None:
                         print(_line(record), flush=True)
@@ -128,9 +154,11 @@ def run(args: argparse.Namespace) -> list[dict]:
                 sim.close()
         log = [asdict(r) for r in ctl.log]
         (workdir / "step_log.json").write_text(json.dumps(log, indent=2, default=str))
-        print(f"\nrollout of v{canary_v} vs v{stable_v}: {ctl.state}, final weight "
-              f"{ctl.weight:.2f}, {time.monotonic() - t0:.0f} s; champion alias now "
-              f"v{_champion(ep.tracking_uri, name)}; step log: {workdir / 'step_log.json'}")
+        print(
+            f"\nrollout of v{canary_v} vs v{stable_v}: {ctl.state}, final weight "
+            f"{ctl.weight:.2f}, {time.monotonic() - t0:.0f} s; champion alias now "
+            f"v{_champion(ep.tracking_uri, name)}; step log: {workdir / 'step_log.json'}"
+        )
     return log
 
 
@@ -143,12 +171,16 @@ def _champion(tracking_uri: str, name: str) -> int | None:
 def _line(record) -> str:
     stats = ", ".join(
         f"{m['name']} {_fmt(m['stable'])}/{_fmt(m['canary'])} p={_fmt(m['p_value'])} "
-        f"{m['decision']}" for m in record.metrics)
+        f"{m['decision']}"
+        for m in record.metrics
+    )
     s, c = record.samples.get("stable", {}), record.samples.get("canary", {})
-    return (f"step {record.step} w={record.weight:.2f} ext={record.extensions} "
-            f"n(stable/canary)={s.get('requests')}/{c.get('requests')} req, "
-            f"{s.get('finalised')}/{c.get('finalised')} rows -> {record.decision.upper()}"
-            f"{' (' + record.reason + ')' if record.reason else ''}\n    {stats}")
+    return (
+        f"step {record.step} w={record.weight:.2f} ext={record.extensions} "
+        f"n(stable/canary)={s.get('requests')}/{c.get('requests')} req, "
+        f"{s.get('finalised')}/{c.get('finalised')} rows -> {record.decision.upper()}"
+        f"{' (' + record.reason + ')' if record.reason else ''}\n    {stats}"
+    )
 
 
 def _fmt(value) -> str:

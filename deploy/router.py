@@ -64,7 +64,8 @@ class RequestLedger:
         for arm in ("stable", "canary"):
             mine = [e for e in entries if e[1] == arm]
             out[arm] = ArmSamples(
-                requests=len(mine), errors=sum(not e[2] for e in mine),
+                requests=len(mine),
+                errors=sum(not e[2] for e in mine),
                 latencies_ms=[e[3] for e in mine],
             )
         return out
@@ -115,10 +116,12 @@ def _admin(
     import secrets
 
     if credentials is None:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "admin bearer token required",
-                            headers={"WWW-Authenticate": "Bearer"})
-    if not secrets.compare_digest(credentials.credentials.encode(),
-                                  _state(request).token.encode()):
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "admin bearer token required",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    if not secrets.compare_digest(credentials.credentials.encode(), _state(request).token.encode()):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "wrong admin token")
 
 
@@ -135,8 +138,9 @@ async def route_completion(request: Request, state: StateDep) -> Response:
     try:
         conversation_id = str(json.loads(body)["conversation_id"])
     except (ValueError, KeyError, TypeError) as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            "body must be JSON with a conversation_id") from exc
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, "body must be JSON with a conversation_id"
+        ) from exc
     arm, url = state.pick(conversation_id)
     when, start = datetime.now(UTC), time.perf_counter()
     try:
@@ -152,9 +156,12 @@ async def route_completion(request: Request, state: StateDep) -> Response:
         state.ledger.record(when, arm, upstream.status_code < 500, latency_ms)
     key = (arm, upstream.status_code)
     state.counts[key] = state.counts.get(key, 0) + 1
-    return Response(upstream.content, upstream.status_code,
-                    media_type=upstream.headers.get("content-type"),
-                    headers={"x-ratchet-arm": arm})
+    return Response(
+        upstream.content,
+        upstream.status_code,
+        media_type=upstream.headers.get("content-type"),
+        headers={"x-ratchet-arm": arm},
+    )
 
 
 @public.get("/healthz")
@@ -167,8 +174,10 @@ def metrics(state: StateDep) -> Response:
     lines = ["# TYPE ratchet_router_requests_total counter"]
     for (arm, code), n in sorted(state.counts.items()):
         lines.append(f'ratchet_router_requests_total{{arm="{arm}",status="{code}"}} {n}')
-    lines += ["# TYPE ratchet_router_canary_weight gauge",
-              f"ratchet_router_canary_weight {state.canary_weight}"]
+    lines += [
+        "# TYPE ratchet_router_canary_weight gauge",
+        f"ratchet_router_canary_weight {state.canary_weight}",
+    ]
     return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 
@@ -192,13 +201,20 @@ def set_groups(body: GroupsBody, state: StateDep, _: AdminDep) -> GroupsBody:
 @admin.get("/stats")
 def stats(start: datetime, end: datetime, state: StateDep, _: AdminDep) -> dict:
     window = state.ledger.serving(start, end)
-    return {arm: {"requests": s.requests, "errors": s.errors, "latencies_ms": s.latencies_ms}
-            for arm, s in window.items()}
+    return {
+        arm: {"requests": s.requests, "errors": s.errors, "latencies_ms": s.latencies_ms}
+        for arm, s in window.items()
+    }
 
 
 def create_router_app(
-    *, stable_urls: list[str], canary_urls: list[str], admin_token: str,
-    canary_weight: float = 0.0, max_body_bytes: int = 64 * 1024, timeout_s: float = 60.0,
+    *,
+    stable_urls: list[str],
+    canary_urls: list[str],
+    admin_token: str,
+    canary_weight: float = 0.0,
+    max_body_bytes: int = 64 * 1024,
+    timeout_s: float = 60.0,
 ) -> FastAPI:
     """The router app; its httpx client lives for the app's lifespan."""
     from contextlib import asynccontextmanager
@@ -248,8 +264,12 @@ class RouterClient:
         self._headers = {"Authorization": f"Bearer {admin_token}"}
 
     def set_canary_weight(self, weight: float) -> None:
-        httpx.put(f"{self.url}/admin/weights", json={"canary_weight": weight},
-                  headers=self._headers, timeout=10).raise_for_status()
+        httpx.put(
+            f"{self.url}/admin/weights",
+            json={"canary_weight": weight},
+            headers=self._headers,
+            timeout=10,
+        ).raise_for_status()
 
     def canary_weight(self) -> float:
         resp = httpx.get(f"{self.url}/admin/weights", headers=self._headers, timeout=10)
@@ -257,8 +277,12 @@ class RouterClient:
         return float(resp.json()["canary_weight"])
 
     def serving(self, start: datetime, end: datetime) -> dict[Arm, ArmSamples]:
-        resp = httpx.get(f"{self.url}/admin/stats", headers=self._headers, timeout=30,
-                         params={"start": start.isoformat(), "end": end.isoformat()})
+        resp = httpx.get(
+            f"{self.url}/admin/stats",
+            headers=self._headers,
+            timeout=30,
+            params={"start": start.isoformat(), "end": end.isoformat()},
+        )
         resp.raise_for_status()
         return {arm: ArmSamples(**v) for arm, v in resp.json().items()}
 
@@ -268,12 +292,13 @@ def main() -> None:
     import uvicorn
 
     app = create_router_app(
-        stable_urls=settings.stable_urls, canary_urls=settings.canary_urls,
+        stable_urls=settings.stable_urls,
+        canary_urls=settings.canary_urls,
         admin_token=settings.admin_token.get_secret_value(),
-        canary_weight=settings.canary_weight, max_body_bytes=settings.max_body_bytes,
+        canary_weight=settings.canary_weight,
+        max_body_bytes=settings.max_body_bytes,
     )
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                access_log=False)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,12 @@ def main() -> None:
     from deploy.server import create_app
 
     uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port,
-        log_level="warning", access_log=False, timeout_graceful_shutdown=10,
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=10,
     )
 
 

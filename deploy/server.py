@@ -72,12 +72,15 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 app.state.behaviour_logger.close()
 
     app = FastAPI(
-        title="ratchet replica", version="1", lifespan=lifespan,
+        title="ratchet replica",
+        version="1",
+        lifespan=lifespan,
         max_body_size=settings.max_body_bytes,  # 413 for larger bodies, chunked ones included
     )
     app.state.settings = settings
     app.state.host = ModelHost(
-        tracking_uri=settings.tracking_uri, model_name=settings.model_name,
+        tracking_uri=settings.tracking_uri,
+        model_name=settings.model_name,
         cache_dir=settings.cache_dir,
     )
     app.state.behaviour_logger = _make_logger(settings)

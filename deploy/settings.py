@@ -31,7 +31,8 @@ class ServerSettings(BaseSettings):
         default="champion", min_length=1, description="Registry alias loaded at start-up."
     )
     version: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="Pin a registry version at start-up instead of resolving the alias "
         "(the rollout's canary group starts this way).",
     )
@@ -43,7 +44,9 @@ class ServerSettings(BaseSettings):
         default=True, description="Log every completion to Kafka. Off only for benchmarks."
     )
     replica_id: str = Field(
-        default="replica-0", min_length=1, max_length=64,
+        default="replica-0",
+        min_length=1,
+        max_length=64,
         description="Name of this replica in metrics and logs.",
     )
     host: str = Field(default="127.0.0.1", description="Interface to bind; loopback by default.")
@@ -60,15 +63,19 @@ class ServerSettings(BaseSettings):
         description="Directory of the on-disk spool that holds events while Kafka is down.",
     )
     spool_max_bytes: int = Field(
-        default=256 * 1024 * 1024, ge=1024,
+        default=256 * 1024 * 1024,
+        ge=1024,
         description="Spool bound; events beyond it are dropped and counted in /metrics.",
     )
     queue_max_events: int = Field(
-        default=10_000, ge=1,
+        default=10_000,
+        ge=1,
         description="In-memory queue between request threads and the logging thread.",
     )
     max_body_bytes: int = Field(
-        default=64 * 1024, ge=256, le=16 * 1024 * 1024,
+        default=64 * 1024,
+        ge=256,
+        le=16 * 1024 * 1024,
         description="Largest request body accepted; larger ones get 413.",
     )
     max_prompt_chars: int = Field(

@@ -44,7 +44,9 @@ class SignalPolicy(BaseModel):
         default=0.85, ge=0.0, le=1.0, description="Lowest 30 s persistence of a correct answer."
     )
     persist_correct_decay: float = Field(
-        default=0.97, gt=0.0, le=1.0,
+        default=0.97,
+        gt=0.0,
+        le=1.0,
         description="Smallest per-window factor a correct answer's persistence keeps.",
     )
     persist_wrong_high: float = Field(
@@ -157,8 +159,14 @@ def plan_signals(outcome: Outcome, policy: SignalPolicy, rng: random.Random) -> 
     ]
     reply = followup(outcome, policy, rng)
     if reply is not None:
-        plan.append(PlannedSignal("followup", rng.uniform(*policy.followup_delay_s),
-                                  text=reply[0], dissatisfied=reply[1]))
+        plan.append(
+            PlannedSignal(
+                "followup",
+                rng.uniform(*policy.followup_delay_s),
+                text=reply[0],
+                dissatisfied=reply[1],
+            )
+        )
     label = feedback(outcome, policy, rng)
     if label is not None:
         plan.append(PlannedSignal("feedback", rng.uniform(*policy.feedback_delay_s), label=label))

@@ -97,7 +97,9 @@ class _SignalScheduler:
                 _, _, event = heapq.heappop(self._heap)
                 self._sending += 1
             self._producer.send(
-                TOPICS[event.kind], key=event.response_id.encode(), value=event.to_json(),
+                TOPICS[event.kind],
+                key=event.response_id.encode(),
+                value=event.to_json(),
                 timestamp_ms=int(event.event_time.timestamp() * 1000),
             )
             with self._cond:
@@ -188,10 +190,14 @@ class UserSimulator:
     def _call(self, i: int, task: Task, seed: int, user: str) -> _Served | None:
         url = self.urls[i % len(self.urls)]
         body = {
-            "prompt": task.prompt, "max_tokens": self.max_tokens,
-            "temperature": self.temperature, "top_p": 1.0, "seed": seed,
+            "prompt": task.prompt,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": 1.0,
+            "seed": seed,
             "conversation_id": f"conv-{self.seed}-{self._round}-{i}",
-            "user_id": user, "task_kind": task.kind,
+            "user_id": user,
+            "task_kind": task.kind,
         }
         start = time.perf_counter()
         try:
@@ -200,16 +206,20 @@ class UserSimulator:
             return None
         if resp.status_code != 200:
             return None
-        return _Served(task, resp.json(), (time.perf_counter() - start) * 1000.0,
-                       time.monotonic())
+        return _Served(task, resp.json(), (time.perf_counter() - start) * 1000.0, time.monotonic())
 
     # -- judging and scheduling ---------------------------------------------------------------
     def _judge(self, served: list[_Served], errors: int) -> RoundStats:
         passed, persist, dissatisfied, scheduled = [], [], [], 0
         for s in served:
             result = check(s.task, s.response["text"])
-            outcome = Outcome(result.passed, result.malformed, result.no_edit,
-                              s.response["latency_ms"], s.response["usage"]["output_tokens"])
+            outcome = Outcome(
+                result.passed,
+                result.malformed,
+                result.no_edit,
+                s.response["latency_ms"],
+                s.response["usage"]["output_tokens"],
+            )
             plan = plan_signals(outcome, self.policy, self._rng)
             created = datetime.fromisoformat(s.response["created"])
             for signal in plan:
@@ -220,8 +230,10 @@ class UserSimulator:
             persist.append(next(p.score for p in plan if p.window_s == 600))
             dissatisfied.append(any(p.dissatisfied for p in plan if p.kind == "followup"))
         return RoundStats(
-            requests=len(served) + errors, errors=errors,
-            pass_rate=_mean(passed), edit_persistence=_mean(persist),
+            requests=len(served) + errors,
+            errors=errors,
+            pass_rate=_mean(passed),
+            edit_persistence=_mean(persist),
             dissatisfied_rate=_mean(dissatisfied),
             mean_latency_ms=_mean([s.latency_ms for s in served]),
             mean_completion_tokens=_mean([s.response["usage"]["output_tokens"] for s in served]),
@@ -235,7 +247,8 @@ def _mean(values: list) -> float:
 
 def _event(signal: PlannedSignal, response_id: str, created: datetime):
     common = {
-        "event_id": uuid.uuid4().hex, "response_id": response_id,
+        "event_id": uuid.uuid4().hex,
+        "response_id": response_id,
         "event_time": created + timedelta(seconds=signal.delay_s),
     }
     if signal.kind == "edit_persistence":

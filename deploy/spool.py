@@ -34,9 +34,7 @@ class SpoolBatch:
 
 def _encode(record: Record) -> bytes:
     topic, key, value = record
-    line = "\t".join(
-        (topic, base64.b64encode(key).decode(), base64.b64encode(value).decode())
-    )
+    line = "\t".join((topic, base64.b64encode(key).decode(), base64.b64encode(value).decode()))
     return line.encode() + b"\n"
 
 

@@ -33,7 +33,8 @@ def register_untrained(
     from trainer.checkpoint import save_checkpoint
 
     directory = save_checkpoint(
-        build_untrained(seed), Path(workdir) / f"untrained-seed{seed}",
+        build_untrained(seed),
+        Path(workdir) / f"untrained-seed{seed}",
         metadata={"origin": "untrained", "seed": seed},
     )
     mlflow.set_tracking_uri(tracking_uri)

@@ -49,8 +49,12 @@ def create_completion(
     start = time.perf_counter()
     try:
         gen = generate(
-            served.model, [req.prompt], max_new_tokens=req.max_tokens,
-            temperature=req.temperature, top_p=req.top_p, seed=req.seed,
+            served.model,
+            [req.prompt],
+            max_new_tokens=req.max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
         )[0]
     except ValueError as exc:  # e.g. a prompt that leaves no room under max_seq_len
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
@@ -59,12 +63,26 @@ def create_completion(
     metrics.prompt_tokens.inc(gen.prompt_tokens)
     metrics.completion_tokens.inc(len(gen.token_ids))
     if logger is not None:
-        _log_completion(logger, metrics, settings.model_name, served.version, req, gen,
-                        response_id, created, latency_ms)
+        _log_completion(
+            logger,
+            metrics,
+            settings.model_name,
+            served.version,
+            req,
+            gen,
+            response_id,
+            created,
+            latency_ms,
+        )
     return CompletionResponse(
-        id=response_id, text=gen.text, model_version=served.version, created=created,
+        id=response_id,
+        text=gen.text,
+        model_version=served.version,
+        created=created,
         usage=UsageOut(input_tokens=gen.prompt_tokens, output_tokens=len(gen.token_ids)),
-        finish_reason=gen.finish_reason, latency_ms=latency_ms, replica_id=settings.replica_id,
+        finish_reason=gen.finish_reason,
+        latency_ms=latency_ms,
+        replica_id=settings.replica_id,
     )
 
 
@@ -81,19 +99,33 @@ def _validate_limits(req: CompletionRequest, max_prompt_chars: int, max_tokens: 
         )
 
 
-def _log_completion(logger, metrics, model_name, version, req, gen, response_id, created,
-                    latency_ms) -> None:
+def _log_completion(
+    logger, metrics, model_name, version, req, gen, response_id, created, latency_ms
+) -> None:
     try:
         event = Completion(
-            event_id=uuid.uuid4().hex, response_id=response_id, event_time=created,
-            conversation_id=req.conversation_id, user_hash=hash_user(req.user_id),
-            model_name=model_name, model_version=version, task_kind=req.task_kind,
-            prompt=req.prompt, response_text=gen.text, response_token_ids=gen.token_ids,
+            event_id=uuid.uuid4().hex,
+            response_id=response_id,
+            event_time=created,
+            conversation_id=req.conversation_id,
+            user_hash=hash_user(req.user_id),
+            model_name=model_name,
+            model_version=version,
+            task_kind=req.task_kind,
+            prompt=req.prompt,
+            response_text=gen.text,
+            response_token_ids=gen.token_ids,
             response_logprobs=[min(lp, 0.0) for lp in gen.logprobs],
-            sampling=SamplingParams(temperature=req.temperature, top_p=req.top_p,
-                                    max_tokens=req.max_tokens, seed=req.seed),
-            routed_experts=gen.routed_experts, time_to_first_token_ms=latency_ms,
-            latency_ms=latency_ms, finish_reason=gen.finish_reason,
+            sampling=SamplingParams(
+                temperature=req.temperature,
+                top_p=req.top_p,
+                max_tokens=req.max_tokens,
+                seed=req.seed,
+            ),
+            routed_experts=gen.routed_experts,
+            time_to_first_token_ms=latency_ms,
+            latency_ms=latency_ms,
+            finish_reason=gen.finish_reason,
             usage=Usage(input_tokens=gen.prompt_tokens, output_tokens=len(gen.token_ids)),
         )
     except ValueError as exc:  # a schema violation is counted, never returned to the caller

@@ -40,8 +40,12 @@ class Clock:
 
 @pytest.fixture(scope="module")
 def router(tmp_path_factory):
-    with RouterProcess.start(stable_urls=["http://127.0.0.1:9"], canary_urls=[],
-                             admin_token=TOKEN, workdir=tmp_path_factory.mktemp("router")) as r:
+    with RouterProcess.start(
+        stable_urls=["http://127.0.0.1:9"],
+        canary_urls=[],
+        admin_token=TOKEN,
+        workdir=tmp_path_factory.mktemp("router"),
+    ) as r:
         yield r
 
 
@@ -52,31 +56,60 @@ def versions(mlflow_server, tmp_path):
     v1 = register_untrained(mlflow_server.uri, name, seed=1, workdir=tmp_path)
     v2 = register_untrained(mlflow_server.uri, name, seed=2, workdir=tmp_path)
     registry.promote(mlflow_server.uri, name, v1)
-    registry.set_version_tags(mlflow_server.uri, name, v2, {"ratchet.gate.verdict": "pass"},
-                              description="Gate: passed (run abc).")
+    registry.set_version_tags(
+        mlflow_server.uri,
+        name,
+        v2,
+        {"ratchet.gate.verdict": "pass"},
+        description="Gate: passed (run abc).",
+    )
     registry.promote(mlflow_server.uri, name, v2)
     return name, v1, v2
 
 
-def reward_rows(name: str, version: int, n: int, start: datetime, *, dissatisfied: float,
-                persistence: float, rng: random.Random) -> pa.Table:
+def reward_rows(
+    name: str,
+    version: int,
+    n: int,
+    start: datetime,
+    *,
+    dissatisfied: float,
+    persistence: float,
+    rng: random.Random,
+) -> pa.Table:
     rows = []
     for i in range(n):
-        rows.append({
-            "schema_version": 1, "response_id": f"r-{version}-{uuid.uuid4().hex}",
-            "conversation_id": f"c{i}",
-            "event_time": start + timedelta(seconds=rng.uniform(0, 590)),
-            "model_name": name, "model_version": version, "task_kind": "arith",
-            "prompt": "1+1 = ", "response_text": "2", "response_token_ids": [50, 2],
-            "response_logprobs": [-0.1, -0.2], "routed_experts": [[[0, 1]], [[1, 2]]],
-            "temperature": 1.0, "finish_reason": "stop", "completion_tokens": 2,
-            "latency_ms": 40.0,
-            **{f"edit_persistence_{w}": min(1.0, max(0.0, rng.gauss(persistence, 0.1)))
-               for w in (30, 120, 300, 600)},
-            "followup_dissatisfied": rng.random() < dissatisfied if rng.random() < 0.9 else None,
-            "feedback_accept": None, "reward": 0.0, "reward_components": [("edit", 0.0)],
-            "defaulted_signals": [],
-        })
+        rows.append(
+            {
+                "schema_version": 1,
+                "response_id": f"r-{version}-{uuid.uuid4().hex}",
+                "conversation_id": f"c{i}",
+                "event_time": start + timedelta(seconds=rng.uniform(0, 590)),
+                "model_name": name,
+                "model_version": version,
+                "task_kind": "arith",
+                "prompt": "1+1 = ",
+                "response_text": "2",
+                "response_token_ids": [50, 2],
+                "response_logprobs": [-0.1, -0.2],
+                "routed_experts": [[[0, 1]], [[1, 2]]],
+                "temperature": 1.0,
+                "finish_reason": "stop",
+                "completion_tokens": 2,
+                "latency_ms": 40.0,
+                **{
+                    f"edit_persistence_{w}": min(1.0, max(0.0, rng.gauss(persistence, 0.1)))
+                    for w in (30, 120, 300, 600)
+                },
+                "followup_dissatisfied": rng.random() < dissatisfied
+                if rng.random() < 0.9
+                else None,
+                "feedback_accept": None,
+                "reward": 0.0,
+                "reward_components": [("edit", 0.0)],
+                "defaulted_signals": [],
+            }
+        )
     return pa.Table.from_pylist(rows, schema=REWARD_SCHEMA)
 
 
@@ -89,31 +122,60 @@ class World:
         self.ledger = RequestLedger()
         self.rows = RewardTable(REWARD_SCHEMA.empty_table(), None, model_name=name)
 
-    def serve_window(self, ctl: RolloutController, clock: Clock, n: int, *,
-                     canary_dissatisfied: float, canary_latency: float = 40.0) -> None:
+    def serve_window(
+        self,
+        ctl: RolloutController,
+        clock: Clock,
+        n: int,
+        *,
+        canary_dissatisfied: float,
+        canary_latency: float = 40.0,
+    ) -> None:
         start = ctl.window_start
         for arm, lat in (("stable", 40.0), ("canary", canary_latency)):
             for _ in range(n):
                 when = start + timedelta(seconds=self.rng.uniform(0, 590))
-                self.ledger.record(when, arm, self.rng.random() > 0.005,
-                                   self.rng.gauss(lat, 4.0))
+                self.ledger.record(when, arm, self.rng.random() > 0.005, self.rng.gauss(lat, 4.0))
         end = ctl.window_end
         clock.now = end + timedelta(seconds=1)
-        table = pa.concat_tables([
-            reward_rows(self.name, self.stable, n, start, dissatisfied=0.2, persistence=0.8,
-                        rng=self.rng),
-            reward_rows(self.name, self.canary, n, start, dissatisfied=canary_dissatisfied,
-                        persistence=0.8, rng=self.rng),
-        ])
+        table = pa.concat_tables(
+            [
+                reward_rows(
+                    self.name,
+                    self.stable,
+                    n,
+                    start,
+                    dissatisfied=0.2,
+                    persistence=0.8,
+                    rng=self.rng,
+                ),
+                reward_rows(
+                    self.name,
+                    self.canary,
+                    n,
+                    start,
+                    dissatisfied=canary_dissatisfied,
+                    persistence=0.8,
+                    rng=self.rng,
+                ),
+            ]
+        )
         self.rows.extend(table, closed_until=end)  # ingest's watermark passed the window
 
 
 def controller(name, v1, v2, router, world, clock, mlflow_uri) -> RolloutController:
-    config = RolloutConfig(window_s=WINDOW_S, max_extensions=2,
-                           judge=JudgeConfig(min_requests=50, min_signals=40))
+    config = RolloutConfig(
+        window_s=WINDOW_S, max_extensions=2, judge=JudgeConfig(min_requests=50, min_signals=40)
+    )
     return RolloutController(
-        config=config, splitter=router.client(), serving=world.ledger, product=world.rows,
-        tracking_uri=mlflow_uri, model_name=name, stable_version=v1, canary_version=v2,
+        config=config,
+        splitter=router.client(),
+        serving=world.ledger,
+        product=world.rows,
+        tracking_uri=mlflow_uri,
+        model_name=name,
+        stable_version=v1,
+        canary_version=v2,
         clock=clock,
     )
 

@@ -29,13 +29,24 @@ def deployment(mlflow_server, broker, tmp_path_factory):
     name = f"deploy-e2e-{uuid.uuid4().hex[:6]}"
     v1 = register_untrained(mlflow_server.uri, name, seed=1, workdir=work)
     v2 = register_untrained(mlflow_server.uri, name, seed=2, workdir=work)
-    common = dict(n_replicas=1, tracking_uri=mlflow_server.uri, model_name=name,
-                  bootstrap=broker.bootstrap, admin_token=TOKEN)
-    with Fleet.start(**common, version=v1, workdir=work / "stable", name="stable") as stable, \
-            Fleet.start(**common, version=v2, workdir=work / "canary", name="canary") as canary, \
-            RouterProcess.start(stable_urls=stable.urls, canary_urls=canary.urls,
-                                admin_token=TOKEN, workdir=work / "router",
-                                canary_weight=0.5) as router:
+    common = dict(
+        n_replicas=1,
+        tracking_uri=mlflow_server.uri,
+        model_name=name,
+        bootstrap=broker.bootstrap,
+        admin_token=TOKEN,
+    )
+    with (
+        Fleet.start(**common, version=v1, workdir=work / "stable", name="stable") as stable,
+        Fleet.start(**common, version=v2, workdir=work / "canary", name="canary") as canary,
+        RouterProcess.start(
+            stable_urls=stable.urls,
+            canary_urls=canary.urls,
+            admin_token=TOKEN,
+            workdir=work / "router",
+            canary_weight=0.5,
+        ) as router,
+    ):
         yield name, v1, v2, router, work
 
 
@@ -45,8 +56,11 @@ def test_split_is_by_weight_and_sticky(deployment):
     for i in range(30):
         conv = f"sticky-{i}"
         for _ in range(2):
-            r = httpx.post(f"{router.url}/v1/completions", timeout=60, json={
-                "prompt": "1+1 = ", "max_tokens": 2, "conversation_id": conv, "user_id": "u"})
+            r = httpx.post(
+                f"{router.url}/v1/completions",
+                timeout=60,
+                json={"prompt": "1+1 = ", "max_tokens": 2, "conversation_id": conv, "user_id": "u"},
+            )
             assert r.status_code == 200
             expected = "canary" if bucket(conv) < 0.5 else "stable"
             assert r.headers["x-ratchet-arm"] == expected
@@ -71,8 +85,12 @@ def test_both_sides_of_a_window_are_measured(deployment, broker):
     assert serving["stable"].errors == serving["canary"].errors == 0
     assert 5 <= serving["canary"].requests <= 35
 
-    result = run_span(bootstrap=broker.bootstrap, group_id=f"e2e-{uuid.uuid4().hex[:6]}",
-                      output_root=work / "spans", drain=True)
+    result = run_span(
+        bootstrap=broker.bootstrap,
+        group_id=f"e2e-{uuid.uuid4().hex[:6]}",
+        output_root=work / "spans",
+        drain=True,
+    )
     assert result.rows >= 40
     spans = RewardSpans(work / "spans", model_name=name, horizon_s=1800.0)
     assert spans.closed_until() is not None and spans.closed_until() >= end

@@ -40,9 +40,17 @@ class FixedPortBroker:
         url = f"tcp://127.0.0.1:{self.port}"
         with open(self.workdir / "tansu.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [str(tansu_binary()), "broker", "--listener-url", url,
-                 "--advertised-listener-url", url],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    str(tansu_binary()),
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -90,8 +98,13 @@ def test_broker_restart_loses_no_event(mlflow_server, tmp_path):
     fleet = None
     try:
         fleet = Fleet.start(
-            n_replicas=1, tracking_uri=mlflow_server.uri, model_name=name, version=version,
-            bootstrap=broker.bootstrap, workdir=tmp_path / "fleet", admin_token=TOKEN,
+            n_replicas=1,
+            tracking_uri=mlflow_server.uri,
+            model_name=name,
+            version=version,
+            bootstrap=broker.bootstrap,
+            workdir=tmp_path / "fleet",
+            admin_token=TOKEN,
         )
         url = fleet.urls[0]
         _run_outage(url, broker, fleet)
@@ -104,9 +117,18 @@ def test_broker_restart_loses_no_event(mlflow_server, tmp_path):
 def _send(url: str, n: int, tag: str) -> list[str]:
     ids = []
     for i in range(n):
-        r = httpx.post(f"{url}/v1/completions", timeout=30, json={
-            "prompt": "# evaluate\n3+4 = ", "max_tokens": 4, "seed": i,
-            "conversation_id": f"{tag}-{i}", "user_id": "u", "task_kind": "arith"})
+        r = httpx.post(
+            f"{url}/v1/completions",
+            timeout=30,
+            json={
+                "prompt": "# evaluate\n3+4 = ",
+                "max_tokens": 4,
+                "seed": i,
+                "conversation_id": f"{tag}-{i}",
+                "user_id": "u",
+                "task_kind": "arith",
+            },
+        )
         assert r.status_code == 200, r.text  # no request fails, whatever Kafka does
         ids.append(r.json()["id"])
     return ids
@@ -125,8 +147,11 @@ def _run_outage(url: str, broker: FixedPortBroker, fleet: Fleet) -> None:
 
     broker.start()  # same port, empty (Tansu keeps topics in memory)
     after = _send(url, 10, "after")
-    wait_for(lambda: metric(url, sent) == 35 and metric(url, "ratchet_spool_depth") == 0,
-             60, "the spool to drain")
+    wait_for(
+        lambda: metric(url, sent) == 35 and metric(url, "ratchet_spool_depth") == 0,
+        60,
+        "the spool to drain",
+    )
 
     parts = read_completions(broker.bootstrap)
     delivered += [e for part in parts.values() for e in part]

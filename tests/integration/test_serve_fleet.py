@@ -28,8 +28,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TOKEN = "fleet-test-token"
 
 
-def read_events(bootstrap: str, topic: str, response_ids: set[str], *, expect: int,
-                timeout_s: float = 30.0) -> list:
+def read_events(
+    bootstrap: str, topic: str, response_ids: set[str], *, expect: int, timeout_s: float = 30.0
+) -> list:
     """Events of ``topic`` whose response_id is in ``response_ids``; waits for ``expect``."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -60,15 +61,27 @@ def models(mlflow_server, tmp_path_factory):
 def fleet(models, mlflow_server, broker, tmp_path_factory):
     name, _, _, _ = models
     with Fleet.start(
-        n_replicas=2, tracking_uri=mlflow_server.uri, model_name=name,
-        bootstrap=broker.bootstrap, workdir=tmp_path_factory.mktemp("fleet"), admin_token=TOKEN,
+        n_replicas=2,
+        tracking_uri=mlflow_server.uri,
+        model_name=name,
+        bootstrap=broker.bootstrap,
+        workdir=tmp_path_factory.mktemp("fleet"),
+        admin_token=TOKEN,
     ) as f:
         yield f
 
 
 def complete(url: str, i: int, **kw) -> httpx.Response:
-    body = {"prompt": "# evaluate\n12+7 = ", "max_tokens": 8, "temperature": 1.0, "seed": i,
-            "conversation_id": f"c{i}", "user_id": f"user{i % 3}", "task_kind": "arith", **kw}
+    body = {
+        "prompt": "# evaluate\n12+7 = ",
+        "max_tokens": 8,
+        "temperature": 1.0,
+        "seed": i,
+        "conversation_id": f"c{i}",
+        "user_id": f"user{i % 3}",
+        "task_kind": "arith",
+        **kw,
+    }
     return httpx.post(f"{url}/v1/completions", json=body, timeout=60)
 
 
@@ -102,7 +115,7 @@ def _check_logprobs_against_forward(event: Completion, work: Path) -> None:
     tokens = torch.tensor([ids])
     with torch.no_grad():
         logits = model(tokens[:, :-1]).logits
-    lp = sequence_logprobs(logits, tokens[:, 1:])[0, -len(event.response_token_ids):]
+    lp = sequence_logprobs(logits, tokens[:, 1:])[0, -len(event.response_token_ids) :]
     assert torch.allclose(lp, torch.tensor(event.response_logprobs), atol=1e-4)
 
 

@@ -34,7 +34,8 @@ def test_p95_nearest_rank():
 
 def _arm(rng, n, *, err=0.0, lat=50.0, persist=0.8, dissat=0.2):
     return ArmSamples(
-        requests=n, errors=sum(rng.random() < err for _ in range(n)),
+        requests=n,
+        errors=sum(rng.random() < err for _ in range(n)),
         latencies_ms=[rng.gauss(lat, 5.0) for _ in range(n)],
         edit_persistence=[min(1.0, max(0.0, rng.gauss(persist, 0.1))) for _ in range(n)],
         dissatisfied=[rng.random() < dissat for _ in range(n)],

@@ -33,13 +33,20 @@ def test_ledger_window_counts_per_arm():
     got = ledger.serving(t0, t0 + timedelta(seconds=5))
     assert (got["stable"].requests, got["stable"].errors) == (1, 0)
     assert (got["canary"].requests, got["canary"].errors, got["canary"].latencies_ms) == (
-        1, 1, [20.0])
+        1,
+        1,
+        [20.0],
+    )
 
 
 @pytest.fixture
 def client():
-    app = create_router_app(stable_urls=["http://127.0.0.1:9"], canary_urls=[],
-                            admin_token="router-token", max_body_bytes=1024)
+    app = create_router_app(
+        stable_urls=["http://127.0.0.1:9"],
+        canary_urls=[],
+        admin_token="router-token",
+        max_body_bytes=1024,
+    )
     with TestClient(app) as c:
         yield c
 
@@ -60,8 +67,9 @@ def test_router_limits_and_upstream_errors(client):
     assert client.post("/v1/completions", json={"prompt": "x"}).status_code == 422
     r = client.post("/v1/completions", json={"conversation_id": "c", "prompt": "x"})
     assert r.status_code == 502  # nothing listens on port 9: counted as a stable error
-    assert 'ratchet_router_requests_total{arm="stable",status="502"} 1' in client.get(
-        "/metrics").text
+    assert (
+        'ratchet_router_requests_total{arm="stable",status="502"} 1' in client.get("/metrics").text
+    )
 
 
 def test_router_settings_refuse_default_token(monkeypatch):

@@ -16,8 +16,12 @@ TOKEN = "unit-test-admin-token"
 @pytest.fixture
 def client(tmp_path):
     settings = ServerSettings(
-        tracking_uri="http://127.0.0.1:9", model_name="m", admin_token=TOKEN,
-        spool_dir=tmp_path / "spool", cache_dir=tmp_path / "cache", max_body_bytes=2048,
+        tracking_uri="http://127.0.0.1:9",
+        model_name="m",
+        admin_token=TOKEN,
+        spool_dir=tmp_path / "spool",
+        cache_dir=tmp_path / "cache",
+        max_body_bytes=2048,
     )
     with TestClient(create_app(settings)) as c:
         yield c
@@ -49,8 +53,12 @@ def test_body_size_limit(client):
         for _ in range(10):
             yield b"x" * 1000
 
-    assert client.post("/v1/completions", content=chunks(),
-                       headers={"content-type": "application/json"}).status_code == 413
+    assert (
+        client.post(
+            "/v1/completions", content=chunks(), headers={"content-type": "application/json"}
+        ).status_code
+        == 413
+    )
 
 
 def test_request_validation_names_the_field(client):

@@ -40,8 +40,9 @@ def test_wrong_answer_is_reverted(seed):
 
 
 def test_certain_policy_is_deterministic():
-    policy = SignalPolicy(p_dissatisfied_wrong=1.0, p_feedback=1.0, p_feedback_noise=0.0,
-                          p_neutral_followup=0.0)
+    policy = SignalPolicy(
+        p_dissatisfied_wrong=1.0, p_feedback=1.0, p_feedback_noise=0.0, p_neutral_followup=0.0
+    )
     rng = random.Random(0)
     text, dissatisfied = followup(WRONG, policy, rng)
     assert dissatisfied and text in DISSATISFIED_WRONG
@@ -55,8 +56,10 @@ def test_slow_correct_answer_can_annoy():
     slow = Outcome(True, False, False, latency_ms=500.0, completion_tokens=4)
     text, dissatisfied = followup(slow, policy, random.Random(1))
     assert dissatisfied and text in DISSATISFIED_SLOW
-    assert followup(CORRECT, policy.model_copy(update={"p_neutral_followup": 0.0}),
-                    random.Random(1)) is None
+    assert (
+        followup(CORRECT, policy.model_copy(update={"p_neutral_followup": 0.0}), random.Random(1))
+        is None
+    )
 
 
 def test_rates_match_the_policy_over_many_users():

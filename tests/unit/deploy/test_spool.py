@@ -3,8 +3,10 @@ from deploy.spool import Spool
 
 
 def _recs(n, start=0):
-    return [("topic.a", f"k{i}".encode(), f'{{"i": {i}, "s": "a\\tb\\nc"}}'.encode())
-            for i in range(start, start + n)]
+    return [
+        ("topic.a", f"k{i}".encode(), f'{{"i": {i}, "s": "a\\tb\\nc"}}'.encode())
+        for i in range(start, start + n)
+    ]
 
 
 def test_fifo_peek_commit(tmp_path):
