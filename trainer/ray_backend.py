@@ -11,6 +11,7 @@ fault tolerance / elastic restarts, Ray Data ingestion (rows are read from one P
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from trainer.config import TrainerConfig
@@ -26,7 +27,10 @@ def _worker_loop(loop_config: dict) -> None:
     metrics = run_training(Path(loop_config["champion"]), pq.read_table(loop_config["rows"]),
                            config, Path(loop_config["out"]),
                            current_version=loop_config["current_version"])
-    ray.train.report({k: float(v) for k, v in metrics.items()})
+    metrics = {k: float(v) for k, v in metrics.items()}
+    if ray.train.get_context().get_world_rank() == 0:
+        (Path(loop_config["out"]) / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    ray.train.report(metrics)
 
 
 def run_training_ray(champion_dir: Path, rows_path: Path, config: TrainerConfig, out_dir: Path,
@@ -48,5 +52,5 @@ def run_training_ray(champion_dir: Path, rows_path: Path, config: TrainerConfig,
         run_config=RunConfig(storage_path=str(storage_path or Path(out_dir).parent / "ray"),
                              name="ratchet-train"),
     )
-    result = trainer.fit()
-    return dict(result.metrics)
+    trainer.fit()
+    return json.loads((Path(out_dir) / "metrics.json").read_text())

@@ -68,8 +68,8 @@ def warm_start(
     *,
     seed: int,
     steps: int,
-    batch_size: int = 32,
-    lr: float = 3e-3,
+    batch_size: int = 48,
+    lr: float = 4e-3,
     warmup: int = 20,
     log_every: int = 0,
 ) -> MoETransformer:
