@@ -3,8 +3,8 @@
 Checkpoints: the warm-started toy champion (decent), an untrained one (worse) and the decent one
 with a NaN weight. Each is registered as a model version; ``run_gate`` must promote the decent
 one at bootstrap, refuse the worse and the NaN one (alias unchanged, verdict in the version's
-tags), and promote a better candidate over a worse champion (old one kept as
-``previous-champion``).
+tags), refuse a better but unrelated one on the KL ceiling, and with that ceiling lifted promote
+it over a worse champion (old one kept as ``previous-champion``), served by a real replica.
 """
 
 from __future__ import annotations
@@ -133,22 +133,25 @@ def test_gate_promotes_only_on_pass(mlflow_server, versions, tmp_path):
     assert not nan.passed and "finite_weights" in nan.failed_gates
     assert _alias(uri, "champion") == versions["decent"]
 
-    # A better candidate over a worse champion passes and moves the alias.
-    better = _gate(uri, versions["decent"], versions["worse"], work)
-    assert better.passed, better.failed_gates
-    assert _alias(uri, "champion") == versions["decent"]
-    assert math.isfinite(next(g.value for g in better.gates if g.name == "kl_to_champion"))
+    # Better than the champion on every suite gate, but an unrelated model: the KL ceiling
+    # (health) alone refuses it.
+    far = _gate(uri, versions["decent"], versions["worse"], work)
+    assert far.failed_gates == ["kl_to_champion"]
+    kl = next(g for g in far.gates if g.name == "kl_to_champion")
+    assert math.isfinite(kl.value) and kl.value > kl.threshold
 
 
 def test_better_candidate_moves_champion_and_keeps_previous(mlflow_server, versions, tmp_path):
-    from gating.config import InfraConfig
+    from gating.config import HealthConfig, InfraConfig
     from ratchet.registry import set_alias
 
     uri = mlflow_server.uri
     set_alias(uri, MODEL, "champion", versions["worse"])
     # With the infra check: the candidate is served by a real replica and queried.
     infra = InfraConfig(n_requests=6, max_tokens=8, p95_budget_ms=60_000, startup_timeout_s=300)
-    verdict = _gate(uri, versions["decent"], versions["worse"], tmp_path / "gate", infra=infra)
+    # The worse champion is an unrelated untrained model, so the KL ceiling is lifted here.
+    verdict = _gate(uri, versions["decent"], versions["worse"], tmp_path / "gate", infra=infra,
+                    health=HealthConfig(max_kl_to_champion=100.0))
     assert verdict.passed and verdict.promoted, verdict.failed_gates
     gates = {g.name: g for g in verdict.gates}
     assert gates["infra_errors"].value == 0 and gates["infra_p95_ms"].passed
