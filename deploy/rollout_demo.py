@@ -48,7 +48,10 @@ def _register(args, ep, workdir: Path) -> tuple[str, int, int]:
     from ratchet.config import RatchetConfig
 
     config = RatchetConfig(model_name=f"rollout-demo-{uuid.uuid4().hex[:4]}")
-    stable = ensure_champion(config, tracking_uri=ep.tracking_uri, workdir=workdir)
+    if args.stable_checkpoint is not None:
+        stable = _log(ep.tracking_uri, config.model_name, Path(args.stable_checkpoint), "stable")
+    else:
+        stable = ensure_champion(config, tracking_uri=ep.tracking_uri, workdir=workdir)
     if args.canary == "untrained":
         canary = register_untrained(ep.tracking_uri, config.model_name, seed=7, workdir=workdir)
     else:
@@ -58,13 +61,19 @@ def _register(args, ep, workdir: Path) -> tuple[str, int, int]:
 
 
 def _reregister(tracking_uri: str, name: str, version: int, workdir: Path) -> int:
+    from ratchet import registry
+
+    directory = registry.download_checkpoint(tracking_uri, name, version, workdir / "dl")
+    return _log(tracking_uri, name, directory, "same-weights-canary")
+
+
+def _log(tracking_uri: str, name: str, directory: Path, run_name: str) -> int:
     import mlflow
 
     from ratchet import registry
 
-    directory = registry.download_checkpoint(tracking_uri, name, version, workdir / "dl")
     mlflow.set_tracking_uri(tracking_uri)
-    with mlflow.start_run(run_name="same-weights-canary"):
+    with mlflow.start_run(run_name=run_name):
         return registry.log_checkpoint(directory, model_name=name).version
 
 
@@ -191,6 +200,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--canary", choices=("untrained", "same"), default="untrained")
     parser.add_argument("--workdir", default="runs/rollout-demo")
+    parser.add_argument(
+        "--stable-checkpoint",
+        default=None,
+        help="Checkpoint dir to register as the stable version (default: the cached warm start).",
+    )
     parser.add_argument("--window-s", type=float, default=30.0, help="Event seconds per step.")
     parser.add_argument("--max-extensions", type=int, default=4)
     parser.add_argument("--min-requests", type=int, default=40)
