@@ -132,11 +132,14 @@ class _Service:
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the process group started for this service, by PID."""
         if self.proc.poll() is None:
-            stop_pid(self.pid, timeout_s=timeout_s)
+            # Our own child: wait() reaps it (kill(pid, 0) would see the zombie as alive).
             try:
+                os.killpg(self.pid, signal.SIGTERM)
                 self.proc.wait(timeout=timeout_s)
+            except ProcessLookupError:
+                pass
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                stop_pid(self.pid, timeout_s=0.0)
                 self.proc.wait(timeout=timeout_s)
         (self.workdir / f"{self.name}.pid").unlink(missing_ok=True)
 
