@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for noisy in ("kafka", "urllib3", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     from ratchet.config import load_config
 
     config = load_config(getattr(args, "config", None))
