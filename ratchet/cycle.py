@@ -149,6 +149,7 @@ class Cycle:
         import mlflow
         import pyarrow.parquet as pq
 
+        from ingest.lineage import log_span_input
         from trainer.recipe import run_training
 
         champion_dir = registry.download_checkpoint(
@@ -161,6 +162,8 @@ class Cycle:
             mlflow.set_tag("ratchet.stage", "train")
             mlflow.log_params({"champion_version": result.champion_version, "rows": rows.num_rows})
             mlflow.set_tag("span_id", span.span_id)
+            if span.manifest is not None:  # lineage: checkpoint -> span -> offsets -> events
+                log_span_input(span.path, span.manifest)
             metrics = run_training(
                 champion_dir, rows, self.config.trainer, out_dir,
                 current_version=result.champion_version,
