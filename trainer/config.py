@@ -59,8 +59,12 @@ Backend = Annotated[TorchBackend | DeepSpeedBackend, Field(discriminator="type")
 class TrainerConfig(_Strict):
     """One off-policy RL update of the champion on logged reward rows."""
 
-    lr: float = Field(3e-4, gt=0.0, le=1.0, description="AdamW learning rate (constant).")
-    steps: int = Field(40, ge=1, le=100_000, description="Optimizer steps.")
+    lr: float = Field(
+        1e-4, gt=0.0, le=1.0,
+        description="AdamW learning rate (constant). On the toy fixture 3e-4 x 40 steps lowered "
+        "the held-out pass rate (0.19 -> 0.14); 1e-4 x 20 keeps it (bench/learning.py).",
+    )
+    steps: int = Field(20, ge=1, le=100_000, description="Optimizer steps.")
     batch_size: int = Field(64, ge=1, le=65_536, description="Rows per optimizer step.")
     seed: int = Field(0, ge=0, description="Seeds batch order and torch.")
     objective: Objective = Field(default_factory=TokenClip, description="Policy-loss objective.")
