@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,15 +117,22 @@ def download_checkpoint(tracking_uri: str, model_name: str, version: int, dst: P
     target = dst / f"{model_name}-v{version}"
     if found := _checkpoint_in(target):
         return found
-    tmp = dst / f".{model_name}-v{version}.partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.artifacts.download_artifacts(
-        artifact_uri=f"models:/{model_name}/{version}", dst_path=str(tmp)
-    )
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
+    # Several replicas may share ``dst``: each downloads into its own temporary folder and the
+    # first complete one is renamed into place (a rename onto a non-empty folder fails).
+    dst.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{model_name}-v{version}.", dir=dst))
+    try:
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.artifacts.download_artifacts(
+            artifact_uri=f"models:/{model_name}/{version}", dst_path=str(tmp)
+        )
+        try:
+            tmp.rename(target)
+        except OSError:
+            if _checkpoint_in(target) is None:
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     found = _checkpoint_in(target)
     if found is None:
         raise FileNotFoundError(f"models:/{model_name}/{version} holds no model.safetensors")
