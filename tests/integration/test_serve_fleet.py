@@ -7,7 +7,6 @@ Kafka with event times = completion time + delay.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -37,7 +36,10 @@ def read_events(
         events = []
         for partition, hw in high_watermarks(bootstrap, topic).items():
             for _, _, value, _ in read_range(bootstrap, topic, partition, 0, hw):
-                event = parse_event(value)
+                try:  # the session broker also holds other tests' deliberately bad events
+                    event = parse_event(value)
+                except ValueError:
+                    continue
                 if event.response_id in response_ids:
                     events.append(event)
         if len(events) >= expect or time.monotonic() > deadline:
@@ -151,9 +153,12 @@ def _completions_since(bootstrap: str, stats) -> list[Completion]:
     out = []
     for partition, hw in high_watermarks(bootstrap, topic).items():
         for _, _, value, _ in read_range(bootstrap, topic, partition, 0, hw):
-            event = json.loads(value)
-            if event["conversation_id"].startswith("conv-5-1-"):
-                out.append(parse_event(value))
+            try:  # the session broker also holds other tests' deliberately bad events
+                event = parse_event(value)
+            except ValueError:
+                continue
+            if event.conversation_id.startswith("conv-5-1-"):
+                out.append(event)
     assert len(out) == stats.requests
     return out
 
