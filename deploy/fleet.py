@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from typing import Self
 
 import httpx
 
-from ratchet.services import free_port
+from ratchet.services import free_port, stop_child
 
 log = logging.getLogger(__name__)
 
@@ -155,13 +154,7 @@ class Fleet:
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop every replica by PID (SIGTERM to its group, then SIGKILL)."""
         for r in self.replicas:
-            _signal_group(r, signal.SIGTERM)
-        for r in self.replicas:
-            try:
-                r.proc.wait(timeout=timeout_s)  # reaps it: a zombie would look alive to kill(0)
-            except subprocess.TimeoutExpired:
-                _signal_group(r, signal.SIGKILL)
-                r.proc.wait(timeout=timeout_s)
+            stop_child(r.proc, timeout_s=timeout_s)
             (self.workdir / f"{r.replica_id}.pid").unlink(missing_ok=True)
 
     def __enter__(self) -> Self:
@@ -174,16 +167,6 @@ class Fleet:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _signal_group(replica: Replica, sig: signal.Signals) -> None:
-    """Signal the replica's own process group (it was started in a new session) by its PID."""
-    if replica.proc.poll() is not None:
-        return
-    try:
-        os.killpg(replica.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _spawn(
@@ -290,12 +273,7 @@ class RouterProcess:
         return RouterClient(self.url, self.admin_token)
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        _signal_group(self.replica, signal.SIGTERM)
-        try:
-            self.replica.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _signal_group(self.replica, signal.SIGKILL)
-            self.replica.proc.wait(timeout=timeout_s)
+        stop_child(self.replica.proc, timeout_s=timeout_s)
         (self.workdir / "router.pid").unlink(missing_ok=True)
 
     def __enter__(self) -> Self:

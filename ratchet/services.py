@@ -83,6 +83,26 @@ def stop_pid(pid: int, *, timeout_s: float = 10.0, group: bool = True) -> None:
         return
 
 
+def stop_child(proc: subprocess.Popen, *, timeout_s: float = 10.0) -> None:
+    """Stop a child started in its own session: SIGTERM its group, wait, then SIGKILL.
+
+    ``wait()`` reaps our own child; polling with kill(pid, 0) would see its zombie as alive.
+    """
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=timeout_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait(timeout=timeout_s)
+
+
 def stop_leftovers(workdir: Path) -> list[int]:
     """Stop services whose pidfiles are in ``workdir`` (an earlier run's); return their PIDs."""
     stopped = []
@@ -131,16 +151,7 @@ class _Service:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the process group started for this service, by PID."""
-        if self.proc.poll() is None:
-            # Our own child: wait() reaps it (kill(pid, 0) would see the zombie as alive).
-            try:
-                os.killpg(self.pid, signal.SIGTERM)
-                self.proc.wait(timeout=timeout_s)
-            except ProcessLookupError:
-                pass
-            except subprocess.TimeoutExpired:
-                stop_pid(self.pid, timeout_s=0.0)
-                self.proc.wait(timeout=timeout_s)
+        stop_child(self.proc, timeout_s=timeout_s)
         (self.workdir / f"{self.name}.pid").unlink(missing_ok=True)
 
     def __enter__(self) -> Self:
