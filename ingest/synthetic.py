@@ -119,3 +119,21 @@ def stream(
             yield followup(rid, t + timedelta(seconds=20), rng.random() < 0.3)
         if rng.random() < p_feedback:
             yield feedback(rid, t + timedelta(seconds=5), rng.random() < 0.7)
+
+
+def append_records(path, events) -> None:
+    """Append ``events`` to ``path`` as recorded Kafka records (ratchet/replay.py's JSONL format),
+    each stamped with its event time."""
+    import json
+
+    from ingest.schema import TOPICS
+
+    with open(path, "a") as f:
+        for e in events:
+            rec = {
+                "topic": TOPICS[e.kind],
+                "key": e.response_id,
+                "value": e.to_json().decode(),
+                "timestamp_ms": int(e.event_time.timestamp() * 1000),
+            }
+            f.write(json.dumps(rec) + "\n")

@@ -2,32 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from ingest.config import FileSource, IngestConfig
 from ingest.pipeline import run_config
-from ingest.schema import TOPICS
 from ingest.spans import read_spans
-from ingest.synthetic import completion, followup, persistence
+from ingest.synthetic import append_records, completion, followup, persistence
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _append(path: Path, events) -> None:
-    with path.open("a") as f:
-        for e in events:
-            ts = int(e.event_time.timestamp() * 1000)
-            rec = {
-                "topic": TOPICS[e.kind],
-                "key": e.response_id,
-                "value": e.to_json().decode(),
-                "timestamp_ms": ts,
-            }
-            f.write(json.dumps(rec) + "\n")
 
 
 def test_followup_window_ends_at_the_next_completion_across_spans(tmp_path):
@@ -35,12 +19,14 @@ def test_followup_window_ends_at_the_next_completion_across_spans(tmp_path):
     t0 = datetime.now(UTC) - timedelta(hours=2)
     cfg = IngestConfig(source=FileSource(path=src), output_root=tmp_path / "out")
     # span 1: the first completion of a conversation, still open -> carried
-    _append(src, [completion("q1", t0, conversation_id="conv"), persistence("q1", t0, 30, 0.9)])
+    append_records(
+        src, [completion("q1", t0, conversation_id="conv"), persistence("q1", t0, 30, 0.9)]
+    )
     first = run_config(cfg)
     assert first.rows == 0 and first.pending == 2
     # span 2: the conversation's next completion at +60 s, and a follow-up for q1 at +90 s
     t1 = t0 + timedelta(seconds=60)
-    _append(
+    append_records(
         src,
         [
             completion("q2", t1, conversation_id="conv"),

@@ -5,38 +5,22 @@ Uses the recorded-file source, so the Beam pipeline and the suite run without a 
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
 
 from ingest.config import FileSource, IngestConfig, ValidationConfig
 from ingest.pipeline import run_config
-from ingest.schema import TOPICS
 from ingest.spans import SpanStore, read_spans
-from ingest.synthetic import stream
+from ingest.synthetic import append_records, stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _append(path: Path, events) -> None:
-    with path.open("a") as f:
-        for e in events:
-            ts = int(e.event_time.timestamp() * 1000)
-            rec = {
-                "topic": TOPICS[e.kind],
-                "key": e.response_id,
-                "value": e.to_json().decode(),
-                "timestamp_ms": ts,
-            }
-            f.write(json.dumps(rec) + "\n")
-
-
 def test_failing_span_is_quarantined_not_served(tmp_path):
     src = tmp_path / "events.jsonl"
-    _append(src, stream(30, start=datetime.now(UTC) - timedelta(hours=2), p_feedback=0.3))
+    append_records(src, stream(30, start=datetime.now(UTC) - timedelta(hours=2), p_feedback=0.3))
     strict = ValidationConfig(min_join_share={"feedback": 0.95})
     cfg = IngestConfig(
         source=FileSource(path=src), output_root=tmp_path / "out", validation=strict, drain=True
@@ -58,7 +42,7 @@ def test_failing_span_is_quarantined_not_served(tmp_path):
 def test_drift_against_the_previous_span_is_flagged(tmp_path):
     src = tmp_path / "events.jsonl"
     t0 = datetime.now(UTC) - timedelta(hours=3)
-    _append(src, stream(40, start=t0, n_tokens=8, prefix="a"))
+    append_records(src, stream(40, start=t0, n_tokens=8, prefix="a"))
     cfg = IngestConfig(
         source=FileSource(path=src),
         output_root=tmp_path / "out",
@@ -67,7 +51,7 @@ def test_drift_against_the_previous_span_is_flagged(tmp_path):
     )
     first = run_config(cfg)
     assert first.validated and first.rows == 40
-    _append(src, stream(40, start=t0 + timedelta(hours=1), n_tokens=64, prefix="b"))
+    append_records(src, stream(40, start=t0 + timedelta(hours=1), n_tokens=64, prefix="b"))
     second = run_config(cfg)
     assert second.rows == 40 and second.quarantined
     failed = {f["expectation"] for f in second.validation_report["failed"]}
