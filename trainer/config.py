@@ -92,6 +92,11 @@ class TrainerConfig(_Strict):
     staleness_decay: float = Field(
         0.5, gt=0.0, le=1.0, description="downweight: weight = decay ** (versions past the limit)."
     )
+    off_policy_correction: bool = Field(
+        True, description="Weight each token by pi_prox / pi_behaviour (truncated at is_cap) "
+        "using the logged logprobs. Off: the logged rows are treated as if the champion had "
+        "sampled them (an ablation; wrong for stale rows)."
+    )
     router_replay: bool = Field(True, description="Force the logged routing in the forward pass.")
     replay_min_ratio: float = Field(
         0.1, ge=0.0, le=1.0, description="A replayed expert whose gate prob is below this times "

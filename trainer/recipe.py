@@ -6,8 +6,9 @@ reference logprobs), ``train()`` (``config.steps`` optimizer steps; per-step met
 when a run is active), ``save_checkpoint(dir)`` and ``cleanup()``. :func:`run_training` does all
 four.
 
-Off-policy by construction: the logged behaviour logprobs are the denominator of every ratio, the
-logged routing is replayed (``router_replay``), the temperature each row was sampled at is applied
+Off-policy by construction: the trust region is around the champion the update starts from, and
+the logged behaviour logprobs give each token its truncated importance weight pi_champion /
+pi_behaviour (rows served by an older checkpoint get weights != 1); the logged routing is replayed (``router_replay``), the temperature each row was sampled at is applied
 to the policy's logits. Broken or malformed completions stay in the data as negative examples.
 
 Left out: the DeepSpeed/Ray backends (trainer/ds_backend.py, trainer/ray_backend.py), reading
@@ -211,7 +212,8 @@ class RLRecipe:
                        reward_mean=float(batch.rewards.mean()), adv_mean=float(adv.mean()),
                        adv_abs_mean=float(adv.abs().mean()), replay_replaced=out.replay_replaced,
                        response_tokens_mean=float(batch.resp_mask.sum(1).float().mean()))
-        metrics["mismatch_kl_replay"] = metrics["kl_behaviour_k1"]
+        metrics["mismatch_kl_replay"] = float(rl.masked_mean((batch.logp_b - logp).detach(),
+                                                             batch.resp_mask))
         if measure_mismatch:
             metrics["mismatch_kl_no_replay"] = self._mismatch_without_replay(batch)
         return metrics
@@ -233,12 +235,15 @@ class RLRecipe:
     def _objective(self, logp: Tensor, batch: Batch, adv: Tensor,
                    logp_ref: Tensor) -> tuple[Tensor, dict[str, float]]:
         cfg, obj = self.config, self.config.objective
+        # The proximal policy is the champion this update starts from (= the reference).
+        logp_b = batch.logp_b if cfg.off_policy_correction else logp_ref
         common = dict(logp_ref=logp_ref, kl_coef=cfg.kl_coef, row_weight=batch.weights,
-                      is_cap=cfg.is_cap, eps_low=obj.clip_eps_low, eps_high=obj.clip_eps_high)
+                      is_cap=cfg.is_cap, eps_low=obj.clip_eps_low, eps_high=obj.clip_eps_high,
+                      logp_prox=logp_ref)
         if isinstance(obj, TokenClip):
-            return rl.token_clip_loss(logp, batch.logp_b, adv, batch.resp_mask, **common)
+            return rl.token_clip_loss(logp, logp_b, adv, batch.resp_mask, **common)
         if isinstance(obj, SequenceGSPO):
-            return rl.gspo_loss(logp, batch.logp_b, adv, batch.resp_mask, band_low=obj.band_low,
+            return rl.gspo_loss(logp, logp_b, adv, batch.resp_mask, band_low=obj.band_low,
                                 band_high=obj.band_high, **common)
         raise ValueError(f"unknown objective {obj!r}")
 

@@ -7,12 +7,18 @@ Notation (per token t of sequence i, all (B, T) unless said):
 - ``mask``    1 on response tokens that count, 0 on padding
 - ``adv``     A_i = R_i - b_i  (B,)      — reward minus baseline, no std division by default
 
-Objectives:
-- token_clip (PPO with truncated IS): ratio_t = pi_theta / pi_b against the LOGGED logprobs,
-  surrogate_t = min(min(ratio_t, C) * A_t, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A_t).
-  Capping the ratio at C is the truncated importance weight (it is also dual-clip PPO for A < 0).
-- sequence_gspo (GSPO, Zheng et al. 2025): s_i = exp(mean_t(logp - logp_b)), the same clipped
-  surrogate on s_i; sequences whose s_i leaves [band_low, band_high] are masked out (their
+- ``logp_prox`` log pi_prox(y_t)          — the proximal policy: the one this update started from
+                                           (the champion); defaults to ``logp_b``
+
+Objectives (decoupled PPO, Hilton et al. 2021: the trust region is around pi_prox, the correction
+for the logged data's stale behaviour policy is a separate, truncated importance weight):
+- token_clip: rho_t = pi_theta / pi_prox, w_t = min(pi_prox / pi_b, C) (detached),
+  surrogate_t = w_t * min(min(rho_t, C) * A_t, clip(rho_t, 1 - eps_low, 1 + eps_high) * A_t).
+  min(rho_t, C) is dual-clip PPO for A < 0. Fresh data (pi_b == pi_prox) gives w = 1 and plain
+  PPO against the logged logprobs.
+- sequence_gspo (GSPO, Zheng et al. 2025): s_i = exp(mean_t(logp - logp_prox)), the same clipped
+  surrogate on s_i, weighted by w_i = min(exp(mean_t(logp_prox - logp_b)), C); sequences whose
+  total ratio exp(mean_t(logp - logp_b)) leaves [band_low, band_high] are masked out (their
   behaviour policy is too far for the correction to be trusted).
 KL to the reference uses the k1 estimator, k1_t = logp - logp_ref = -log r, r = pi_ref / pi_theta,
 folded into the per-token advantage as a penalty A_t = A_i - beta * k1_t (detached), whose
@@ -58,18 +64,20 @@ def _token_adv(adv: Tensor, logp: Tensor, logp_ref: Tensor | None, kl_coef: floa
 def token_clip_loss(
     logp: Tensor, logp_b: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float, eps_high: float,
     is_cap: float, logp_ref: Tensor | None = None, kl_coef: float = 0.0,
-    row_weight: Tensor | None = None,
+    row_weight: Tensor | None = None, logp_prox: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Token-level clipped, truncated-IS policy loss. Shapes (B, T) except adv, row_weight (B,)."""
     mask = mask.bool()
-    log_ratio = logp - logp_b
-    ratio = log_ratio.exp()  # pi_theta / pi_b per token
+    logp_prox = logp_b if logp_prox is None else logp_prox
+    ratio = (logp - logp_prox).exp()  # rho: pi_theta / pi_prox per token
+    is_w = (logp_prox - logp_b).exp().clamp(max=is_cap).detach()  # w: pi_prox / pi_b, truncated
     a_t = _token_adv(adv, logp, logp_ref, kl_coef)
-    surrogate = clipped_surrogate(ratio, a_t, eps_low, eps_high, is_cap)
+    surrogate = is_w * clipped_surrogate(ratio, a_t, eps_low, eps_high, is_cap)
     w = _row_weight(row_weight, mask)
     loss = -masked_mean(surrogate * w, mask)
     clipped = ((ratio > 1 + eps_high) & (a_t > 0)) | ((ratio < 1 - eps_low) & (a_t < 0))
     metrics = _ratio_metrics(ratio.detach(), mask, is_cap)
+    metrics.update(_is_weight_metrics((logp_prox - logp_b).exp(), mask, is_cap))
     metrics["clip_frac"] = float(masked_mean(clipped.float(), mask))
     metrics.update(_kl_metrics(logp, logp_b, logp_ref, mask))
     return loss, metrics
@@ -78,26 +86,30 @@ def token_clip_loss(
 def gspo_loss(
     logp: Tensor, logp_b: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float, eps_high: float,
     band_low: float, band_high: float, is_cap: float, logp_ref: Tensor | None = None,
-    kl_coef: float = 0.0, row_weight: Tensor | None = None,
+    kl_coef: float = 0.0, row_weight: Tensor | None = None, logp_prox: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Sequence-level GSPO loss with band masking. Shapes (B, T) except adv, row_weight (B,)."""
     mask = mask.bool()
     m = mask.float()
+    logp_prox = logp_b if logp_prox is None else logp_prox
     n_tok = m.sum(1).clamp(min=1.0)  # |y_i|
-    log_s = ((logp - logp_b) * m).sum(1) / n_tok  # (B,) mean token log-ratio
-    s = log_s.exp()  # s_i = (prod_t pi_theta / pi_b) ** (1 / |y_i|)
-    in_band = (s.detach() >= band_low) & (s.detach() <= band_high) & mask.any(1)
+    s = (((logp - logp_prox) * m).sum(1) / n_tok).exp()  # s_i = (prod_t pi_theta / pi_prox)^(1/|y_i|)
+    behaviour = (((logp_prox - logp_b) * m).sum(1) / n_tok).exp().detach()  # pi_prox / pi_b
+    total = s.detach() * behaviour  # (prod_t pi_theta / pi_b) ** (1 / |y_i|)
+    in_band = (total >= band_low) & (total <= band_high) & mask.any(1)
     # GSPO gradient flows through every token of the sequence via log_s; the KL penalty stays
     # per token, so its advantage is attached to a per-token copy of s_i.
     s_t = s.unsqueeze(1).expand_as(logp)
     a_t = _token_adv(adv, logp, logp_ref, kl_coef)
-    surrogate = clipped_surrogate(s_t, a_t, eps_low, eps_high, is_cap)
+    is_w = behaviour.clamp(max=is_cap).unsqueeze(1)
+    surrogate = is_w * clipped_surrogate(s_t, a_t, eps_low, eps_high, is_cap)
     keep = mask & in_band.unsqueeze(1)
     w = _row_weight(row_weight, mask)
     loss = -(surrogate * w * keep.float()).sum() / m.sum().clamp(min=1.0)
     clipped = ((s > 1 + eps_high) & (adv > 0)) | ((s < 1 - eps_low) & (adv < 0))
     seqs = mask.any(1)
     metrics = _ratio_metrics(s.detach().unsqueeze(1), seqs.unsqueeze(1), is_cap)
+    metrics.update(_is_weight_metrics(behaviour.unsqueeze(1), seqs.unsqueeze(1), is_cap))
     metrics["clip_frac"] = float(masked_mean(clipped.float(), seqs))
     metrics["band_masked_frac"] = float(masked_mean((~in_band).float(), seqs))
     metrics.update(_kl_metrics(logp, logp_b, logp_ref, mask))
@@ -120,6 +132,15 @@ def _ratio_metrics(ratio: Tensor, mask: Tensor, cap: float) -> dict[str, float]:
         "ratio_min": float(r.min()),
         "is_truncated_frac": float((r > cap).float().mean()),
     }
+
+
+def _is_weight_metrics(weight: Tensor, mask: Tensor, cap: float) -> dict[str, float]:
+    """Statistics of the behaviour importance weight pi_prox / pi_b before truncation at C."""
+    w = weight.detach()[mask]
+    if w.numel() == 0:
+        return {"is_weight_mean": 1.0, "is_weight_max": 1.0, "is_weight_truncated_frac": 0.0}
+    return {"is_weight_mean": float(w.mean()), "is_weight_max": float(w.max()),
+            "is_weight_truncated_frac": float((w > cap).float().mean())}
 
 
 def _kl_metrics(logp: Tensor, logp_b: Tensor, logp_ref: Tensor | None,
