@@ -8,8 +8,9 @@ four.
 
 Off-policy by construction: the trust region is around the champion the update starts from, and
 the logged behaviour logprobs give each token its truncated importance weight pi_champion /
-pi_behaviour (rows served by an older checkpoint get weights != 1); the logged routing is replayed (``router_replay``), the temperature each row was sampled at is applied
-to the policy's logits. Broken or malformed completions stay in the data as negative examples.
+pi_behaviour (rows served by an older checkpoint get weights != 1); the logged routing is
+replayed (``router_replay``); the temperature each row was sampled at is applied to the policy's
+logits. Broken or malformed completions stay in the data as negative examples.
 
 Left out: the DeepSpeed/Ray backends (trainer/ds_backend.py, trainer/ray_backend.py), reading
 Parquet and registering the result in MLflow (the cycle does that).

@@ -93,11 +93,12 @@ def gspo_loss(
     m = mask.float()
     logp_prox = logp_b if logp_prox is None else logp_prox
     n_tok = m.sum(1).clamp(min=1.0)  # |y_i|
-    s = (((logp - logp_prox) * m).sum(1) / n_tok).exp()  # s_i = (prod_t pi_theta / pi_prox)^(1/|y_i|)
-    behaviour = (((logp_prox - logp_b) * m).sum(1) / n_tok).exp().detach()  # pi_prox / pi_b
+    # s_i = (prod_t pi_theta / pi_prox) ** (1 / |y_i|); behaviour_i: the same for pi_prox / pi_b
+    s = (((logp - logp_prox) * m).sum(1) / n_tok).exp()
+    behaviour = (((logp_prox - logp_b) * m).sum(1) / n_tok).exp().detach()
     total = s.detach() * behaviour  # (prod_t pi_theta / pi_b) ** (1 / |y_i|)
     in_band = (total >= band_low) & (total <= band_high) & mask.any(1)
-    # GSPO gradient flows through every token of the sequence via log_s; the KL penalty stays
+    # GSPO gradient flows through every token of the sequence via s; the KL penalty stays
     # per token, so its advantage is attached to a per-token copy of s_i.
     s_t = s.unsqueeze(1).expand_as(logp)
     a_t = _token_adv(adv, logp, logp_ref, kl_coef)
