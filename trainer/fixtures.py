@@ -61,9 +61,16 @@ def record_rows(champion: Path, *, n_tasks: int = FIXTURE_TASKS,
     from trainer.rollout import sample_rows
 
     model = load_checkpoint(champion)
-    tasks = generate_tasks(n_tasks, seed=seed, split="train")
+    tasks = generate_tasks(n_tasks, seed=seed, split="train")  # n, seed as in fixture_tasks()
     return sample_rows(model, tasks, samples_per_task=samples_per_task,
                        temperature=FIXTURE_TEMPERATURE, model_version=model_version, seed=seed)
+
+
+def fixture_tasks():
+    """The tasks whose prompts the fixture logged (``FIXTURE_SAMPLES`` rows each)."""
+    from ratchet.tasks import generate_tasks
+
+    return generate_tasks(FIXTURE_TASKS, seed=FIXTURE_SEED, split="train")
 
 
 def fixture_rows(regenerate: bool = False) -> pa.Table:

@@ -1,13 +1,17 @@
-"""It must learn: RL on the recorded fixture raises the held-out pass rate over 3 seeds, clearly
-above seed noise, without lengthening answers.
+"""It must learn: RL on the recorded fixture, three seeds, measured on the RL objective itself and
+on held-out tasks.
 
-The fixture (tests/fixtures/rl_rows.parquet) was recorded from the warm-started champion with the
-simulator's reward rule (trainer/fixtures.py); the champion is re-created deterministically and
-cached under .cache/ratchet/ on first use (about two minutes on two idle cores).
+The fixture (tests/fixtures/rl_rows.parquet, 160 prompts x 4 samples at T = 1) was recorded from
+the warm-started champion with the simulator's reward rule (trainer/fixtures.py); the champion is
+re-created deterministically and cached under .cache/ratchet/ on first use (about two minutes on
+two idle cores). Each seed trains once (module fixture); the tests read the results.
+
+Measured (bench/learning.py, 60 steps at lr 1e-4): the sampled pass rate on the logged prompts
+rises 0.335 -> 0.36 on every seed and answers get shorter, but the greedy pass rate on held-out
+tasks stays at 0.19 — the held-out gain the issue asks for is a known gap, marked xfail below.
 """
 
 import statistics
-from pathlib import Path
 
 import pytest
 
@@ -15,15 +19,38 @@ from ratchet.tasks import generate_tasks
 from trainer.checkpoint import load_checkpoint
 from trainer.config import TrainerConfig
 from trainer.evaluate import evaluate
-from trainer.fixtures import FIXTURE, champion_dir, fixture_rows
+from trainer.fixtures import FIXTURE, champion_dir, fixture_rows, fixture_tasks
 from trainer.recipe import run_training
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SEEDS = (0, 1, 2)
-STEPS = 40
-MIN_GAIN = 0.05  # per seed, absolute pass-rate points on 300 held-out tasks
+STEPS = 60
+SAMPLES = 8  # sampled answers per logged prompt when scoring the objective
+MIN_LOGGED_GAIN = 0.015  # per seed, absolute pass-rate points on 1,280 sampled answers
+MIN_HELDOUT_GAIN = 0.05  # per seed, on 300 held-out tasks (greedy)
+MAX_HELDOUT_DROP = 0.03
 MAX_TOKEN_GROWTH = 1.10
+
+
+def _scores(model, heldout, logged) -> dict[str, float]:
+    h = evaluate(model, heldout)
+    return {"heldout": h.pass_rate, "tokens": h.mean_tokens,
+            "logged": evaluate(model, logged, temperature=1.0, seed=7).pass_rate}
+
+
+@pytest.fixture(scope="module")
+def learning(tmp_path_factory) -> tuple[dict[str, float], list[dict[str, float]]]:
+    champ, rows = champion_dir(), fixture_rows()
+    heldout = generate_tasks(300, seed=7, split="heldout")
+    logged = fixture_tasks() * SAMPLES
+    before = _scores(load_checkpoint(champ), heldout, logged)
+    after = []
+    for seed in SEEDS:
+        out = tmp_path_factory.mktemp(f"seed{seed}")
+        run_training(champ, rows, TrainerConfig(seed=seed, steps=STEPS), out)
+        after.append(_scores(load_checkpoint(out), heldout, logged))
+    return before, after
 
 
 def test_fixture_is_small_and_recorded():
@@ -32,25 +59,27 @@ def test_fixture_is_small_and_recorded():
     rewards = rows.column("reward").to_pylist()
     assert rows.num_rows >= 400
     assert min(rewards) < 0 < max(rewards)  # both successes and failures to learn from
+    prompts = {t.prompt for t in fixture_tasks()}
+    assert set(rows.column("prompt").to_pylist()) == prompts
+
+
+def test_rl_raises_pass_rate_on_logged_prompts_without_lengthening(learning):
+    before, after = learning
+    gains = [a["logged"] - before["logged"] for a in after]
+    assert min(gains) >= MIN_LOGGED_GAIN, (before, after)
+    assert statistics.mean(gains) > 3 * statistics.pstdev(gains), gains
+    assert max(a["tokens"] for a in after) <= before["tokens"] * MAX_TOKEN_GROWTH, (before, after)
+    assert min(a["heldout"] for a in after) >= before["heldout"] - MAX_HELDOUT_DROP, (before, after)
 
 
 @pytest.mark.xfail(
-    reason="known gap (issue 4): on this fixture the RL update keeps or lowers the held-out "
-    "pass rate (lr 3e-4 x 40: 0.19 -> 0.14; lr 1e-4 x 20: 0.16 -> 0.16); see bench/learning.py",
+    reason="known gap (issue 4): RL on this 640-row fixture keeps the held-out greedy pass rate "
+    "(0.193 -> 0.187/0.200/0.197 at 60 steps, lr 1e-4); larger steps lower it. "
+    "See bench/learning.py",
     strict=False,
 )
-def test_rl_improves_heldout_pass_rate_over_three_seeds(tmp_path: Path):
-    champ = champion_dir()
-    rows = fixture_rows()
-    heldout = generate_tasks(300, seed=7, split="heldout")
-    before = evaluate(load_checkpoint(champ), heldout)
-    gains, tokens = [], []
-    for seed in SEEDS:
-        out = tmp_path / f"seed{seed}"
-        run_training(champ, rows, TrainerConfig(seed=seed, steps=STEPS), out)
-        after = evaluate(load_checkpoint(out), heldout)
-        gains.append(after.pass_rate - before.pass_rate)
-        tokens.append(after.mean_tokens)
-    assert min(gains) >= MIN_GAIN, (before.pass_rate, gains)
+def test_rl_raises_heldout_pass_rate(learning):
+    before, after = learning
+    gains = [a["heldout"] - before["heldout"] for a in after]
+    assert min(gains) >= MIN_HELDOUT_GAIN, (before, gains)
     assert statistics.mean(gains) > 3 * statistics.pstdev(gains), gains
-    assert max(tokens) <= before.mean_tokens * MAX_TOKEN_GROWTH, (before.mean_tokens, tokens)
