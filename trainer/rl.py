@@ -70,14 +70,15 @@ def token_clip_loss(
     mask = mask.bool()
     logp_prox = logp_b if logp_prox is None else logp_prox
     ratio = (logp - logp_prox).exp()  # rho: pi_theta / pi_prox per token
-    is_w = (logp_prox - logp_b).exp().clamp(max=is_cap).detach()  # w: pi_prox / pi_b, truncated
+    behaviour = (logp_prox - logp_b).exp().detach()  # pi_prox / pi_b per token
+    is_w = behaviour.clamp(max=is_cap)  # w: truncated at C
     a_t = _token_adv(adv, logp, logp_ref, kl_coef)
     surrogate = is_w * clipped_surrogate(ratio, a_t, eps_low, eps_high, is_cap)
     w = _row_weight(row_weight, mask)
     loss = -masked_mean(surrogate * w, mask)
     clipped = ((ratio > 1 + eps_high) & (a_t > 0)) | ((ratio < 1 - eps_low) & (a_t < 0))
     metrics = _ratio_metrics(ratio.detach(), mask, is_cap)
-    metrics.update(_is_weight_metrics((logp_prox - logp_b).exp(), mask, is_cap))
+    metrics.update(_is_weight_metrics(behaviour, mask, is_cap))
     metrics["clip_frac"] = float(masked_mean(clipped.float(), mask))
     metrics.update(_kl_metrics(logp, logp_b, logp_ref, mask))
     return loss, metrics
