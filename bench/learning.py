@@ -45,8 +45,8 @@ def run(steps: int, seeds: list[int], n_heldout: int, threads: int, config: dict
     def logged_pass(model) -> float:
         return evaluate(model, logged, temperature=1.0, seed=HELDOUT_SEED).pass_rate
 
-    before = evaluate(load_checkpoint(champ), heldout)
-    logged_before = logged_pass(load_checkpoint(champ))
+    champion = load_checkpoint(champ)
+    before, logged_before = evaluate(champion, heldout), logged_pass(champion)
     per_seed = []
     for seed in seeds:
         cfg = TrainerConfig.model_validate({**config, "seed": seed, "steps": steps})
