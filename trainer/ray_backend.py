@@ -5,16 +5,49 @@ process group, trains on its share of each batch and averages gradients (torch b
 DeepSpeed do it (deepspeed backend). Rank 0 writes the checkpoint — the same safetensors + JSON
 format as every other path — and reports the metrics.
 
-Left out: Ray cluster management (``ray.init`` is the caller's, or a local one is started),
-fault tolerance / elastic restarts, Ray Data ingestion (rows are read from one Parquet file).
+``start_local_ray`` starts the one-node Ray that tests and the CPU toy path use, every Ray
+server bound to loopback. On a cluster ``ray.init(address=...)`` is the caller's.
+
+Left out: Ray cluster management, fault tolerance / elastic restarts, Ray Data ingestion (rows
+are read from one Parquet file).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from trainer.config import TrainerConfig
+
+
+LOOPBACK_ENV = {
+    # Ray maps "127.0.0.1" to the machine's routable address and binds its servers there unless
+    # it believes it runs on a laptop; this switch (ray/_private/ray_constants.py) keeps the node
+    # address, and so every Ray server, on loopback. Read when ``ray`` is first imported.
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "disabled",
+}
+
+
+def start_local_ray(num_cpus: int, temp_dir: Path) -> str:
+    """``ray.init`` a one-node Ray on 127.0.0.1; returns the GCS address. Stop: ``ray.shutdown()``.
+
+    Raises RuntimeError when ``ray`` was imported before ``LOOPBACK_ENV`` was set (its servers
+    would listen on every interface); the caller then sets the environment before importing it.
+    """
+    for key, value in LOOPBACK_ENV.items():
+        os.environ.setdefault(key, value)
+    import ray
+    from ray._private import ray_constants
+
+    if ray_constants.ENABLE_RAY_CLUSTER:
+        raise RuntimeError("ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set; "
+                           "its servers would bind to every interface")
+    ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", _temp_dir=str(temp_dir),
+             include_dashboard=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    return ray.get_runtime_context().gcs_address
 
 
 def _worker_loop(loop_config: dict) -> None:

@@ -1,8 +1,8 @@
 """Ray Train: two TorchTrainer workers (gloo) run the same recipe; rank 0's checkpoint loads
 into a plain MoETransformer and differs from the champion."""
 
-import os
 import tempfile
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -21,13 +21,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def ray_local():
     import ray
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    ray.init(num_cpus=2, _node_ip_address="127.0.0.1", _temp_dir=temp,
-             include_dashboard=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    yield ray
+    from trainer.ray_backend import start_local_ray
+
+    gcs = start_local_ray(2, Path(tempfile.mkdtemp(prefix="ray", dir="/tmp")))
+    yield gcs
     ray.shutdown()
+
+
+def test_ray_listens_on_loopback_only(ray_local):
+    assert ray_local.startswith("127.0.0.1:"), ray_local
 
 
 def test_two_workers_train_and_checkpoint(ray_local, tmp_path):
