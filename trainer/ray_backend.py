@@ -20,7 +20,6 @@ from pathlib import Path
 
 from trainer.config import TrainerConfig
 
-
 LOOPBACK_ENV = {
     # Ray maps "127.0.0.1" to the machine's routable address and binds its servers there unless
     # it believes it runs on a laptop; this switch (ray/_private/ray_constants.py) keeps the node
