@@ -5,9 +5,10 @@ champion, see trainer/fixtures.py):
 - ``pass_before/after``, ``tokens_before/after``: greedy pass rate and mean completion tokens on
   held-out tasks (the benchmark split, which no training data comes from);
 - ``logged_pass_before/after``: the RL objective itself, the sampled (T = 1, the serving
-  temperature of the fixture) pass rate on the fixture's own prompts, ``SAMPLES`` per prompt.
+  temperature of the fixture) pass rate on the first ``LOGGED_TASKS`` of the fixture's prompts,
+  ``SAMPLES`` per prompt.
 
-    .venv/bin/python bench/learning.py [--steps 60 --seeds 0 1 2 --heldout 300]
+    .venv/bin/python bench/learning.py [--steps 120 --seeds 0 1 2 --heldout 300]
 
 Writes bench/results/learning.json (means over seeds and the per-seed figures).
 """
@@ -23,6 +24,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "learning.json"
 HELDOUT_SEED = 7
+LOGGED_TASKS = 160
 SAMPLES = 8
 
 
@@ -40,7 +42,7 @@ def run(steps: int, seeds: list[int], n_heldout: int, threads: int, config: dict
     champ = champion_dir()
     rows = fixture_rows()
     heldout = generate_tasks(n_heldout, seed=HELDOUT_SEED, split="heldout")
-    logged = fixture_tasks() * SAMPLES
+    logged = fixture_tasks()[:LOGGED_TASKS] * SAMPLES
 
     def logged_pass(model) -> float:
         return evaluate(model, logged, temperature=1.0, seed=HELDOUT_SEED).pass_rate
@@ -79,7 +81,7 @@ def run(steps: int, seeds: list[int], n_heldout: int, threads: int, config: dict
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--steps", type=int, default=120)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--heldout", type=int, default=300)
     p.add_argument("--threads", type=int, default=2)

@@ -40,8 +40,10 @@ def task_batch(
     return seq[:, :-1], seq[:, 1:], mask
 
 
-SFT_STEPS = 300
-"""Default warm-start length: a mediocre champion in about two minutes on 2 cores."""
+SFT_STEPS = 1000
+"""Default warm-start length of the recorded RL fixture's champion: held-out greedy pass rate 0.46
+(train split 0.78) in about eight minutes on 2 cores; 300 steps reach only 0.19 (copying names
+fails), which left RL nothing it could generalise from."""
 
 
 def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
