@@ -6,15 +6,13 @@ test run never starts them. Both are stopped by their own PID at the end of the 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
-from trainer.ray_backend import LOOPBACK_ENV
+from trainer.ray_backend import use_loopback_env
 
-for _key, _value in LOOPBACK_ENV.items():  # before anything imports ray (see start_local_ray)
-    os.environ.setdefault(_key, _value)
+use_loopback_env()  # before anything imports ray (see start_local_ray)
 
 
 @pytest.fixture(scope="session")

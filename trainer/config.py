@@ -61,9 +61,9 @@ class TrainerConfig(_Strict):
 
     lr: float = Field(
         1e-4, gt=0.0, le=1.0,
-        description="AdamW learning rate (constant). On the toy fixture 1e-4 x 120 steps (about one "
-        "pass over 8,000 logged rows) raises the held-out greedy pass rate (bench/learning.py); "
-        "2e-4 and above lower it.",
+        description="AdamW learning rate (constant). On the toy fixture 1e-4 x 120 steps (about "
+        "one pass over 8,000 logged rows) raises the held-out greedy pass rate "
+        "(bench/learning.py); 2e-4 and above lower it.",
     )
     steps: int = Field(20, ge=1, le=100_000, description="Optimizer steps.")
     batch_size: int = Field(64, ge=1, le=65_536, description="Rows per optimizer step.")

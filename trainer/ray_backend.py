@@ -30,14 +30,19 @@ LOOPBACK_ENV = {
 }
 
 
+def use_loopback_env() -> None:
+    """Set ``LOOPBACK_ENV`` (keeping values already set); call before anything imports ``ray``."""
+    for key, value in LOOPBACK_ENV.items():
+        os.environ.setdefault(key, value)
+
+
 def start_local_ray(num_cpus: int, temp_dir: Path) -> str:
     """``ray.init`` a one-node Ray on 127.0.0.1; returns the GCS address. Stop: ``ray.shutdown()``.
 
     Raises RuntimeError when ``ray`` was imported before ``LOOPBACK_ENV`` was set (its servers
     would listen on every interface); the caller then sets the environment before importing it.
     """
-    for key, value in LOOPBACK_ENV.items():
-        os.environ.setdefault(key, value)
+    use_loopback_env()
     import ray
     from ray._private import ray_constants
 
