@@ -5,8 +5,8 @@ champion, see trainer/fixtures.py):
 - ``pass_before/after``, ``tokens_before/after``: greedy pass rate and mean completion tokens on
   held-out tasks (the benchmark split, which no training data comes from);
 - ``logged_pass_before/after``: the RL objective itself, the sampled (T = 1, the serving
-  temperature of the fixture) pass rate on the first ``LOGGED_TASKS`` of the fixture's prompts,
-  ``SAMPLES`` per prompt.
+  temperature of the fixture) pass rate on the first 160 of the fixture's prompts
+  (``trainer.fixtures.logged_eval_tasks``), ``SAMPLES`` per prompt.
 
     .venv/bin/python bench/learning.py [--steps 120 --seeds 0 1 2 --heldout 300]
 
@@ -24,7 +24,6 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "learning.json"
 HELDOUT_SEED = 7
-LOGGED_TASKS = 160
 SAMPLES = 8
 
 
@@ -35,14 +34,14 @@ def run(steps: int, seeds: list[int], n_heldout: int, threads: int, config: dict
     from trainer.checkpoint import load_checkpoint
     from trainer.config import TrainerConfig
     from trainer.evaluate import evaluate
-    from trainer.fixtures import champion_dir, fixture_rows, fixture_tasks
+    from trainer.fixtures import champion_dir, fixture_rows, logged_eval_tasks
     from trainer.recipe import run_training
 
     torch.set_num_threads(threads)
     champ = champion_dir()
     rows = fixture_rows()
     heldout = generate_tasks(n_heldout, seed=HELDOUT_SEED, split="heldout")
-    logged = fixture_tasks()[:LOGGED_TASKS] * SAMPLES
+    logged = logged_eval_tasks(SAMPLES)
 
     def logged_pass(model) -> float:
         return evaluate(model, logged, temperature=1.0, seed=HELDOUT_SEED).pass_rate

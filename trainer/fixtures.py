@@ -24,6 +24,7 @@ FIXTURE_TASKS = 2000
 FIXTURE_SAMPLES = 4
 FIXTURE_SEED = 1
 FIXTURE_TEMPERATURE = 1.0
+LOGGED_EVAL_TASKS = 160
 
 
 def champion_dir(seed: int = SFT_SEED, steps: int | None = None) -> Path:
@@ -71,6 +72,32 @@ def fixture_tasks():
     from ratchet.tasks import generate_tasks
 
     return generate_tasks(FIXTURE_TASKS, seed=FIXTURE_SEED, split="train")
+
+
+def logged_eval_tasks(samples: int) -> list:
+    """The first ``LOGGED_EVAL_TASKS`` logged prompts, ``samples`` times each: re-sampled at the
+    fixture's temperature they score the RL objective itself."""
+    return fixture_tasks()[:LOGGED_EVAL_TASKS] * samples
+
+
+def tiny_champion(directory: Path, *, n_tasks: int = 8):
+    """A seeded 2-layer toy champion (model version 1) and rows sampled from it, for backend
+    tests: ``(model, checkpoint dir, rows)``; the rows are also at ``directory/rows.parquet``."""
+    import pyarrow.parquet as pq
+    import torch
+
+    from ratchet.tasks import generate_tasks
+    from trainer.checkpoint import save_checkpoint
+    from trainer.model import MoEConfig, MoETransformer
+    from trainer.rollout import sample_rows
+
+    torch.manual_seed(0)
+    model = MoETransformer(MoEConfig(d_model=32, n_layers=2, n_heads=2, d_ff=48)).eval()
+    champion = save_checkpoint(model, directory / "champion", metadata={"model_version": 1})
+    rows = sample_rows(model, generate_tasks(n_tasks, seed=0, split="train"), samples_per_task=2,
+                       temperature=1.0, model_version=1, seed=0, max_new_tokens=6)
+    pq.write_table(rows, directory / "rows.parquet")
+    return model, champion, rows
 
 
 def fixture_rows(regenerate: bool = False) -> pa.Table:

@@ -10,14 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 import torch
 
-from ratchet.tasks import generate_tasks
-from trainer.checkpoint import load_checkpoint, save_checkpoint
-from trainer.model import MoEConfig, MoETransformer
-from trainer.rollout import sample_rows
+from trainer.checkpoint import load_checkpoint
+from trainer.fixtures import tiny_champion
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).parents[2]
@@ -26,12 +23,7 @@ ROOT = Path(__file__).parents[2]
 @pytest.fixture(scope="module")
 def setup_dirs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ds")
-    torch.manual_seed(0)
-    model = MoETransformer(MoEConfig(d_model=32, n_layers=2, n_heads=2, d_ff=48)).eval()
-    champion = save_checkpoint(model, tmp / "champion", metadata={"model_version": 1})
-    rows = sample_rows(model, generate_tasks(8, seed=0, split="train"), samples_per_task=2,
-                       temperature=1.0, model_version=1, seed=0, max_new_tokens=6)
-    pq.write_table(rows, tmp / "rows.parquet")
+    _, champion, _ = tiny_champion(tmp)
     return tmp, champion
 
 

@@ -15,14 +15,13 @@ from ratchet.tasks import generate_tasks
 from trainer.checkpoint import load_checkpoint
 from trainer.config import TrainerConfig
 from trainer.evaluate import evaluate
-from trainer.fixtures import FIXTURE, champion_dir, fixture_rows, fixture_tasks
+from trainer.fixtures import FIXTURE, champion_dir, fixture_rows, fixture_tasks, logged_eval_tasks
 from trainer.recipe import run_training
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SEEDS = (0, 1, 2)
 STEPS = 120
-LOGGED_TASKS = 160  # logged prompts re-sampled to score the objective itself
 SAMPLES = 8  # sampled answers per logged prompt
 MIN_LOGGED_GAIN = 0.015  # per seed, absolute pass-rate points on 1,280 sampled answers
 MIN_HELDOUT_GAIN = 0.015  # per seed, on 300 held-out tasks (greedy): 5 tasks
@@ -39,7 +38,7 @@ def _scores(model, heldout, logged) -> dict[str, float]:
 def learning(tmp_path_factory) -> tuple[dict[str, float], list[dict[str, float]]]:
     champ, rows = champion_dir(), fixture_rows()
     heldout = generate_tasks(300, seed=7, split="heldout")
-    logged = fixture_tasks()[:LOGGED_TASKS] * SAMPLES
+    logged = logged_eval_tasks(SAMPLES)
     before = _scores(load_checkpoint(champ), heldout, logged)
     after = []
     for seed in SEEDS:

@@ -1,14 +1,10 @@
 """The recipe logs per-step MoE health and RL metrics into the active MLflow run."""
 
 import pytest
-import torch
 
-from ratchet.tasks import generate_tasks
-from trainer.checkpoint import save_checkpoint
 from trainer.config import TrainerConfig
-from trainer.model import MoEConfig, MoETransformer
+from trainer.fixtures import tiny_champion
 from trainer.recipe import RLRecipe
-from trainer.rollout import sample_rows
 
 pytestmark = pytest.mark.integration
 
@@ -16,11 +12,7 @@ pytestmark = pytest.mark.integration
 def test_per_step_metrics_logged(tmp_path):
     import mlflow
 
-    torch.manual_seed(0)
-    model = MoETransformer(MoEConfig(d_model=32, n_layers=2, n_heads=2, d_ff=48)).eval()
-    champion = save_checkpoint(model, tmp_path / "champion")
-    rows = sample_rows(model, generate_tasks(6, seed=0, split="train"), samples_per_task=2,
-                       temperature=1.0, model_version=1, seed=0, max_new_tokens=6)
+    _, champion, rows = tiny_champion(tmp_path, n_tasks=6)
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     mlflow.set_experiment("trainer-test")
     steps = 4
