@@ -13,6 +13,9 @@ COPY rewards rewards
 COPY trainer trainer
 COPY gating gating
 COPY deploy deploy
+COPY policy policy
+COPY tasks tasks
+COPY runtime runtime
 RUN uv pip install --system --no-deps .
 ENV TORCH_EXTENSIONS_DIR=/cache/torch_extensions RAY_USAGE_STATS_ENABLED=0
 ENTRYPOINT ["ratchet"]

@@ -34,7 +34,7 @@ test-integration: $(BIN)/.bootstrapped
 	$(BIN)/python -m pytest -q -m integration
 
 lint: $(BIN)/.bootstrapped
-	$(BIN)/ruff check ratchet ingest rewards trainer gating deploy bench tests
+	$(BIN)/ruff check ratchet ingest rewards trainer gating deploy policy tasks runtime bench tests
 
 lock:
 	$(BIN)/uv pip compile pyproject.toml --extra test --find-links $(FIND_LINKS) \

@@ -32,7 +32,7 @@ MODEL = "bench-gate"
 def _models(steps: int):
     import torch
 
-    from trainer.model import MoEConfig, MoETransformer
+    from policy.toy.model import MoEConfig, MoETransformer
     from trainer.sft import warm_start
 
     cfg = MoEConfig.model_validate_json((ROOT / "trainer/configs/toy.json").read_text())
@@ -47,8 +47,8 @@ def _models(steps: int):
 def _register(uri: str, models, workdir: Path) -> list[int]:
     import mlflow
 
-    from ratchet.registry import CHAMPION, log_checkpoint
-    from trainer.checkpoint import save_checkpoint
+    from policy.toy.checkpoint import save_checkpoint
+    from runtime.registry import CHAMPION, log_checkpoint
 
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment("bench-gate")
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from gating.config import GateConfig, InfraConfig, SuiteConfig
     from gating.gate import run_gate
-    from ratchet.services import MlflowServer
+    from runtime.services import MlflowServer
 
     torch.set_num_threads(2)
     config = GateConfig(

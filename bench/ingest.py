@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> dict:
     from ingest.config import JoinConfig, KafkaSource, ParseConfig, ValidationConfig
     from ingest.kafka_io import ensure_topics
     from ingest.pipeline import SpanJob
-    from ratchet.services import Broker
     from rewards.config import RewardConfig
+    from runtime.services import Broker
 
     work = Path(tempfile.mkdtemp(prefix="ratchet-bench-ingest-"))
     broker = Broker.start(work / "broker")

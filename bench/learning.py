@@ -30,8 +30,8 @@ SAMPLES = 8
 def run(steps: int, seeds: list[int], n_heldout: int, threads: int, config: dict) -> dict:
     import torch
 
-    from ratchet.tasks import generate_tasks
-    from trainer.checkpoint import load_checkpoint
+    from policy.toy.checkpoint import load_checkpoint
+    from tasks.toy import generate_tasks
     from trainer.config import TrainerConfig
     from trainer.evaluate import evaluate
     from trainer.fixtures import champion_dir, fixture_rows, logged_eval_tasks

@@ -87,7 +87,7 @@ def sent_events(url: str) -> float:
 def run(args: argparse.Namespace) -> dict:
     from deploy.fleet import Fleet
     from deploy.toy_models import register_untrained
-    from ratchet.services import Broker, MlflowServer
+    from runtime.services import Broker, MlflowServer
 
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     with MlflowServer.start(work / "mlflow") as mlflow_srv, Broker.start(work / "broker") as broker:
@@ -138,7 +138,7 @@ def log_path_cost(
     from deploy.routes.completions import _log_completion
     from deploy.spool import Spool
     from deploy.toy_models import build_untrained
-    from trainer.generate import generate
+    from policy.toy.generate import generate
 
     req = CompletionRequest(
         prompt="# evaluate\n12+7 = ",

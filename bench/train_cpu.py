@@ -33,8 +33,8 @@ def _measure(model, opt, batches, sft_step) -> tuple[float, float, int]:
 def run(rounds: int, steps: int, batch_size: int, threads: int) -> dict:
     import torch
 
-    from ratchet.tasks import generate_tasks
-    from trainer.model import MoEConfig, MoETransformer
+    from policy.toy.model import MoEConfig, MoETransformer
+    from tasks.toy import generate_tasks
     from trainer.sft import sft_step
 
     torch.set_num_threads(threads)

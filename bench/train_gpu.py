@@ -28,7 +28,7 @@ def model_flops_per_token(active_params: int, n_layers: int, d_model: int, seq_l
 def run(batch: int, steps: int, warmup: int, peak_tflops: float, compile_model: bool) -> dict:
     import torch
 
-    from trainer.model import MoEConfig, MoETransformer
+    from policy.toy.model import MoEConfig, MoETransformer
 
     if not torch.cuda.is_available():
         return {"skipped": "no CUDA device available"}

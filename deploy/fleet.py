@@ -25,7 +25,7 @@ from typing import Self
 
 import httpx
 
-from ratchet.services import free_port, stop_child
+from runtime.services import free_port, stop_child
 
 log = logging.getLogger(__name__)
 

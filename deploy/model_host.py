@@ -1,7 +1,7 @@
 """The model a replica serves, loaded by registry version, swapped atomically on reload.
 
 ``ModelHost.load(version)`` downloads the checkpoint directory from MLflow
-(ratchet.registry.download_checkpoint), builds the model from safetensors (never unpickles), and
+(runtime.registry.download_checkpoint), builds the model from safetensors (never unpickles), and
 only then replaces the served model — a request holds a reference to the ``ServedModel`` it started
 with, so a swap never disturbs a request in flight.
 
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ratchet import registry
+from runtime import registry
 
 if TYPE_CHECKING:
-    from trainer.model import MoETransformer
+    from policy.toy.model import MoETransformer
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class ModelHost:
 
     def load(self, version: int) -> ServedModel:
         """Download and build ``version`` fully, then swap it in; returns the new served model."""
-        from trainer.checkpoint import load_checkpoint
+        from policy.toy.checkpoint import load_checkpoint
 
         with self._load_lock:
             if self._current is not None and self._current.version == version:

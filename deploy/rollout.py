@@ -312,7 +312,7 @@ class RolloutController:
         )
 
     def _rollback(self, record: StepRecord) -> None:
-        from ratchet import registry
+        from runtime import registry
 
         self.splitter.set_canary_weight(0.0)
         registry.set_alias(
@@ -339,7 +339,7 @@ class RolloutController:
         self._write_verdict("rolled_back", record.reason)
 
     def _promote(self, record: StepRecord) -> None:
-        from ratchet import registry
+        from runtime import registry
 
         self.step += 1
         self.splitter.set_canary_weight(1.0)
@@ -365,7 +365,7 @@ class RolloutController:
         """Tags and description on the canary version, beside the gate's record."""
         from mlflow import MlflowClient
 
-        from ratchet import registry
+        from runtime import registry
 
         client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
         old = client.get_model_version(self.model_name, str(self.canary_version)).description

@@ -1,8 +1,8 @@
 """A simulated user population: sends TRAIN-split tasks to the fleet and emits delayed signals.
 
-``UserSimulator.run_round(n)`` sends ``n`` tasks (``ratchet.tasks.generate_tasks(..., "train")``)
+``UserSimulator.run_round(n)`` sends ``n`` tasks (``tasks.toy.generate_tasks(..., "train")``)
 round-robin over the given URLs (replicas or a router), judges each answer with
-``ratchet.tasks.check``, and lets deploy/signal_policy.py decide the user's reaction. Each signal's
+``tasks.toy.check``, and lets deploy/signal_policy.py decide the user's reaction. Each signal's
 event time is the completion's ``created`` + its delay; it is *sent* to Kafka ``delay / speed``
 wall seconds after the answer arrived (``speed=600`` makes ten event-minutes cost one second), by
 one scheduler thread. ``drain()`` waits until every scheduled signal has been sent.
@@ -29,7 +29,7 @@ import httpx
 
 from deploy.signal_policy import Outcome, PlannedSignal, SignalPolicy, plan_signals
 from ingest.schema import TOPICS, EditPersistence, Feedback, Followup
-from ratchet.tasks import Task, check, generate_tasks
+from tasks.toy import Task, check, generate_tasks
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ def build_untrained(seed: int):
     """The toy MoETransformer with weights drawn from ``seed`` (eval mode)."""
     import torch
 
-    from trainer.model import MoEConfig, MoETransformer
+    from policy.toy.model import MoEConfig, MoETransformer
 
     torch.manual_seed(seed)
     return MoETransformer(MoEConfig.model_validate_json(TOY_CONFIG.read_text())).eval()
@@ -29,8 +29,8 @@ def register_untrained(
     """Save ``build_untrained(seed)`` in ``workdir``, log and register it; returns the version."""
     import mlflow
 
-    from ratchet import registry
-    from trainer.checkpoint import save_checkpoint
+    from policy.toy.checkpoint import save_checkpoint
+    from runtime import registry
 
     directory = save_checkpoint(
         build_untrained(seed),

@@ -24,7 +24,7 @@ class SuiteConfig(_Config):
 
     kind: Literal["toy", "humaneval"] = Field(
         "toy",
-        description="Task family: the toy held-out split (ratchet.tasks) or HumanEval (sandboxed).",
+        description="Task family: the toy held-out split (tasks.toy) or HumanEval (sandboxed).",
     )
     size: int = Field(
         64, ge=1, le=10_000, description="Number of tasks (HumanEval caps at its 164 problems)."

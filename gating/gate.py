@@ -28,10 +28,10 @@ from gating.config import GateConfig
 from gating.gates import HealthFigures, evaluate_gates
 from gating.records import FAIL, PASS, GateResult, GateVerdict, SuiteResult
 from gating.report import format_table, render_html
-from ratchet import registry
+from runtime import registry
 
 if TYPE_CHECKING:
-    from trainer.model import MoETransformer
+    from policy.toy.model import MoETransformer
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class GateRunner:
 
     # -- setup -----------------------------------------------------------------------------------
     def setup(self) -> None:
-        from trainer.checkpoint import load_checkpoint
+        from policy.toy.checkpoint import load_checkpoint
 
         clock = _Clock()
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from trainer.generate import encode_prompt
-from trainer.tokenizer import PAD
+from policy.toy.generate import encode_prompt
+from policy.toy.tokenizer import PAD
 
 if TYPE_CHECKING:
-    from trainer.model import MoETransformer
+    from policy.toy.model import MoETransformer
 
 
 def count_nonfinite(model: torch.nn.Module) -> int:

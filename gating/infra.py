@@ -42,7 +42,7 @@ def infra_results(latencies_ms: list[float], errors: int, config: InfraConfig
 def _query(url: str, config: InfraConfig, seed: int) -> tuple[list[float], int]:
     import httpx
 
-    from ratchet.tasks import generate_tasks
+    from tasks.toy import generate_tasks
 
     tasks = generate_tasks(config.n_requests, seed, "heldout")
     latencies, errors = [], 0

@@ -11,7 +11,7 @@ the fleet recorded when it sampled ``y_i``:
 
 with a bootstrap percentile CI over rows. The candidate's log-probabilities are taken under the
 same sampling temperature the row was served with (temperature 1 for greedy rows, matching how
-trainer/generate.py logs them). Clipping trades variance for bias toward the behaviour policy's
+policy/toy/generate.py logs them). Clipping trades variance for bias toward the behaviour policy's
 value; the report shows ESS and the clipped fraction so a reader can tell how much the estimate
 rests on.
 
@@ -34,7 +34,7 @@ from gating.records import GateResult
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from trainer.model import MoETransformer
+    from policy.toy.model import MoETransformer
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def sequence_log_ratios(model: MoETransformer, rows: pa.Table, *, batch_size: in
     for the model's context get NaN (and so no weight)."""
     import torch
 
-    from trainer.generate import encode_prompt
+    from policy.toy.generate import encode_prompt
 
     prompts = rows["prompt"].to_pylist()
     responses = rows["response_token_ids"].to_pylist()
@@ -136,7 +136,7 @@ def _response_logprobs(model: MoETransformer, seqs: list[tuple[list[int], list[i
     """Per-token log-probs ``(len(y),)`` of each response under ``model`` at its temperature."""
     import torch
 
-    from trainer.tokenizer import PAD
+    from policy.toy.tokenizer import PAD
 
     fit = [len(x) + len(y) <= model.config.max_seq_len and len(y) > 0 for x, y in seqs]
     rows = [x + y for (x, y), ok in zip(seqs, fit) if ok]

@@ -2,12 +2,12 @@
 
 :func:`run_suite` asks a model for a greedy completion of every task's prompt (batched,
 reproducible: no sampling), grades each answer with a checker — by default
-:func:`ratchet.tasks.check`, the same function the rewards use, so benchmark and reward cannot
+:func:`tasks.toy.check`, the same function the rewards use, so benchmark and reward cannot
 drift apart — and scores it so that a correct but bloated answer scores below a correct tight
 one. It also counts the experts the generated tokens were routed to (for the collapse check).
 
 :func:`build_suite` turns a :class:`~gating.config.SuiteConfig` into tasks and their checker:
-the toy family's held-out split, or HumanEval graded in a sandbox (gating/humaneval.py).
+the toy family's held-out split, or HumanEval graded in a sandbox (tasks/humaneval.py).
 
 Deliberately left out: comparing two runs (gating/gates.py) and model loading (gating/gate.py).
 """
@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 from gating.config import SuiteConfig
 from gating.records import SuiteResult, TaskOutcome
-from ratchet.tasks import CheckResult, Task, check, generate_tasks
+from tasks.toy import CheckResult, Task, check, generate_tasks
 
 if TYPE_CHECKING:
-    from trainer.model import MoETransformer
+    from policy.toy.model import MoETransformer
 
 Checker = Callable[[Task, str], CheckResult]
 
@@ -39,7 +39,7 @@ def build_suite(config: SuiteConfig) -> tuple[list[Task], Checker]:
     """Tasks and checker for ``config``: toy held-out split or HumanEval (sandboxed)."""
     if config.kind == "toy":
         return generate_tasks(config.size, config.seed, "heldout"), check
-    from gating.humaneval import humaneval_suite
+    from tasks.humaneval import humaneval_suite
 
     return humaneval_suite(
         size=config.size, seed=config.seed, timeout_s=config.sandbox_timeout_s
@@ -81,7 +81,7 @@ def run_suite(
     batch_size: int = 64,
 ) -> SuiteResult:
     """Greedy completions for ``tasks``, graded by ``checker`` and scored by length."""
-    from trainer.generate import generate
+    from policy.toy.generate import generate
 
     start = time.perf_counter()
     cfg = model.config

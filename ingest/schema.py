@@ -13,8 +13,8 @@ rewards/), and transport details (ingest/kafka_io.py).
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
-from typing import Annotated, Literal, Union
+from datetime import UTC, datetime
+from typing import Annotated, Literal
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
@@ -126,9 +126,9 @@ class Feedback(_Event):
     label: Literal["accept", "reject"]
 
 
-Signal = Annotated[Union[EditPersistence, Followup, Feedback], Field(discriminator="kind")]
+Signal = Annotated[EditPersistence | Followup | Feedback, Field(discriminator="kind")]
 Event = Annotated[
-    Union[Completion, EditPersistence, Followup, Feedback], Field(discriminator="kind")
+    Completion | EditPersistence | Followup | Feedback, Field(discriminator="kind")
 ]
 EVENT_ADAPTER: TypeAdapter[Completion | EditPersistence | Followup | Feedback] = TypeAdapter(Event)
 
@@ -139,7 +139,7 @@ def parse_event(raw: bytes) -> Completion | EditPersistence | Followup | Feedbac
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class DeadLetter(BaseModel):

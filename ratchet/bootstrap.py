@@ -16,8 +16,8 @@ import shutil
 import time
 from pathlib import Path
 
-from ratchet import registry
 from ratchet.config import RatchetConfig
+from runtime import registry
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
         return version
     import mlflow
 
-    from trainer.model import MoEConfig
+    from policy.toy.model import MoEConfig
 
     cfg = config.champion
     model_config = MoEConfig.model_validate_json(cfg.model_config_path.read_text())
@@ -54,7 +54,7 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
 
 def _warm_start_cached(model_config, *, seed: int, steps: int) -> tuple[Path, bool]:
     """The checkpoint directory of warm_start(model_config, seed, steps), computed at most once."""
-    from trainer.checkpoint import save_checkpoint
+    from policy.toy.checkpoint import save_checkpoint
     from trainer.sft import warm_start
 
     key = hashlib.sha256(

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(format_gate_table(args.tracking_uri, config.model_name, args.version))
         return 0
     if args.command == "ui":
-        from ratchet.services import MlflowServer
+        from runtime.services import MlflowServer
 
         server = MlflowServer.start(args.workdir / "mlflow")
         print(f"MLflow UI: {server.uri}  (Ctrl-C to stop)", flush=True)

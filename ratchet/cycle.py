@@ -2,10 +2,10 @@
 
 Each stage is a nested run; the stages talk only through typed records: the reward span
 (ingest.pipeline.SpanResult, Parquet rows of ingest.schema.REWARD_SCHEMA), the checkpoint
-reference (ratchet.registry.CheckpointRef) and the gate verdict (gating.gate.GateVerdict).
+reference (runtime.registry.CheckpointRef) and the gate verdict (gating.gate.GateVerdict).
 The fully resolved config is logged into the parent run.
 
-Deliberately left out: starting services (ratchet/services.py, ratchet/demo.py) and traffic
+Deliberately left out: starting services (runtime/services.py, ratchet/demo.py) and traffic
 (deploy/simulator.py). A cycle only reads what is already in Kafka.
 """
 
@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ratchet import registry
 from ratchet.config import RatchetConfig
+from runtime import registry
 
 if TYPE_CHECKING:
     from deploy.fleet import Fleet

@@ -112,10 +112,10 @@ def demo_config(config: RatchetConfig) -> RatchetConfig:
 def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool = False) -> int:
     from deploy.fleet import Fleet
     from deploy.simulator import UserSimulator
-    from ratchet import registry
     from ratchet.bootstrap import ensure_champion
     from ratchet.cycle import Cycle
     from ratchet.runner import services
+    from runtime import registry
 
     t0 = time.perf_counter()
     config = demo_config(config)

@@ -30,7 +30,7 @@ def services(
     workdir: Path, *, bootstrap: str | None, tracking_uri: str | None
 ) -> Iterator[Endpoints]:
     """Use the given endpoints, starting a local broker / MLflow server for the missing ones."""
-    from ratchet.services import Broker, MlflowServer
+    from runtime.services import Broker, MlflowServer
 
     with ExitStack() as stack:
         if bootstrap is None:

@@ -18,7 +18,7 @@ use_loopback_env()  # before anything imports ray (see start_local_ray)
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A running broker; use ``broker.bootstrap`` ("127.0.0.1:PORT")."""
-    from ratchet.services import Broker
+    from runtime.services import Broker
 
     b = Broker.start(tmp_path_factory.mktemp("broker"))
     try:
@@ -30,7 +30,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A running MLflow tracking server; use ``mlflow_server.uri`` ("http://127.0.0.1:PORT")."""
-    from ratchet.services import MlflowServer
+    from runtime.services import MlflowServer
 
     s = MlflowServer.start(tmp_path_factory.mktemp("mlflow"))
     try:

@@ -3,7 +3,7 @@
 ``TrainerConfig`` composes the objective (tagged union on ``type``: token-level clipped ratio or
 sequence-level GSPO) and the backend (plain torch or DeepSpeed). Components in trainer/ take
 plain arguments; only the recipe reads this object. Left out: the model's shape (``MoEConfig`` in
-trainer/model.py, saved with every checkpoint) and anything about where rows come from.
+policy/toy/model.py, saved with every checkpoint) and anything about where rows come from.
 """
 
 from __future__ import annotations

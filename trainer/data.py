@@ -18,8 +18,8 @@ import pyarrow as pa
 import torch
 from torch import Tensor
 
-from trainer.generate import encode_prompt
-from trainer.tokenizer import PAD
+from policy.toy.generate import encode_prompt
+from policy.toy.tokenizer import PAD
 
 
 @dataclass

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainer.model import MoEConfig, MoELayer, MoETransformer
+from policy.toy.model import MoEConfig, MoELayer, MoETransformer
 
 CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache",
                          "torch_extensions")

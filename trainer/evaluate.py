@@ -1,6 +1,6 @@
 """Held-out scoring of a model on the toy task family: greedy (or sampled) pass rate.
 
-The pass/fail verdict is ``ratchet.tasks.check`` — the same function the simulator's rewards
+The pass/fail verdict is ``tasks.toy.check`` — the same function the simulator's rewards
 use. Left out: the champion-vs-candidate decision (gating/ owns it).
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ratchet.tasks import Task, check
-from trainer.generate import generate
-from trainer.model import MoETransformer
+from policy.toy.generate import generate
+from policy.toy.model import MoETransformer
+from tasks.toy import Task, check
 
 
 @dataclass

@@ -3,7 +3,7 @@
 ``champion_dir()`` warm-starts the toy MoE once (deterministic for a seed) and caches the
 checkpoint under ``.cache/ratchet/``; ``fixture_rows()`` reads the recorded reward rows from
 ``tests/fixtures/rl_rows.parquet`` or records them (sample from the champion, score with
-``ratchet.tasks.check``, reward +1 / -1 minus a length penalty: the simulator's rule).
+``tasks.toy.check``, reward +1 / -1 minus a length penalty: the simulator's rule).
 Shared by bench/learning.py and tests/integration/test_trainer_learning.py.
 
 Left out: anything served through Kafka (the production loop's data path is tested elsewhere).
@@ -29,8 +29,8 @@ LOGGED_EVAL_TASKS = 160
 
 def champion_dir(seed: int = SFT_SEED, steps: int | None = None) -> Path:
     """A cached warm-started champion checkpoint (trained on first use)."""
-    from trainer.checkpoint import save_checkpoint
-    from trainer.model import MoEConfig
+    from policy.toy.checkpoint import save_checkpoint
+    from policy.toy.model import MoEConfig
     from trainer.sft import SFT_STEPS, warm_start
 
     steps = SFT_STEPS if steps is None else steps
@@ -48,7 +48,7 @@ def _recipe_key() -> str:
     import hashlib
 
     h = hashlib.sha256(TOY_CONFIG.read_bytes())
-    for path in ("trainer/sft.py", "ratchet/tasks.py", "trainer/model.py"):
+    for path in ("trainer/sft.py", "tasks/toy.py", "policy/toy/model.py"):
         h.update((ROOT / path).read_bytes())
     return h.hexdigest()[:10]
 
@@ -57,8 +57,8 @@ def record_rows(champion: Path, *, n_tasks: int = FIXTURE_TASKS,
                 samples_per_task: int = FIXTURE_SAMPLES, seed: int = FIXTURE_SEED,
                 model_version: int = 1) -> pa.Table:
     """Sample from the champion on train-split tasks and reward with the simulator's rule."""
-    from ratchet.tasks import generate_tasks
-    from trainer.checkpoint import load_checkpoint
+    from policy.toy.checkpoint import load_checkpoint
+    from tasks.toy import generate_tasks
     from trainer.rollout import sample_rows
 
     model = load_checkpoint(champion)
@@ -69,7 +69,7 @@ def record_rows(champion: Path, *, n_tasks: int = FIXTURE_TASKS,
 
 def fixture_tasks():
     """The tasks whose prompts the fixture logged (``FIXTURE_SAMPLES`` rows each)."""
-    from ratchet.tasks import generate_tasks
+    from tasks.toy import generate_tasks
 
     return generate_tasks(FIXTURE_TASKS, seed=FIXTURE_SEED, split="train")
 
@@ -86,9 +86,9 @@ def tiny_champion(directory: Path, *, n_tasks: int = 8):
     import pyarrow.parquet as pq
     import torch
 
-    from ratchet.tasks import generate_tasks
-    from trainer.checkpoint import save_checkpoint
-    from trainer.model import MoEConfig, MoETransformer
+    from policy.toy.checkpoint import save_checkpoint
+    from policy.toy.model import MoEConfig, MoETransformer
+    from tasks.toy import generate_tasks
     from trainer.rollout import sample_rows
 
     torch.manual_seed(0)

@@ -26,12 +26,12 @@ import pyarrow as pa
 import torch
 from torch import Tensor
 
+from policy.toy.checkpoint import load_checkpoint, load_metadata, save_checkpoint
+from policy.toy.model import MoETransformer
 from trainer import rl
-from trainer.checkpoint import load_checkpoint, load_metadata, save_checkpoint
 from trainer.config import SequenceGSPO, TokenClip, TrainerConfig
 from trainer.data import Batch, Sample, collate, rows_to_samples
 from trainer.health import moe_health
-from trainer.model import MoETransformer
 
 
 def policy_logprobs(model: MoETransformer, batch: Batch, *, replay: bool,

@@ -1,7 +1,7 @@
 """Make reward rows the way the production loop does, without the fleet: sample, check, reward.
 
 Used for recorded fixtures (tests/fixtures/), bench/learning.py and tests: the model answers each
-task, ``ratchet.tasks.check`` scores it, and the reward is +1 when correct, -1 otherwise, minus a
+task, ``tasks.toy.check`` scores it, and the reward is +1 when correct, -1 otherwise, minus a
 small per-token length penalty — the simulator's rule for a user who runs the suggestion. Rows
 follow ``ingest.schema.REWARD_SCHEMA`` exactly.
 
@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 import pyarrow as pa
 
 from ingest.schema import REWARD_SCHEMA, SCHEMA_VERSION
-from ratchet.tasks import Task, check
-from trainer.generate import Generation, generate
-from trainer.model import MoETransformer
+from policy.toy.generate import Generation, generate
+from policy.toy.model import MoETransformer
+from tasks.toy import Task, check
 
 SIGNALS = ("edit_persistence_30", "edit_persistence_120", "edit_persistence_300",
            "edit_persistence_600", "followup_dissatisfied", "feedback_accept")

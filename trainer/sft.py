@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ratchet.tasks import Task, generate_tasks
-from trainer.generate import encode_prompt
-from trainer.model import MoEConfig, MoETransformer
-from trainer.tokenizer import EOS, PAD, encode
+from policy.toy.generate import encode_prompt
+from policy.toy.model import MoEConfig, MoETransformer
+from policy.toy.tokenizer import EOS, PAD, encode
+from tasks.toy import Task, generate_tasks
 
 
 def task_batch(

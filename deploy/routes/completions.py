@@ -39,7 +39,7 @@ def create_completion(
     logger: LoggerDep,
     metrics: MetricsDep,
 ) -> CompletionResponse:
-    from trainer.generate import generate
+    from policy.toy.generate import generate
 
     _validate_limits(req, settings.max_prompt_chars, settings.max_tokens_limit)
     served = host.current

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from ratchet import registry
 from ratchet.bootstrap import ensure_champion
 from ratchet.config import ChampionBootstrapConfig, RatchetConfig
 from ratchet.cycle import Cycle
 from ratchet.replay import replay
+from runtime import registry
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "events.jsonl"
 

@@ -22,7 +22,7 @@ from deploy.rollout import RewardTable, RolloutConfig, RolloutController
 from deploy.router import RequestLedger
 from deploy.toy_models import register_untrained
 from ingest.schema import REWARD_SCHEMA
-from ratchet import registry
+from runtime import registry
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -22,8 +22,8 @@ MODEL = "gate-test"
 def _register(tracking_uri: str, model, directory: Path) -> int:
     import mlflow
 
-    from ratchet.registry import log_checkpoint
-    from trainer.checkpoint import save_checkpoint
+    from policy.toy.checkpoint import save_checkpoint
+    from runtime.registry import log_checkpoint
 
     save_checkpoint(model, directory / "checkpoint")
     mlflow.set_tracking_uri(tracking_uri)
@@ -38,9 +38,9 @@ def versions(mlflow_server, tmp_path_factory) -> dict[str, int]:
     tests); worse: an untrained toy model; nan: decent with one NaN weight."""
     import torch
 
-    from trainer.checkpoint import load_checkpoint
+    from policy.toy.checkpoint import load_checkpoint
+    from policy.toy.model import MoETransformer
     from trainer.fixtures import champion_dir
-    from trainer.model import MoETransformer
 
     torch.set_num_threads(2)
     decent = load_checkpoint(champion_dir())
@@ -75,7 +75,7 @@ def _gate(uri: str, candidate: int, champion: int | None, workdir: Path, **updat
 
 
 def _alias(uri: str, alias: str) -> int | None:
-    from ratchet.registry import resolve_alias
+    from runtime.registry import resolve_alias
 
     return resolve_alias(uri, MODEL, alias)
 
@@ -143,7 +143,7 @@ def test_gate_promotes_only_on_pass(mlflow_server, versions, tmp_path):
 
 def test_better_candidate_moves_champion_and_keeps_previous(mlflow_server, versions, tmp_path):
     from gating.config import HealthConfig, InfraConfig
-    from ratchet.registry import set_alias
+    from runtime.registry import set_alias
 
     uri = mlflow_server.uri
     set_alias(uri, MODEL, "champion", versions["worse"])

@@ -22,9 +22,9 @@ def test_gate_verdict_is_visible_in_the_mlflow_ui(mlflow_server, tmp_path):
     from gating.config import GateConfig, SuiteConfig
     from gating.gate import run_gate
     from gating.ui_check import check_gate_in_ui
-    from ratchet.registry import log_checkpoint
-    from trainer.checkpoint import save_checkpoint
-    from trainer.model import MoEConfig, MoETransformer
+    from policy.toy.checkpoint import save_checkpoint
+    from policy.toy.model import MoEConfig, MoETransformer
+    from runtime.registry import log_checkpoint
 
     torch.manual_seed(0)
     model = MoETransformer(MoEConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64))

@@ -20,7 +20,7 @@ from deploy.fleet import Fleet
 from deploy.toy_models import register_untrained
 from ingest.kafka_io import high_watermarks, read_range
 from ingest.schema import TOPICS, parse_event
-from ratchet.services import free_port, stop_pid, tansu_binary
+from runtime.services import free_port, stop_pid, tansu_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

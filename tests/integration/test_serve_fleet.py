@@ -49,7 +49,7 @@ def read_events(
 
 @pytest.fixture(scope="module")
 def models(mlflow_server, tmp_path_factory):
-    from ratchet import registry
+    from runtime import registry
 
     name = f"deploy-fleet-{uuid.uuid4().hex[:6]}"
     work = tmp_path_factory.mktemp("deploy-models")
@@ -109,8 +109,8 @@ def test_completions_are_logged_with_sampled_logprobs(fleet, models, broker):
 
 def _check_logprobs_against_forward(event: Completion, work: Path) -> None:
     """The logged logprobs are log pi(token) at temperature 1 under the served weights."""
-    from trainer.generate import encode_prompt
-    from trainer.model import sequence_logprobs
+    from policy.toy.generate import encode_prompt
+    from policy.toy.model import sequence_logprobs
 
     model = build_untrained(1)  # version 1 was built from seed 1
     ids = encode_prompt(event.prompt) + event.response_token_ids

@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from ratchet.services import Broker, MlflowServer, _pid_alive, stop_leftovers
+from runtime.services import Broker, MlflowServer, _pid_alive, stop_leftovers
 
 pytestmark = pytest.mark.integration
 

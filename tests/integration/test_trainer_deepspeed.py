@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.checkpoint import load_checkpoint
+from policy.toy.checkpoint import load_checkpoint
 from trainer.fixtures import tiny_champion
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

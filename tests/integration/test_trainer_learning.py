@@ -11,8 +11,8 @@ import statistics
 
 import pytest
 
-from ratchet.tasks import generate_tasks
-from trainer.checkpoint import load_checkpoint
+from policy.toy.checkpoint import load_checkpoint
+from tasks.toy import generate_tasks
 from trainer.config import TrainerConfig
 from trainer.evaluate import evaluate
 from trainer.fixtures import FIXTURE, champion_dir, fixture_rows, fixture_tasks, logged_eval_tasks

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.checkpoint import load_checkpoint
+from policy.toy.checkpoint import load_checkpoint
 from trainer.config import TrainerConfig
 from trainer.fixtures import tiny_champion
 

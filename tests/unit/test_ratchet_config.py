@@ -33,7 +33,7 @@ def test_bounds_are_enforced():
 
 
 def test_every_shipped_config_file_parses():
-    from trainer.model import MoEConfig
+    from policy.toy.model import MoEConfig
 
     files = sorted((ROOT / "trainer" / "configs").rglob("*.json"))
     assert files, "no model configs shipped"

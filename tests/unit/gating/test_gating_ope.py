@@ -62,8 +62,8 @@ def test_ope_gate_needs_enough_effective_samples():
 def test_log_ratio_of_the_behaviour_model_itself_is_zero(temperature):
     import torch
 
-    from trainer.generate import generate
-    from trainer.model import MoEConfig, MoETransformer
+    from policy.toy.generate import generate
+    from policy.toy.model import MoEConfig, MoETransformer
 
     torch.manual_seed(0)
     model = MoETransformer(MoEConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64)).eval()
@@ -87,8 +87,8 @@ def _reward_table(model, version: int, temperature: float) -> pa.Table:
     from datetime import UTC, datetime
 
     from ingest.schema import REWARD_SCHEMA
-    from ratchet.tasks import check, generate_tasks
-    from trainer.generate import generate
+    from policy.toy.generate import generate
+    from tasks.toy import check, generate_tasks
 
     tasks = generate_tasks(24, 11, "heldout")
     gens = generate(model, [t.prompt for t in tasks], max_new_tokens=8,
@@ -121,7 +121,7 @@ def test_ope_gate_reads_logged_spans_of_the_champion_only(tmp_path):
     import torch
 
     from gating.ope import ope_gate
-    from trainer.model import MoEConfig, MoETransformer
+    from policy.toy.model import MoEConfig, MoETransformer
 
     torch.manual_seed(0)
     champion = MoETransformer(MoEConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64)).eval()

@@ -12,7 +12,7 @@ from gating.suite import build_suite, fit_prompt, run_suite
 def model():
     import torch
 
-    from trainer.model import MoEConfig, MoETransformer
+    from policy.toy.model import MoEConfig, MoETransformer
 
     torch.manual_seed(0)
     return MoETransformer(MoEConfig(d_model=32, n_layers=2, n_heads=2, d_ff=64)).eval()

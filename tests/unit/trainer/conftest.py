@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from trainer.model import MoEConfig, MoETransformer
+from policy.toy.model import MoEConfig, MoETransformer
 
 TINY = MoEConfig(d_model=32, n_layers=2, n_heads=2, n_experts=4, top_k=2, d_ff=48, max_seq_len=160)
 

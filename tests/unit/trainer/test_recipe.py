@@ -4,8 +4,8 @@ import pyarrow as pa
 import pytest
 import torch
 
-from ratchet.tasks import generate_tasks
-from trainer.checkpoint import load_checkpoint, load_metadata, save_checkpoint
+from policy.toy.checkpoint import load_checkpoint, load_metadata, save_checkpoint
+from tasks.toy import generate_tasks
 from trainer.config import TrainerConfig
 from trainer.recipe import RLRecipe, run_training, staleness_weights
 from trainer.rollout import sample_rows

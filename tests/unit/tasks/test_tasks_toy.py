@@ -1,10 +1,10 @@
-"""ratchet.tasks: generation is deterministic and split-stable; check is safe and exact."""
+"""tasks.toy: generation is deterministic and split-stable; check is safe and exact."""
 
 import time
 
 import pytest
 
-from ratchet.tasks import Task, check, evaluate, generate_tasks, is_heldout
+from tasks.toy import Task, check, evaluate, generate_tasks, is_heldout
 
 
 def _task(kind, prompt, reference, cases=()):

@@ -1,4 +1,4 @@
-from trainer.tokenizer import BOS, EOS, PAD, VOCAB_SIZE, decode, encode
+from policy.toy.tokenizer import BOS, EOS, PAD, VOCAB_SIZE, decode, encode
 
 
 def test_roundtrip_unicode():

@@ -1,13 +1,13 @@
 """The checkpoint reference: how a checkpoint becomes an MLflow model version and back.
 
 A checkpoint is a directory (``model.safetensors`` + ``config.json`` + ``metadata.json``, see
-trainer/checkpoint.py). It is logged as an MLflow "model from code" (ratchet/mlflow_model.py) so
+policy/toy/checkpoint.py). It is logged as an MLflow "model from code" (runtime/mlflow_model.py) so
 that loading it never unpickles, registered as a new version of one registered model, and
 addressed by alias: ``champion`` serves, ``candidate`` waits for the gate, ``previous-champion``
 is kept for rollback.
 
 Deliberately left out: deciding who gets an alias (gating/, deploy/) and the MLflow server's
-lifecycle (ratchet/services.py). mlflow is imported inside functions (it costs seconds).
+lifecycle (runtime/services.py). mlflow is imported inside functions (it costs seconds).
 """
 
 from __future__ import annotations

@@ -15,12 +15,12 @@ from mlflow.pyfunc import PythonModel
 
 class RatchetCheckpoint(PythonModel):
     def load_context(self, context):
-        from trainer.checkpoint import load_checkpoint
+        from policy.toy.checkpoint import load_checkpoint
 
         self.model = load_checkpoint(context.artifacts["checkpoint"])
 
     def predict(self, context, model_input, params=None):
-        from trainer.generate import generate
+        from policy.toy.generate import generate
 
         prompts = (
             list(model_input["prompt"]) if hasattr(model_input, "columns") else list(model_input)

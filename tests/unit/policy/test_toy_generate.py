@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from trainer.generate import encode_prompt, generate, sampling_logprobs
-from trainer.tokenizer import EOS
+from policy.toy.generate import encode_prompt, generate, sampling_logprobs
+from policy.toy.tokenizer import EOS
 
 
 def _recompute(model, prompt, g, temperature):

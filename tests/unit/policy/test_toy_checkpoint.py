@@ -2,7 +2,7 @@ import json
 
 import torch
 
-from trainer.checkpoint import load_checkpoint, load_metadata, save_checkpoint
+from policy.toy.checkpoint import load_checkpoint, load_metadata, save_checkpoint
 
 
 def test_roundtrip_bit_exact(tiny_model, tmp_path):

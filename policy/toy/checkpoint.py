@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainer.model import MoEConfig, MoETransformer
+from policy.toy.model import MoEConfig, MoETransformer
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"

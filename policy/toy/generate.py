@@ -17,8 +17,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from trainer.model import KVCache, MoETransformer
-from trainer.tokenizer import BOS, EOS, PAD, decode, encode
+from policy.toy.model import KVCache, MoETransformer
+from policy.toy.tokenizer import BOS, EOS, PAD, decode, encode
 
 
 @dataclass

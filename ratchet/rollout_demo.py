@@ -1,6 +1,6 @@
 """One progressive rollout, end to end on this machine, printing its step log.
 
-    python -m deploy.rollout_demo --canary untrained --workdir runs/rollout-demo
+    python -m ratchet.rollout_demo --canary untrained --workdir runs/rollout-demo
 
 Starts the embedded broker and MLflow, registers the warm-started champion (ratchet.bootstrap,
 cached) as the stable version and a canary (``untrained``: a worse model; ``same``: the same
@@ -43,9 +43,9 @@ class Traffic:
 
 def _register(args, ep, workdir: Path) -> tuple[str, int, int]:
     from deploy.toy_models import register_untrained
-    from ratchet import registry
     from ratchet.bootstrap import ensure_champion
     from ratchet.config import RatchetConfig
+    from runtime import registry
 
     config = RatchetConfig(model_name=f"rollout-demo-{uuid.uuid4().hex[:4]}")
     if args.stable_checkpoint is not None:
@@ -61,7 +61,7 @@ def _register(args, ep, workdir: Path) -> tuple[str, int, int]:
 
 
 def _reregister(tracking_uri: str, name: str, version: int, workdir: Path) -> int:
-    from ratchet import registry
+    from runtime import registry
 
     directory = registry.download_checkpoint(tracking_uri, name, version, workdir / "dl")
     return _log(tracking_uri, name, directory, "same-weights-canary")
@@ -70,7 +70,7 @@ def _reregister(tracking_uri: str, name: str, version: int, workdir: Path) -> in
 def _log(tracking_uri: str, name: str, directory: Path, run_name: str) -> int:
     import mlflow
 
-    from ratchet import registry
+    from runtime import registry
 
     mlflow.set_tracking_uri(tracking_uri)
     with mlflow.start_run(run_name=run_name):
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 
 def _champion(tracking_uri: str, name: str) -> int | None:
-    from ratchet import registry
+    from runtime import registry
 
     return registry.resolve_alias(tracking_uri, name, registry.CHAMPION)
 

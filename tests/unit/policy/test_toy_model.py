@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.model import MoEConfig, MoETransformer
+from policy.toy.model import MoEConfig, MoETransformer
 
 CONFIGS = Path(__file__).parents[3] / "trainer" / "configs"
 

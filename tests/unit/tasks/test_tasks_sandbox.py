@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from gating.humaneval import grade, humaneval_suite, load_problems, truncate
-from gating.sandbox import run_sandboxed
+from tasks.humaneval import grade, humaneval_suite, load_problems, truncate
+from tasks.sandbox import run_sandboxed
 
 
 def test_a_clean_program_passes_and_sees_a_bare_environment():

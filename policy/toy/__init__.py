@@ -1,0 +1,1 @@
+"""The toy MoE policy: model, byte tokenizer, generation and checkpoint format."""
