@@ -19,7 +19,11 @@ from typing import Annotated, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added what was served as served: prompt token ids, prompt-position routed experts, where the
+experts came from, top_p in reward rows, and the follow-up detector's fields. Version-1 events and
+spans are still read (``upgrade_reward_table``)."""
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 EDIT_WINDOWS_S: tuple[int, ...] = (30, 120, 300, 600)
 """Edit-persistence checkpoints, seconds after the completion (as in Copilot's telemetry)."""
@@ -38,7 +42,7 @@ LATE_TOPIC = "ratchet.late_signals"
 class _Event(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1, 2] = SCHEMA_VERSION
     event_id: str = Field(min_length=1, max_length=128, description="Unique id of this event.")
     response_id: str = Field(
         min_length=1, max_length=128, description="gen_ai.response.id: the request id."
@@ -75,12 +79,29 @@ class Completion(_Event):
     model_version: int = Field(ge=1, description="Registry version of the behaviour policy.")
     task_kind: str = Field(description="Task family of the prompt, for per-task baselines.")
     prompt: str
+    prompt_token_ids: list[int] = Field(
+        default_factory=list,
+        description="The prompt as served, token ids (v2). Empty in v1 events: the trainer then "
+        "re-tokenises ``prompt``; with it, nothing is re-tokenised.",
+    )
     response_text: str
     response_token_ids: list[int]
-    response_logprobs: list[float] = Field(description="Sampled logprob of each response token.")
+    response_logprobs: list[float] = Field(
+        description="Logprob of each sampled token under the distribution actually sampled "
+        "(temperature and top-p applied, renormalised): vLLM's processed_logprobs."
+    )
     sampling: SamplingParams
     routed_experts: list[list[list[int]]] = Field(
-        description="Expert ids chosen per token, per MoE layer: (tokens, layers, top_k)."
+        description="Expert ids chosen per response token, per MoE layer: (tokens, layers, top_k)."
+    )
+    prompt_routed_experts: list[list[list[int]]] = Field(
+        default_factory=list,
+        description="Expert ids per prompt position, per MoE layer (v2; empty when not captured).",
+    )
+    routed_experts_source: Literal["engine", "teacher_forced", "none"] = Field(
+        default="engine",
+        description="How routed experts were obtained: returned by the engine that sampled, "
+        "recomputed by a teacher-forced router pass, or not at all (dense policy).",
     )
     time_to_first_token_ms: float = Field(ge=0.0)
     latency_ms: float = Field(ge=0.0)
@@ -97,6 +118,12 @@ class Completion(_Event):
             )
         if self.routed_experts and len(self.routed_experts) != n:
             raise ValueError(f"routed_experts has {len(self.routed_experts)} tokens, expected {n}")
+        n_prompt = len(self.prompt_token_ids)
+        if self.prompt_routed_experts and len(self.prompt_routed_experts) != n_prompt:
+            raise ValueError(
+                f"prompt_routed_experts has {len(self.prompt_routed_experts)} positions, "
+                f"prompt_token_ids has {n_prompt}"
+            )
         bad = [lp for lp in self.response_logprobs if not lp <= 0.0]
         if bad:
             raise ValueError(f"response_logprobs must be <= 0, got {bad[0]}")
@@ -116,7 +143,11 @@ class Followup(_Event):
 
     kind: Literal["followup"] = "followup"
     text: str = Field(max_length=4096)
-    dissatisfied: bool = Field(description="The follow-up complains about the answer.")
+    dissatisfied: bool | None = Field(
+        default=None,
+        description="The producer's own flag, optional (v2). Ingest's detector decides from the "
+        "text; this flag is only compared with it, never trusted.",
+    )
 
 
 class Feedback(_Event):
@@ -174,6 +205,11 @@ REWARD_SCHEMA = pa.schema(
         pa.field("response_logprobs", pa.list_(pa.float32()), nullable=False),
         pa.field("routed_experts", pa.list_(pa.list_(pa.list_(pa.int16()))), nullable=False),
         pa.field("temperature", pa.float32(), nullable=False),
+        # v2: what was served as served (null in upgraded v1 rows).
+        pa.field("prompt_token_ids", pa.list_(pa.int32())),
+        pa.field("prompt_routed_experts", pa.list_(pa.list_(pa.list_(pa.int16())))),
+        pa.field("routed_experts_source", pa.string()),
+        pa.field("top_p", pa.float32()),
         pa.field("finish_reason", pa.string(), nullable=False),
         pa.field("completion_tokens", pa.int32(), nullable=False),
         pa.field("latency_ms", pa.float32(), nullable=False),
@@ -184,6 +220,11 @@ REWARD_SCHEMA = pa.schema(
         pa.field("edit_persistence_600", pa.float32()),
         pa.field("followup_dissatisfied", pa.bool_()),
         pa.field("feedback_accept", pa.bool_()),
+        # v2: the follow-up detector (ingest decides ``followup_dissatisfied`` from the text).
+        pa.field("followup_text", pa.string()),
+        pa.field("followup_flag", pa.bool_()),
+        pa.field("dissatisfied_score", pa.float32()),
+        pa.field("detector_version", pa.string()),
         # Rewards
         pa.field("reward", pa.float32(), nullable=False),
         pa.field("reward_components", pa.map_(pa.string(), pa.float32()), nullable=False),
@@ -191,3 +232,26 @@ REWARD_SCHEMA = pa.schema(
     ],
     metadata={b"ratchet.schema_version": str(SCHEMA_VERSION).encode()},
 )
+
+
+def upgrade_reward_table(table: pa.Table) -> pa.Table:
+    """A reward table of any readable version as ``REWARD_SCHEMA``: v1 spans gain the v2 columns
+    as nulls (missing is not zero). Raises ``ValueError`` for an unknown version or a column
+    ``REWARD_SCHEMA`` does not know."""
+    unknown = set(table.column_names) - set(REWARD_SCHEMA.names)
+    if unknown:
+        raise ValueError(f"reward table has columns REWARD_SCHEMA does not know: {sorted(unknown)}")
+    if table.num_rows and "schema_version" in table.column_names:
+        versions = set(table.column("schema_version").to_pylist())
+        if not versions <= set(READABLE_SCHEMA_VERSIONS):
+            raise ValueError(f"reward table has schema_version {sorted(versions)}, "
+                             f"readable: {READABLE_SCHEMA_VERSIONS}")
+    columns = []
+    for field in REWARD_SCHEMA:
+        if field.name in table.column_names:
+            columns.append(table.column(field.name).cast(field.type))
+        elif field.nullable:
+            columns.append(pa.nulls(table.num_rows, field.type))
+        else:
+            raise ValueError(f"reward table lacks required column {field.name!r}")
+    return pa.Table.from_arrays(columns, schema=REWARD_SCHEMA)

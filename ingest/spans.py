@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ingest.parse import EventItem
-from ingest.schema import REWARD_SCHEMA, SCHEMA_VERSION, DeadLetter
+from ingest.schema import REWARD_SCHEMA, SCHEMA_VERSION, DeadLetter, upgrade_reward_table
 
 MANIFESTS = "_manifests"
 STAGING = "_staging"
@@ -221,7 +221,7 @@ def read_spans(output_root: Path, status: str = "ok") -> pa.Table:
     files = SpanStore(output_root).span_files(status)
     if not files:
         return REWARD_SCHEMA.empty_table()
-    return pa.concat_tables([pq.read_table(f, schema=REWARD_SCHEMA) for f in files])
+    return pa.concat_tables([upgrade_reward_table(pq.read_table(f)) for f in files])
 
 
 def manifest_record(

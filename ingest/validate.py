@@ -19,6 +19,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.schema import READABLE_SCHEMA_VERSIONS
+
 REQUIRED = (
     "response_id",
     "conversation_id",
@@ -78,7 +80,9 @@ def _expectations(
     eps = 1e-4
     exps = [gxe.ExpectColumnValuesToNotBeNull(column=c) for c in REQUIRED]
     exps += [
-        gxe.ExpectColumnValuesToBeInSet(column="schema_version", value_set=[1]),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="schema_version", value_set=list(READABLE_SCHEMA_VERSIONS)
+        ),
         gxe.ExpectColumnValuesToBeUnique(column="response_id"),
         gxe.ExpectColumnValuesToBeBetween(column="reward", min_value=lo - eps, max_value=hi + eps),
         gxe.ExpectColumnValuesToBeBetween(

@@ -107,4 +107,6 @@ def fixture_rows(regenerate: bool = False) -> pa.Table:
     if regenerate or not FIXTURE.exists():
         FIXTURE.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(record_rows(champion_dir()), FIXTURE, compression="zstd")
-    return pq.read_table(FIXTURE)
+    from ingest.schema import upgrade_reward_table
+
+    return upgrade_reward_table(pq.read_table(FIXTURE))

@@ -113,7 +113,9 @@ def _reward_table(model, version: int, temperature: float) -> pa.Table:
         "reward": rewards, "reward_components": [[("correct", r)] for r in rewards],
         "defaulted_signals": [[] for _ in range(n)],
     }
-    return pa.table(cols, schema=REWARD_SCHEMA)
+    return pa.Table.from_pylist(
+        [dict(zip(cols, values)) for values in zip(*cols.values())], schema=REWARD_SCHEMA
+    )
 
 
 def test_ope_gate_reads_logged_spans_of_the_champion_only(tmp_path):

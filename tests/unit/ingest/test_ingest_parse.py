@@ -149,3 +149,30 @@ def test_arbitrary_json_is_classified_not_raised(obj, kind):
         "logprob_above_zero",
         "length_mismatch",
     }
+
+
+def test_v1_reward_rows_upgrade_with_null_v2_columns() -> None:
+    import pyarrow as pa
+
+    from ingest.schema import REWARD_SCHEMA, upgrade_reward_table
+
+    v1_names = [n for n in REWARD_SCHEMA.names if n not in {
+        "prompt_token_ids", "prompt_routed_experts", "routed_experts_source", "top_p",
+        "followup_text", "followup_flag", "dissatisfied_score", "detector_version"}]
+    v1 = pa.Table.from_pylist([], schema=pa.schema([REWARD_SCHEMA.field(n) for n in v1_names]))
+    up = upgrade_reward_table(v1)
+    assert up.schema.equals(REWARD_SCHEMA)
+    bad = v1.append_column("surprise", pa.array([], pa.int8()))
+    with pytest.raises(ValueError, match="surprise"):
+        upgrade_reward_table(bad)
+
+
+def test_v1_completion_event_still_parses() -> None:
+    from ingest.schema import Completion, parse_event
+
+    v1 = _completion_dict(schema_version=1)
+    for key in ("prompt_token_ids", "prompt_routed_experts", "routed_experts_source"):
+        v1.pop(key, None)
+    event = parse_event(json.dumps(v1).encode())
+    assert isinstance(event, Completion) and event.prompt_token_ids == []
+    assert event.routed_experts_source == "engine"
