@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,8 @@ from ingest.spans import SpanStore, manifest_record, span_id_for
 from ingest.transforms import FAILPOINT_ENV, PipelineSpec, build_pipeline, failpoint
 from rewards.config import RewardConfig
 from rewards.monitors import batch_monitors
+
+log = logging.getLogger(__name__)
 
 __all__ = ["FAILPOINT_ENV", "SpanJob", "SpanResult", "run", "run_config", "run_span"]
 
@@ -138,7 +141,13 @@ class SpanJob:
         for topic in TOPICS.values():
             out[topic] = {}
             for p, hw in high_watermarks(self.source.bootstrap, topic).items():
-                start = max(committed[topic].get(p, 0), self.state.ends.get(topic, {}).get(p, 0))
+                carried = self.state.ends.get(topic, {}).get(p, 0)
+                if carried and p not in committed[topic]:
+                    # setup() re-committed every manifest's offsets, so a group without a commit
+                    # here lost it: a memory-only broker restarted and the topic was recreated.
+                    log.warning("%s[%d]: no committed offset (broker restarted?): from 0", topic, p)
+                    carried = 0
+                start = max(committed[topic].get(p, 0), carried)
                 out[topic][p] = (start if start <= hw else 0, hw)  # topic recreated: start over
         return out
 
