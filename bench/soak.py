@@ -211,7 +211,8 @@ def run(args: argparse.Namespace) -> dict:
         fleet = Fleet.start(n_replicas=1, tracking_uri=server.uri, model_name=config.model_name,
                             bootstrap=broker.bootstrap, workdir=work / "fleet",
                             admin_token=config.fleet.admin_token)
-        sim = _recording_simulator(urls=fleet.urls, bootstrap=broker.bootstrap, speed=600.0, seed=args.seed)
+        sim = _recording_simulator(urls=fleet.urls, bootstrap=broker.bootstrap, speed=600.0,
+                                   seed=args.seed)
         argv = [sys.executable, "-m", "ratchet.cli", "loop", "--config", str(work / "config.json"),
                 "--workdir", str(work / "ctl"), "--bootstrap", broker.bootstrap,
                 "--tracking-uri", server.uri, "--every", "1s", "--max-cycles", "1"]
