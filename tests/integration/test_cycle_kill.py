@@ -113,31 +113,17 @@ def _versions(uri: str, name: str) -> list:
 
 def _check_ledger(uri: str, name: str, workdirs: list[Path]) -> dict[str, int]:
     """Every validated span's rows in exactly one gated candidate; no RUNNING run; aliases sane."""
-    import pyarrow.parquet as pq
     from mlflow import MlflowClient
 
-    from ingest.spans import SpanStore
     from ratchet.cycle_state import CycleStore
     from runtime import registry
 
-    spans = {m["span_id"]: (w, m) for w in workdirs
-             for m in SpanStore(w / "spans").manifests_list() if m["status"] == "ok"}
     versions = _versions(uri, name)
     gated = [v for v in versions if "gate.verdict" in v.tags]
-    trained_on = Counter(s for v in gated for s in v.tags["ratchet.span_ids"].split(","))
-    with_rows = {i for i, (_, m) in spans.items() if m["rows"] > 0}
-    assert set(trained_on) == with_rows and all(c == 1 for c in trained_on.values()), trained_on
-    for v in gated:
-        rows = sum(spans[s][1]["rows"] for s in v.tags["ratchet.span_ids"].split(","))
-        assert int(v.tags["ratchet.rows"]) == rows
-        run = MlflowClient(uri).get_run(v.run_id)
-        assert run.data.params["rows"] == str(rows)
-        assert run.data.params["span_ids"] == v.tags["ratchet.span_ids"]
-    ids = Counter(
-        r for i in with_rows for f in spans[i][1]["files"]
-        for r in pq.read_table(spans[i][0] / "spans" / f).column("response_id").to_pylist()
-    )
-    assert ids and max(ids.values()) == 1  # each reward row once, across every span
+    ids: Counter = Counter()
+    for w in workdirs:  # span ids are per workdir (one controller machine each)
+        ids += _check_workdir(uri, w, gated)
+    assert ids and max(ids.values()) == 1  # each reward row once, across every span and machine
     # Nothing RUNNING, every cycle finished, aliases consistent.
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("ratchet")
@@ -159,6 +145,32 @@ def _check_ledger(uri: str, name: str, workdirs: list[Path]) -> dict[str, int]:
     if promotions:
         assert champ == max(int(v.version) for v in promotions)
     return {"rows": sum(ids.values()), "gated": len(gated), "promotions": len(promotions)}
+
+
+def _check_workdir(uri: str, workdir: Path, gated: list) -> Counter:
+    """The workdir's validated spans with rows are each in exactly one of its gated candidates."""
+    import pyarrow.parquet as pq
+    from mlflow import MlflowClient
+
+    from ingest.spans import SpanStore
+    from ratchet.cycle_state import CycleStore
+
+    cycles = {s.cycle_id for s in CycleStore(workdir / "spans").all()}
+    mine = [v for v in gated if v.tags.get("ratchet.cycle_id") in cycles]
+    spans = {m["span_id"]: m for m in SpanStore(workdir / "spans").manifests_list()
+             if m["status"] == "ok" and m["rows"] > 0}
+    trained_on = Counter(s for v in mine for s in v.tags["ratchet.span_ids"].split(","))
+    assert set(trained_on) == set(spans) and all(c == 1 for c in trained_on.values()), trained_on
+    for v in mine:
+        rows = sum(spans[s]["rows"] for s in v.tags["ratchet.span_ids"].split(","))
+        assert int(v.tags["ratchet.rows"]) == rows
+        run = MlflowClient(uri).get_run(v.run_id)
+        assert run.data.params["rows"] == str(rows)
+        assert run.data.params["span_ids"] == v.tags["ratchet.span_ids"]
+    return Counter(
+        r for m in spans.values() for f in m["files"]
+        for r in pq.read_table(workdir / "spans" / f).column("response_id").to_pylist()
+    )
 
 
 @pytest.mark.parametrize("stage", ["ingest", "train", "gate", "deploy"])
