@@ -79,7 +79,7 @@ def _controller(argv: list[str], log: Path, rng: random.Random, kill: bool) -> i
                                     env={**os.environ, "PYTHONPATH": str(ROOT)})
         if kill and kills == 0:
             try:
-                proc.wait(timeout=rng.uniform(5.0, 90.0))
+                proc.wait(timeout=rng.uniform(20.0, 180.0))
             except subprocess.TimeoutExpired:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
