@@ -37,6 +37,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # bench/ingest.py would shadow the ingest package
 RESULTS = ROOT / "bench" / "results" / "soak.json"
 SIGNAL_COLUMNS = ("edit_persistence_30", "edit_persistence_120", "edit_persistence_300",
                   "edit_persistence_600", "feedback_accept")
