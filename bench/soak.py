@@ -229,6 +229,8 @@ def run(args: argparse.Namespace) -> dict:
         time.sleep(3.0)  # spooled events flushed by the replicas
         _controller(argv, work / "controller.log", rng, False)  # consume what is left
         figures = _ledger(server.uri, config.model_name, work / "ctl" / "spans", sim.ids, signals)
+        sim.drain()
+        figures["signals_send_failed"] = sim._scheduler.failed
     finally:
         if sim is not None:
             sim.close()

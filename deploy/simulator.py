@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import random
 import statistics
 import threading
@@ -30,6 +31,8 @@ import httpx
 from deploy.signal_policy import Outcome, PlannedSignal, SignalPolicy, plan_signals
 from ingest.schema import TOPICS, EditPersistence, Feedback, Followup
 from tasks.toy import Task, check, generate_tasks
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,10 @@ class _SignalScheduler:
         from ingest.kafka_io import ensure_topics
 
         ensure_topics(bootstrap)
+        self._bootstrap = bootstrap
         self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+        self.failed = 0
+        """Signals that could not be sent after every retry (counted, logged)."""
         self._heap: list[tuple[float, int, object]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
@@ -96,16 +102,37 @@ class _SignalScheduler:
                     return
                 _, _, event = heapq.heappop(self._heap)
                 self._sending += 1
-            self._producer.send(
-                TOPICS[event.kind],
-                key=event.response_id.encode(),
-                value=event.to_json(),
-                timestamp_ms=int(event.event_time.timestamp() * 1000),
-            )
+            self._send(event)
             with self._cond:
                 self._sending -= 1
                 self.sent += 1
                 self._cond.notify_all()
+
+    def _send(self, event, attempts: int = 5) -> None:
+        """Send one signal and wait for its ack. A kafka-python producer that lived through a
+        restart of the (memory-only) broker times out on every later send (measured against
+        Tansu), so a failed send gets a fresh producer and is retried; a copy that did land is
+        dropped by ingest's de-duplication on event id."""
+        from kafka import KafkaProducer
+        from kafka.errors import KafkaError
+
+        for _ in range(attempts):
+            try:
+                self._producer.send(
+                    TOPICS[event.kind],
+                    key=event.response_id.encode(),
+                    value=event.to_json(),
+                    timestamp_ms=int(event.event_time.timestamp() * 1000),
+                ).get(timeout=10)
+                return
+            except KafkaError:
+                self._producer.close(timeout=0)
+                self._producer = KafkaProducer(
+                    bootstrap_servers=self._bootstrap, acks="all", linger_ms=5
+                )
+        self.failed += 1
+        log.error("signal %s of %s not sent after %d attempts", event.kind, event.response_id,
+                  attempts)
 
     def drain(self, timeout_s: float | None) -> bool:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
