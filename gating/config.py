@@ -107,6 +107,45 @@ class BootstrapConfig(_Config):
     )
 
 
+class ImprovementEvidence(_Config):
+    """What counts as evidence that the candidate is better, not a tie that noise promoted.
+
+    Passes iff the paired-bootstrap CI lower bound of the pass-rate change is above
+    ``min_pass_rate_ci_low`` (primary win), or the mean-token CI lies entirely below
+    ``-min_token_saving`` (shorter answers: secondary win) while the pass-rate CI upper bound is
+    >= 0 and its mean >= 0 (no regression on the primary).
+
+    Suite size: the CI half-width of a paired pass-rate difference is about
+    ``1.96 * sd(d) / sqrt(n)`` with ``d`` in {-1, 0, 1} per task. Binomial bound (independent
+    arms, worst case): ``sd(d)^2 = p1(1-p1) + p2(1-p2)``, 0.32 at p = 0.2 and 0.50 at p = 0.5, so a
+    half-width of 0.04 needs n = 769 / 1201 and 0.03 needs n = 1366 / 2134. Pairing helps only as
+    much as the two checkpoints agree: ``sd(d)^2 = q01 + q10 - (q10 - q01)^2`` with ``q`` the
+    discordant shares; two checkpoints one cycle apart that disagree on 15% of tasks give
+    ``sd(d)^2 ~ 0.15``, n = 360 (0.04) / 640 (0.03). The default 64 tasks resolve only about
+    +/-0.12 (the issue's v3 tie had +/-0.047 on 64 tasks because the two checkpoints mostly
+    agreed); size the suite to the gains the loop makes (see SuiteConfig.size).
+    """
+
+    min_pass_rate_ci_low: float = Field(
+        0.0,
+        ge=-1.0,
+        le=1.0,
+        description=(
+            "Primary win: the pass-rate change CI lower bound must be > this margin (ci_low >"
+            " margin). -1 accepts any candidate (tests that need a tie to pass)."
+        ),
+    )
+    min_token_saving: float = Field(
+        0.0,
+        ge=0.0,
+        le=1e4,
+        description=(
+            "Secondary win: the mean completion-token change CI upper bound must be < -this"
+            " (surely shorter), with no pass-rate regression (CI high >= 0 and mean >= 0)."
+        ),
+    )
+
+
 class HealthConfig(_Config):
     """Checks on the candidate's weights and routing, independent of task success."""
 
@@ -196,6 +235,12 @@ class GateConfig(_Config):
     )
     bootstrap: BootstrapConfig = Field(
         default_factory=BootstrapConfig, description="Paired bootstrap CIs and their gates."
+    )
+    improvement: ImprovementEvidence | None = Field(
+        default_factory=ImprovementEvidence,
+        description=(
+            "Evidence-of-improvement gate vs the champion (a tie fails); None skips it."
+        ),
     )
     health: HealthConfig = Field(
         default_factory=HealthConfig, description="Weight and routing health checks."

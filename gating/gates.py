@@ -11,6 +11,8 @@ Gates:
 - ``token_budget``: mean completion tokens may rise at most the budget.
 - ``pass_rate_no_regression`` / ``tokens_no_regression``: the paired bootstrap CI must not show a
   significant regression (CI entirely below -drop / entirely above +rise).
+- ``improvement_evidence``: the pass-rate CI lower bound is above a margin, or the token CI is
+  entirely below zero with no pass-rate regression (a tie does not pass: noise is not promoted).
 - ``no_edit_rate`` / ``malformed_rate`` (hack monitors): may rise at most a set amount.
 - ``finite_weights``, ``expert_load_entropy``, ``kl_to_champion`` (health).
 
@@ -25,7 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gating.config import BootstrapConfig, ChangeThreshold, GateConfig, TokenBudget
+from gating.config import (
+    BootstrapConfig,
+    ChangeThreshold,
+    GateConfig,
+    ImprovementEvidence,
+    TokenBudget,
+)
 from gating.records import GateResult, SuiteResult
 
 
@@ -144,6 +152,25 @@ def no_regression_gate(
     )
 
 
+def improvement_gate(
+    passed_ci: BootstrapCI, tokens_ci: BootstrapCI, rule: ImprovementEvidence
+) -> GateResult:
+    """Evidence of a win: primary (pass-rate CI low > margin) or secondary (surely shorter)."""
+    primary = passed_ci.low > rule.min_pass_rate_ci_low
+    no_regression = passed_ci.high >= 0.0 and passed_ci.mean >= 0.0
+    shorter = tokens_ci.high < -rule.min_token_saving
+    secondary = shorter and no_regression
+    why = ("pass-rate win" if primary else "shorter with no pass-rate regression" if secondary
+           else "no evidence of improvement (a tie is noise)")
+    return GateResult(
+        name="improvement_evidence", value=passed_ci.low, threshold=rule.min_pass_rate_ci_low,
+        passed=primary or secondary, ci_low=passed_ci.low, ci_high=passed_ci.high,
+        comparator="ci_low >",
+        detail=(f"{why}; tokens CI [{tokens_ci.low:+.2f}, {tokens_ci.high:+.2f}] "
+                f"(win if ci_high < {-rule.min_token_saving:+.2f})"),
+    )
+
+
 def rate_jump_gate(name: str, candidate: float, champion: float, max_increase: float) -> GateResult:
     rise = candidate - champion
     return GateResult(
@@ -199,7 +226,9 @@ def _champion_gates(
                            [t.passed for t in champion.tasks], b)
     tokens_ci = _paired_ci([t.completion_tokens for t in candidate.tasks],
                            [t.completion_tokens for t in champion.tasks], b)
-    return [
+    evidence = ([] if config.improvement is None
+                else [improvement_gate(passed_ci, tokens_ci, config.improvement)])
+    return evidence + [
         change_gate("pass_rate_change", candidate.pass_rate, champion.pass_rate,
                     config.pass_rate_change, passed_ci),
         token_budget_gate(candidate.mean_completion_tokens, champion.mean_completion_tokens,

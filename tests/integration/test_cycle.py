@@ -40,6 +40,7 @@ def _config(model_name: str, group_id: str, *, permissive: bool) -> RatchetConfi
         gate = gate.model_copy(
             update={
                 "pass_rate_change": gate.pass_rate_change.model_copy(update={"min_abs": -1.0}),
+                "improvement": None,
                 "token_budget": gate.token_budget.model_copy(
                     update={"max_abs_increase": 1e6, "max_rel_increase": 1e6}
                 ),

@@ -39,6 +39,7 @@ PERMISSIVE_GATE = {
     "suite": {"size": 8, "max_new_tokens": 16},
     "min_pass_rate": 0.0,
     "pass_rate_change": {"min_abs": -1.0},
+    "improvement": None,
     "token_budget": {"max_abs_increase": 1e4, "max_rel_increase": 10.0},
     "bootstrap": {"max_pass_rate_drop": 1.0, "max_token_rise": 1e4},
     "hack": {"max_no_edit_increase": 1.0, "max_malformed_increase": 1.0},

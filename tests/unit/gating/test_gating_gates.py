@@ -173,3 +173,45 @@ def test_report_table_and_html_show_every_gate():
     assert page.count("<tr class=\"fail\">") == len(v.failed_gates)
     assert "Tasks that changed verdict" in page and page.count("<td>t2</td>") == 1
     assert "min_pass_rate" in page
+
+
+# -- noise must not become champion: evidence of improvement ----------------------------------
+def test_tie_is_rejected_by_improvement_evidence():
+    champion = suite([True] * 20 + [False] * 20)
+    tie = suite([True] * 20 + [False] * 20)  # d = 0 on every task: CI [0, 0] by hand
+    gates = by_name(evaluate_gates(tie, champion, GateConfig(min_pass_rate=0.1)))
+    ev = gates["improvement_evidence"]
+    assert (ev.ci_low, ev.ci_high) == (0.0, 0.0)
+    assert not ev.passed and ev.comparator == "ci_low >"
+    assert gates["pass_rate_change"].passed  # the old rule alone would have promoted the tie
+
+
+def test_clear_win_passes_with_hand_computed_ci():
+    # 40 tasks: the candidate wins 20 (d = 1) and ties 20 (d = 0). The bootstrap mean is
+    # Binomial(40, 1/2) / 40: mean 0.5, sd sqrt(0.25 / 40) = 0.0791, 2.5% quantile
+    # ~ 0.5 - 1.96 * 0.0791 = 0.345 (exact binomial: 14/40 = 0.35).
+    champion = suite([False] * 40)
+    better = suite([True] * 20 + [False] * 20)
+    ev = by_name(evaluate_gates(better, champion, GateConfig(min_pass_rate=0.1)))[
+        "improvement_evidence"]
+    assert ev.passed
+    assert ev.ci_low == pytest.approx(0.345, abs=0.03)
+    assert ev.ci_high == pytest.approx(0.655, abs=0.03)
+    margin = GateConfig(min_pass_rate=0.1, improvement={"min_pass_rate_ci_low": 0.4})
+    assert not by_name(evaluate_gates(better, champion, margin))["improvement_evidence"].passed
+
+
+def test_shorter_with_no_regression_passes_and_shorter_but_worse_fails():
+    champion = suite([True] * 20 + [False] * 20, 5)
+    shorter = suite([True] * 20 + [False] * 20, 3)  # pass CI [0, 0], tokens CI [-2, -2]
+    ev = by_name(evaluate_gates(shorter, champion, GateConfig(min_pass_rate=0.1)))[
+        "improvement_evidence"]
+    assert ev.passed and "shorter" in ev.detail
+    worse = suite([True] * 10 + [False] * 30, 3)  # loses 10 tasks: d mean -0.25
+    ev = by_name(evaluate_gates(worse, champion, GateConfig(min_pass_rate=0.1)))[
+        "improvement_evidence"]
+    assert not ev.passed
+    saving = GateConfig(min_pass_rate=0.1, improvement={"min_token_saving": 2.0})
+    assert not by_name(evaluate_gates(shorter, champion, saving))["improvement_evidence"].passed
+    off = by_name(evaluate_gates(shorter, champion, GateConfig(improvement=None)))
+    assert "improvement_evidence" not in off
