@@ -9,7 +9,9 @@ signals joined). The judge (deploy/judge.py) compares the canary and stable arms
 p95 latency (from the router's ledger) and edit persistence and dissatisfied follow-ups (from the
 reward rows of each model version). Pass → next step; ``extend`` (too few samples) → the window
 grows by another ``window_s`` (at most ``max_extensions`` times, then rollback); fail → rollback:
-weight 0, alias ``champion`` back to the stable version, and the verdict with the step log
+weight 0, aliases ``champion`` and ``previous-champion`` back to what they were before the
+canary was promoted (compare-and-set, after the optional ``guard``, e.g. a lease check), and the
+verdict with the step log
 written to the canary model version's tags and description in MLflow.
 
 Deliberately left out: reloading replicas (deploy/fleet.py), the statistics (deploy/judge.py),
@@ -184,12 +186,18 @@ class RolloutController:
         stable_version: int,
         canary_version: int,
         clock: Callable[[], datetime] | None = None,
+        previous_version: int | None | object = ...,
+        guard: Callable[[], None] | None = None,
     ) -> None:
+        """``previous_version``: what ``previous-champion`` was before the canary's promotion
+        (restored on rollback; left as is when not given). ``guard`` runs before any alias move
+        (a lease check that raises when the lease is lost)."""
         self.config = config
         self.splitter, self.serving_source, self.product_source = splitter, serving, product
         self.tracking_uri, self.model_name = tracking_uri, model_name
         self.stable_version, self.canary_version = stable_version, canary_version
         self.clock = clock or (lambda: datetime.now(UTC))
+        self.previous_version, self.guard = previous_version, guard
         self.state: Literal["pending", "running", "promoted", "rolled_back"] = "pending"
         self.step = 0
         self.extensions = 0
@@ -251,6 +259,13 @@ class RolloutController:
             if self.tick() is None:
                 time.sleep(poll_s)
         return self.result()
+
+    def abort(self, reason: str) -> None:
+        """Roll back a running rollout now (e.g. it ran past its time limit)."""
+        if self.state != "running":
+            return
+        record = self._record("fail", ArmSamples(), ArmSamples(), [], reason)
+        self._rollback(record)
 
     def result(self) -> RolloutResult:
         state = self.state if self.state != "pending" else "running"
@@ -315,9 +330,17 @@ class RolloutController:
         from runtime import registry
 
         self.splitter.set_canary_weight(0.0)
-        registry.set_alias(
-            self.tracking_uri, self.model_name, registry.CHAMPION, self.stable_version
-        )
+        if self.guard is not None:
+            self.guard()
+        if self.previous_version is ...:
+            registry.set_alias(
+                self.tracking_uri, self.model_name, registry.CHAMPION, self.stable_version
+            )
+        else:
+            registry.roll_back(
+                self.tracking_uri, self.model_name, canary=self.canary_version,
+                stable=self.stable_version, previous=self.previous_version,
+            )
         self.state = "rolled_back"
         self.log.append(
             StepRecord(
@@ -343,10 +366,15 @@ class RolloutController:
 
         self.step += 1
         self.splitter.set_canary_weight(1.0)
+        if self.guard is not None:
+            self.guard()
         if registry.resolve_alias(self.tracking_uri, self.model_name, registry.CHAMPION) != (
             self.canary_version
         ):
-            registry.promote(self.tracking_uri, self.model_name, self.canary_version)
+            registry.promote(
+                self.tracking_uri, self.model_name, self.canary_version,
+                expected=self.stable_version,
+            )
         self.state = "promoted"
         self.log.append(
             StepRecord(

@@ -192,6 +192,11 @@ def set_weights(body: WeightsBody, state: StateDep, _: AdminDep) -> WeightsBody:
     return body
 
 
+@admin.get("/groups", response_model=GroupsBody)
+def get_groups(state: StateDep, _: AdminDep) -> GroupsBody:
+    return GroupsBody(stable_urls=state.groups["stable"], canary_urls=state.groups["canary"])
+
+
 @admin.put("/groups", response_model=GroupsBody)
 def set_groups(body: GroupsBody, state: StateDep, _: AdminDep) -> GroupsBody:
     state.groups = {"stable": list(body.stable_urls), "canary": list(body.canary_urls)}
@@ -275,6 +280,13 @@ class RouterClient:
         resp = httpx.get(f"{self.url}/admin/weights", headers=self._headers, timeout=10)
         resp.raise_for_status()
         return float(resp.json()["canary_weight"])
+
+    def groups(self) -> dict[Arm, list[str]]:
+        """Replica URLs of the stable and canary groups."""
+        resp = httpx.get(f"{self.url}/admin/groups", headers=self._headers, timeout=10)
+        resp.raise_for_status()
+        body = resp.json()
+        return {"stable": body["stable_urls"], "canary": body["canary_urls"]}
 
     def serving(self, start: datetime, end: datetime) -> dict[Arm, ArmSamples]:
         resp = httpx.get(

@@ -91,6 +91,12 @@ class ServerSettings(BaseSettings):
     torch_threads: int = Field(
         default=1, ge=1, le=64, description="torch intra-op threads of this replica."
     )
+    test_extra_latency_ms: dict[int, float] = Field(
+        default_factory=dict,
+        description="Test only: extra milliseconds added to every completion served by these "
+        "registry versions (JSON, e.g. {\"3\": 400}): a deliberately slower candidate for canary "
+        "tests. Empty in production.",
+    )
 
     @model_validator(mode="after")
     def _refuse_default_token(self) -> ServerSettings:

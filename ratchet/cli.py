@@ -23,6 +23,15 @@ def _connected(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--bootstrap", help="Kafka bootstrap (default: start the embedded broker)")
     p.add_argument("--tracking-uri", help="MLflow server (default: start a local one)")
+    p.add_argument("--router", help="router of the fleet to roll out on (config fleet.router_url)")
+    p.add_argument("--admin-token", help="admin token of that router and its replicas")
+
+
+def _with_fleet(args: argparse.Namespace, config):
+    """``--router`` / ``--admin-token`` override the config's fleet section."""
+    update = {k: v for k, v in (("router_url", getattr(args, "router", None)),
+                                ("admin_token", getattr(args, "admin_token", None))) if v}
+    return config.model_copy(update={"fleet": config.fleet.model_copy(update=update)})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", type=Path, help="JSONL of recorded events")
     p.add_argument("--speed", type=float, default=0.0, help="time compression; 0 = no waiting")
 
+    p = sub.add_parser("rollout", help="canary rollout of one version on the configured fleet")
+    _connected(p)
+    p.add_argument("version", type=int, help="registered model version to roll out")
+
     p = sub.add_parser("gates", help="gate verdicts")
     gsub = p.add_subparsers(dest="gates_command", required=True)
     show = gsub.add_parser("show", help="print the gate table of a model version")
@@ -76,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from ratchet.config import load_config
 
-    config = load_config(getattr(args, "config", None))
+    config = _with_fleet(args, load_config(getattr(args, "config", None)))
     if args.command == "demo":
         from ratchet.demo import run
 
@@ -99,6 +112,15 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
         return 0
+    if args.command == "rollout":
+        from ratchet.rollout_cmd import run_rollout
+        from ratchet.runner import services
+
+        with services(args.workdir, bootstrap=args.bootstrap,
+                      tracking_uri=args.tracking_uri) as ep:
+            state = run_rollout(config, args.version, tracking_uri=ep.tracking_uri,
+                                bootstrap=ep.bootstrap, workdir=args.workdir)
+        return 0 if state == "promoted" else 1
     from ratchet.runner import run_command
 
     return run_command(args, config)

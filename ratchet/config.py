@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from deploy.rollout import RolloutConfig
 from gating.config import GateConfig
 from ingest.config import IngestConfig
 from trainer.config import TrainerConfig
@@ -35,11 +36,22 @@ class ChampionBootstrapConfig(_Config):
 
 
 class FleetConfig(_Config):
-    """The serving fleet the demo starts."""
+    """The serving fleet: the one the demo starts, or the running one a cycle rolls out on."""
 
-    replicas: int = Field(2, ge=1, le=64, description="Replica processes.")
+    replicas: int = Field(2, ge=1, le=64, description="Replica processes (demo only).")
     admin_token: str = Field(
-        "local-demo-token", min_length=8, description="Bearer token for admin calls (reload)."
+        "local-demo-token", min_length=8,
+        description="Bearer token for admin calls of the router and the replicas (weights, "
+        "groups, reload).",
+    )
+    router_url: str | None = Field(
+        None,
+        description="Router of the fleet a cycle rolls out on (e.g. http://127.0.0.1:8080); its "
+        "canary group gets the candidate. None: a cycle moves the alias only, rolls nothing out.",
+    )
+    rollout_timeout_s: float = Field(
+        3600.0, gt=0.0, le=7 * 86400.0,
+        description="A rollout undecided after this long is rolled back.",
     )
 
 
@@ -86,6 +98,10 @@ class RatchetConfig(_Config):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     fleet: FleetConfig = Field(default_factory=FleetConfig)
+    rollout: RolloutConfig = Field(
+        default_factory=RolloutConfig,
+        description="Canary steps, windows (wall seconds), judge thresholds of the deploy stage.",
+    )
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
     lock: LockConfig = Field(default_factory=LockConfig)
 

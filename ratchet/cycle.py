@@ -15,6 +15,13 @@ typed records: the reward spans (ingest.pipeline.SpanResult, Parquet rows of
 ingest.schema.REWARD_SCHEMA), the checkpoint reference (runtime.registry.CheckpointRef) and the
 gate verdict (gating.gate.GateVerdict). The fully resolved config is logged into the parent run.
 
+The deploy stage is the canary rollout (deploy/canary.py) on the fleet the config names
+(``fleet.router_url``): weight steps, the statistical judge on delayed product metrics, automatic
+rollback, which restores ``champion`` and ``previous-champion``. Its verdict and per-step figures
+go into the deploy run (metrics per step, ``canary/step_log.json``), onto the candidate version
+(tags + description, beside the gate's record) and onto the gate run (tag ``canary.verdict``).
+Without a router (and without a demo ``Fleet``), the stage moves the alias only and says so.
+
 Deliberately left out: starting services (runtime/services.py, ratchet/demo.py) and traffic
 (deploy/simulator.py). A cycle only reads what is already in Kafka.
 """
@@ -33,6 +40,7 @@ from ratchet.cycle_state import CycleState, CycleStore, pause_point
 from runtime import registry
 
 if TYPE_CHECKING:
+    from deploy.canary import RouterTarget
     from deploy.fleet import Fleet
     from runtime.lease import ModelLease
 
@@ -62,6 +70,9 @@ class CycleResult:
     champion_pass_rate: float | None = None
     candidate_tokens: float | None = None
     candidate_score: float | None = None
+    rolled_back: bool = False
+    rollout: str | None = None
+    """Canary outcome: ``promoted``, ``rolled_back``, or why nothing was rolled out."""
     skipped: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -77,12 +88,20 @@ class Cycle:
         bootstrap: str,
         workdir: Path,
         fleet: Fleet | None = None,
+        router: RouterTarget | None = None,
     ) -> None:
+        """``fleet``: the demo's replicas, reloaded in place (no canary). ``router``: the fleet to
+        roll out on; defaults to ``config.fleet.router_url`` with its admin token."""
         self.config = config
         self.tracking_uri = tracking_uri
         self.bootstrap = bootstrap
         self.workdir = workdir
         self.fleet = fleet
+        if router is None and config.fleet.router_url:
+            from deploy.canary import RouterTarget
+
+            router = RouterTarget(config.fleet.router_url, config.fleet.admin_token)
+        self.router = router
         self.store = CycleStore(workdir / "spans")
         self.lease: ModelLease | None = None
 
@@ -356,23 +375,75 @@ class Cycle:
         self.store.save(state)
 
     def _deploy(self, state: CycleState) -> None:
-        """Promote (compare-and-set, under the lease) a passing candidate, then reload the fleet."""
+        """Promote (compare-and-set, under the lease) a passing candidate, then roll it out."""
         import mlflow
 
         with mlflow.start_run(run_name="deploy", nested=True):
             mlflow.set_tags(self._tags("deploy", state))
             pause_point("deploy", self.workdir)
-            promoted = False
+            promoted, rollout = False, None
             if state.verdict and state.verdict["passed"]:
                 promoted = self._promote(state)
-            if promoted and self.fleet is not None:
-                start = time.perf_counter()
-                self.fleet.rolling_reload(state.candidate_version)
-                mlflow.log_metric("reload_seconds", time.perf_counter() - start)
+            if promoted:
+                rollout = self._roll_out(state)
+                promoted = rollout != "rolled_back"
             mlflow.log_metrics({"version": state.candidate_version, "promoted": float(promoted)})
-        state.verdict = {**(state.verdict or {}), "promoted": promoted}
+            if rollout:
+                mlflow.set_tag("ratchet.rollout", rollout)
+        state.verdict = {**(state.verdict or {}), "promoted": promoted, "rollout": rollout}
         state.stage = "deployed"
         self.store.save(state)
+
+    def _roll_out(self, state: CycleState) -> str:
+        import mlflow
+
+        if self.router is not None:
+            return self._canary(state)
+        if self.fleet is not None:
+            start = time.perf_counter()
+            self.fleet.rolling_reload(state.candidate_version)
+            mlflow.log_metric("reload_seconds", time.perf_counter() - start)
+            return "reloaded (demo fleet, no canary)"
+        log.warning("no fleet configured (fleet.router_url): alias moved, nothing rolled out")
+        return "alias only: no fleet configured (fleet.router_url)"
+
+    def _canary(self, state: CycleState) -> str:
+        import mlflow
+        from mlflow import MlflowClient
+
+        from deploy.canary import run_canary, step_figures
+        from ingest.pipeline import run_span
+
+        cfg, name = self.config, self.config.model_name
+        ctl = run_canary(
+            self.router, config=cfg.rollout, tracking_uri=self.tracking_uri, model_name=name,
+            stable_version=state.champion_version, canary_version=state.candidate_version,
+            previous_version=state.verdict.get("previous_champion"),
+            spans_root=self.workdir / "spans", horizon_s=cfg.ingest.join.horizon_s,
+            ingest_step=lambda: run_span(
+                bootstrap=self.bootstrap, group_id=cfg.ingest.group_id,
+                output_root=self.workdir / "spans", config=cfg.ingest,
+            ),
+            timeout_s=cfg.fleet.rollout_timeout_s,
+            guard=None if self.lease is None else self.lease.check,
+        )
+        result = ctl.result()
+        for i, row in enumerate(step_figures(result)):
+            mlflow.log_metrics({f"canary.{k}": v for k, v in row.items()}, step=i)
+        mlflow.log_dict([asdict(r) for r in result.steps], "canary/step_log.json")
+        mlflow.log_metric("canary.final_weight", result.final_weight)
+        reason = result.steps[-1].reason if result.steps else ""
+        mlflow.set_tags({"canary.verdict": result.state, "canary.reason": reason[:4000]})
+        if state.verdict.get("run_id"):  # the gate record receives the canary verdict back
+            MlflowClient(self.tracking_uri).set_tag(state.verdict["run_id"], "canary.verdict",
+                                                    result.state)
+        if result.state == "rolled_back":
+            state.note = f"canary rolled back: {reason}"
+            registry.set_version_tags(self.tracking_uri, name, state.candidate_version, {
+                "ratchet.promotion": f"rolled back by the canary to v{state.champion_version}",
+                "gate.promoted": "false",
+            })
+        return result.state
 
     def _promote(self, state: CycleState) -> bool:
         from mlflow import MlflowClient
@@ -380,6 +451,10 @@ class Cycle:
         name, version = self.config.model_name, state.candidate_version
         if self.lease is not None:
             self.lease.check()
+        if "previous_champion" not in state.verdict:  # restored if the canary rolls back
+            state.verdict["previous_champion"] = registry.resolve_alias(
+                self.tracking_uri, name, registry.PREVIOUS_CHAMPION)
+            self.store.save(state)
         try:
             registry.promote(self.tracking_uri, name, version, expected=state.champion_version)
         except registry.ChampionMoved as e:
@@ -407,6 +482,8 @@ def _fill(result: CycleResult, state: CycleState) -> None:
     if state.verdict:
         result.gate_passed = bool(state.verdict.get("passed"))
         result.promoted = bool(state.verdict.get("promoted"))
+        result.rollout = state.verdict.get("rollout")
+        result.rolled_back = result.rollout == "rolled_back"
     if state.stage == "skipped":
         result.skipped = state.note
 
@@ -414,6 +491,10 @@ def _fill(result: CycleResult, state: CycleState) -> None:
 def _outcome(result: CycleResult) -> str:
     if result.skipped:
         return "skipped"
+    if result.rolled_back:
+        return "rolled_back"
+    if result.promoted and result.rollout and result.rollout.startswith("alias only"):
+        return "promoted (alias only: no fleet configured)"
     return "promoted" if result.promoted else "rejected"
 
 

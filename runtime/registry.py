@@ -117,6 +117,26 @@ def promote(
     return old
 
 
+def roll_back(
+    tracking_uri: str, model_name: str, *, canary: int, stable: int, previous: int | None
+) -> None:
+    """Undo ``promote(canary)``: ``champion`` back to ``stable``, ``previous-champion`` to
+    ``previous`` (removed if None). Compare-and-set: ``ChampionMoved`` if ``champion`` is neither
+    the canary nor already the stable version (someone else promoted meanwhile)."""
+    current = resolve_alias(tracking_uri, model_name, CHAMPION)
+    if current not in (canary, stable):
+        raise ChampionMoved(
+            f"{model_name}: champion is v{current}, not the canary v{canary} being rolled back"
+        )
+    client = _client(tracking_uri)
+    client.set_registered_model_alias(model_name, CHAMPION, str(stable))
+    if previous is None:
+        if resolve_alias(tracking_uri, model_name, PREVIOUS_CHAMPION) is not None:
+            client.delete_registered_model_alias(model_name, PREVIOUS_CHAMPION)
+    else:
+        client.set_registered_model_alias(model_name, PREVIOUS_CHAMPION, str(previous))
+
+
 def version_tags(tracking_uri: str, model_name: str, version: int) -> dict[str, str]:
     mv = _client(tracking_uri).get_model_version(model_name, str(version))
     return dict(mv.tags)

@@ -58,6 +58,8 @@ def create_completion(
         )[0]
     except ValueError as exc:  # e.g. a prompt that leaves no room under max_seq_len
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
+    if served.version in settings.test_extra_latency_ms:  # test-only slower candidate
+        time.sleep(settings.test_extra_latency_ms[served.version] / 1000.0)
     latency_ms = (time.perf_counter() - start) * 1000.0
     response_id = f"cmpl-{uuid.uuid4().hex}"
     metrics.prompt_tokens.inc(gen.prompt_tokens)
