@@ -149,6 +149,8 @@ class Cycle:
                 mlflow.log_dict(asdict(result), "cycle_result.json")
                 mlflow.log_metrics({f"seconds_{k}": v for k, v in result.seconds.items()})
                 mlflow.set_tag("ratchet.outcome", _outcome(result))
+                if result.rollout:  # e.g. "alias only: no fleet configured (fleet.router_url)"
+                    mlflow.set_tag("ratchet.rollout", result.rollout)
         return result
 
     def _advance(self, state: CycleState, result: CycleResult) -> None:
@@ -419,7 +421,7 @@ class Cycle:
             self.router, config=cfg.rollout, tracking_uri=self.tracking_uri, model_name=name,
             stable_version=state.champion_version, canary_version=state.candidate_version,
             previous_version=state.verdict.get("previous_champion"),
-            spans_root=self.workdir / "spans", horizon_s=cfg.ingest.join.horizon_s,
+            spans_root=self.workdir / "spans", horizon_s=cfg.ingest.join.horizon_s(),
             ingest_step=lambda: run_span(
                 bootstrap=self.bootstrap, group_id=cfg.ingest.group_id,
                 output_root=self.workdir / "spans", config=cfg.ingest,
@@ -493,8 +495,6 @@ def _outcome(result: CycleResult) -> str:
         return "skipped"
     if result.rolled_back:
         return "rolled_back"
-    if result.promoted and result.rollout and result.rollout.startswith("alias only"):
-        return "promoted (alias only: no fleet configured)"
     return "promoted" if result.promoted else "rejected"
 
 

@@ -51,7 +51,7 @@ def run_rollout(
                 RouterTarget(config.fleet.router_url, config.fleet.admin_token),
                 config=config.rollout, tracking_uri=tracking_uri, model_name=name,
                 stable_version=stable, canary_version=version, previous_version=previous,
-                spans_root=spans, horizon_s=config.ingest.join.horizon_s,
+                spans_root=spans, horizon_s=config.ingest.join.horizon_s(),
                 ingest_step=lambda: run_span(bootstrap=bootstrap,
                                              group_id=config.ingest.group_id,
                                              output_root=spans, config=config.ingest),
