@@ -87,6 +87,7 @@ def test_cycle_moves_champion_only_when_the_gate_passes(broker, mlflow_server, t
     passed = Cycle(permissive, tracking_uri=uri, bootstrap=broker.bootstrap, workdir=tmp_path / "b")
     r2 = passed.run(1)
     assert r2.gate_passed and r2.promoted
+    assert r2.rollout.startswith("alias only") and not r2.rolled_back  # no fleet configured
     assert registry.resolve_alias(uri, name, registry.CHAMPION) == r2.candidate_version
     assert registry.resolve_alias(uri, name, registry.PREVIOUS_CHAMPION) == v1
 
