@@ -41,6 +41,7 @@ def main() -> None:
     p.add_argument("--size", type=int, default=1000)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--out", default="suite_size", help="bench/results/<out>.json")
     args = p.parse_args()
     torch.manual_seed(0)
     [champ_dir] = sorted((ROOT / ".cache" / "ratchet").glob("champion-*"))
@@ -62,7 +63,7 @@ def main() -> None:
     pa, pb = float(a.mean()), float(b.mean())
     binom_sd = math.sqrt(pa * (1 - pa) + pb * (1 - pb))
     out = {
-        "size": args.size, "neighbour_sft_steps": args.steps, "pass_champion": pa,
+        "size": args.size, "neighbour_sft_steps": args.steps, "lr": args.lr, "pass_champion": pa,
         "pass_neighbour": pb, "delta": float(d.mean()), "ci_low": ci.low, "ci_high": ci.high,
         "paired_sd": sd, "discordant_up": float((d > 0).mean()),
         "discordant_down": float((d < 0).mean()), "binomial_sd": binom_sd,
@@ -72,7 +73,7 @@ def main() -> None:
         "halfwidth_at_64": 1.96 * sd / 8, "halfwidth_at_size": 1.96 * sd / math.sqrt(args.size),
     }
     print(json.dumps(out, indent=1))
-    (ROOT / "bench" / "results" / "suite_size.json").write_text(json.dumps(out, indent=1) + "\n")
+    (ROOT / "bench" / "results" / f"{args.out}.json").write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":
