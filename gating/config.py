@@ -123,7 +123,8 @@ class ImprovementEvidence(_Config):
     discordant shares; two checkpoints one cycle apart that disagree on 15% of tasks give
     ``sd(d)^2 ~ 0.15``, n = 360 (0.04) / 640 (0.03). Measured (bench/suite_size.py, 1000 held-out
     tasks, cached toy champion at 0.448 vs a 30-SFT-step neighbour at 0.457): 2.1% discordant,
-    sd(d) = 0.145, so 51 / 90 tasks would do, but only because that neighbour barely moved; a gain
+    sd(d) = 0.145, so 51 / 90 tasks would do; a 200-step neighbour (lr 3e-4, also 0.457): 5.7%
+    discordant, sd(d) = 0.239, n = 137 (0.04) / 244 (0.03). These neighbours barely moved; a gain
     of g needs at least g discordant tasks, so resolving the loop's +0.03..0.05 gains takes
     sd(d) >= ~0.2-0.25 -> n >= ~170-270 (0.03) at best and up to the binomial 1200-2134. Size the
     suite at >= 1000 tasks for the loop (SuiteConfig.size; the default 64 gives about +/-0.035 at
