@@ -64,7 +64,7 @@ def test_auc_on_fixture_meets_floor(split, floor):
 def test_rules_fire_on_code_assistant_complaints():
     answer = "def f(xs):\n    return sorted(xs)"
     cases = {
-        "Traceback (most recent call last):\n  File \"x.py\", line 2\nTypeError: bad": "error_pasted",
+        "Traceback (most recent call last):\n  File \"x.py\", line 2\nTypeError: x": "error_pasted",
         "still the same error": "still_failing",
         "this is wrong": "wrong",
         "doesn't compile": "does_not_work",
