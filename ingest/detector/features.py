@@ -33,7 +33,8 @@ REASK_RATIO = 85.0
 _WORD = re.compile(r"[a-z0-9_]+(?:'[a-z]+)?|[?!]")
 _TRACE = re.compile(
     r"traceback \(most recent call last\)|^\s*file \"[^\"]+\", line \d+|"
-    r"^\s*[\w.]*(?:error|exception)(?:\[\w+\])?: |[\w/.-]+\.\w+:\d+(?::\d+)?: (?:fatal )?error|"
+    r"^\s*[\w.]*(?:error|exception)(?:\[\w+\])?: |"
+    r"(?<![\w/.-])[\w/.-]{1,200}\.\w{1,10}:\d+(?::\d+)?: (?:fatal )?error|"
     r"^error(?:\[e\d+\])?:|segmentation fault|panicked at|npm err!|exception in thread|"
     r"undefined reference to|^\s+at [\w.$<>]+\(",
     re.MULTILINE,

@@ -18,9 +18,12 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ingest.detector import RULE_FLOOR, detect, detector_version
 from ingest.detector.rules import fired_rules
+from ingest.detector.scorer import load_scorer
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "followups_labelled.jsonl"
 HELDOUT_AUC_FLOOR = 0.85
@@ -88,3 +91,12 @@ def test_rule_hit_scores_at_least_the_floor():
 
 def test_version_is_a_content_hash():
     assert detector_version().startswith("fu-") and len(detector_version()) == 15
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=4096), prompt=st.none() | st.text(max_size=300),
+       response=st.none() | st.text(max_size=300))
+def test_any_text_gets_a_bounded_score_and_a_consistent_decision(text, prompt, response):
+    v = detect(text, prompt, response)
+    assert 0.0 <= v.score <= 1.0
+    assert v.dissatisfied == (bool(v.rules) or v.score >= load_scorer().threshold)
