@@ -1,6 +1,6 @@
 """Train the learned tier of the follow-up detector and write ``model.json``.
 
-    python -m ingest.detector.train [--n 6000] [--seed 1] [--l2 1e-4]
+    python -m ingest.detector.train [--n 6000] [--seed 1] [--l2 1e-4] [--out PATH]
 
 Trains a logistic regression on the generated corpus (ingest/detector/corpus.py, seed ``seed``)
 with full-batch gradient descent (Adam) in numpy over a CSR matrix of hashed features, then picks
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=6000, help="Training examples.")
     ap.add_argument("--seed", type=int, default=1, help="Corpus seed (validation: seed + 1).")
     ap.add_argument("--l2", type=float, default=1e-4, help="L2 penalty.")
+    ap.add_argument("--out", type=Path, default=MODEL_PATH, help="Where to write the weights.")
     args = ap.parse_args(argv)
     train, val = generate(args.n, args.seed), generate(args.n // 3, args.seed + 1)
     y_tr = np.array([e.label for e in train], dtype=float)
@@ -98,13 +100,14 @@ def main(argv: list[str] | None = None) -> None:
                        "l2": args.l2, "validation_seed": args.seed + 1},
         "weights": {str(i): round(float(x), 4) for i, x in enumerate(w) if abs(x) >= 5e-4},
     }
-    MODEL_PATH.write_text(json.dumps(model, separators=(",", ":")) + "\n")
+    args.out.write_text(json.dumps(model, separators=(",", ":")) + "\n")
     from ingest.detector import detector_version
 
+    version = detector_version() if args.out == MODEL_PATH else "(not the checked-in weights)"
     print(json.dumps({"train_examples": len(train), "validation_examples": len(val),
                       "train_accuracy": round(acc_tr, 4), "validation_f1": round(f1, 4),
                       "threshold": threshold, "nonzero_weights": len(model["weights"]),
-                      "detector_version": detector_version()}))
+                      "detector_version": version}))
 
 
 if __name__ == "__main__":

@@ -100,3 +100,25 @@ def test_any_text_gets_a_bounded_score_and_a_consistent_decision(text, prompt, r
     v = detect(text, prompt, response)
     assert 0.0 <= v.score <= 1.0
     assert v.dissatisfied == (bool(v.rules) or v.score >= load_scorer().threshold)
+
+
+@pytest.mark.slow
+def test_checked_in_weights_are_what_the_training_script_writes(tmp_path):
+    from ingest.detector.scorer import MODEL_PATH
+    from ingest.detector.train import main
+
+    out = tmp_path / "model.json"
+    main(["--out", str(out)])
+    assert out.read_bytes() == MODEL_PATH.read_bytes()
+
+
+def test_trainer_separates_a_tiny_corpus():
+    import numpy as np
+
+    from ingest.detector.corpus import Example
+    from ingest.detector.train import _logits, design, fit
+
+    data = [Example(t, "p", "a", y, "x") for t, y in
+            [("this is broken", 1), ("broken again", 1), ("thanks a lot", 0), ("great thanks", 0)]]
+    w, b = fit(design(data), np.array([e.label for e in data], dtype=float), l2=1e-4, steps=200)
+    assert list(_logits(design(data), w, b) > 0) == [True, True, False, False]
