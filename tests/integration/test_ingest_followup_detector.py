@@ -44,3 +44,42 @@ def test_span_rows_take_the_detectors_decision_and_monitors_compare(tmp_path):
     assert rows["d"]["detector_version"] is None and rows["d"]["dissatisfied_score"] is None
     assert result.monitors["followup_pairs"] == 2.0
     assert result.monitors["detector_agreement"] == 0.0
+
+
+def test_validation_rejects_a_follow_up_without_detector_or_with_a_bad_score():
+    import pyarrow as pa
+
+    from ingest.join import US, Windows, join_group
+    from ingest.kafka_io import KafkaRecord
+    from ingest.parse import classify
+    from ingest.schema import REWARD_SCHEMA, TOPICS
+    from ingest.validate import validate_span
+    from rewards.config import RewardConfig
+
+    t0 = datetime.now(UTC) - timedelta(hours=1)
+
+    def row(rid: str, text: str) -> dict:
+        items = []
+        for off, e in enumerate([completion(rid, t0), _followup(rid, t0, text, None)]):
+            rec = KafkaRecord(TOPICS[e.kind], 0, off, None, e.to_json(),
+                              int(e.event_time.timestamp() * 1000))
+            items.append(classify(rec, max_event_bytes=10**6, max_future_skew_s=60,
+                                  max_age_s=86400)[1])
+        return join_group(rid, items, watermark_us=int(t0.timestamp() * US), finalized={},
+                          windows=Windows.from_seconds(600, 900, 1800),
+                          reward_config=RewardConfig(), drain=True).row
+
+    def check(rows):
+        return validate_span(pa.Table.from_pylist(rows, schema=REWARD_SCHEMA),
+                             reward_bounds=(-3.0, 3.0), max_completion_tokens=4096,
+                             max_latency_ms=60_000, min_join_share={},
+                             min_current_version_share=0.0, drift={})
+
+    good = [row("a", "thanks"), row("b", "that's wrong")]
+    assert check(good)[0]
+    ok, report = check([good[0], {**good[1], "detector_version": None}])
+    assert not ok and [f["expectation"] for f in report["failed"]] == [
+        "expect_column_values_to_be_in_set"]
+    ok, report = check([good[0], {**good[1], "dissatisfied_score": 1.5}])
+    assert not ok and [f["expectation"] for f in report["failed"]] == [
+        "expect_column_values_to_be_between"]
