@@ -7,7 +7,7 @@ running each expert once on its contiguous slice — dropless, no capacity drops
 capacity" is only reported as a health metric. Two implementations of that step give the same
 result: one grouped GEMM per weight (``F.grouped_mm`` over the stacked (E, d, d_ff) weights, with
 on-device offsets: no host sync, the CUDA default) and a per-expert loop (the CPU default, where it
-is faster). ``MoETransformer.set_expert_impl`` picks one.
+is faster; the grouped kernel wants bf16 on CUDA). ``MoETransformer.set_expert_impl`` picks one.
 
 Devices: every tensor a forward pass creates lives on the input's device. Full sequences without
 padding, or with right padding only, take ``is_causal=True`` attention with no explicit mask (flash
@@ -163,9 +163,12 @@ class MoELayer(nn.Module):
         gates = gates / gates.sum(-1, keepdim=True)
         return _Routing(topk_idx, gates.to(x.dtype), probs, logits, replaced)
 
-    def grouped(self, device: torch.device) -> bool:
-        """Whether the grouped GEMM runs here: ``impl``, or for "auto" any device but the CPU."""
-        return self.impl == "grouped" or (self.impl == "auto" and device.type != "cpu")
+    def grouped(self, device: torch.device, dtype: torch.dtype) -> bool:
+        """Whether the grouped GEMM runs: ``impl``, or for "auto" where its fast kernel applies
+        (bf16 off the CPU; on the CPU the loop is faster, bench/train_cpu.py)."""
+        if self.impl != "auto":
+            return self.impl == "grouped"
+        return device.type != "cpu" and dtype == torch.bfloat16
 
     def experts(self, x: Tensor, r: _Routing) -> Tensor:
         """Sort (token, slot) pairs by expert; run each expert once on its slice."""
@@ -174,7 +177,7 @@ class MoELayer(nn.Module):
         token_of = order // self.top_k
         xs = x.index_select(0, token_of)
         dtype = _compute_dtype(x)
-        if self.grouped(x.device):
+        if self.grouped(x.device, dtype):
             offs = expert_offsets(flat_e[order], self.n_experts)
             y = grouped_ffn(xs.to(dtype), self.w_in.to(dtype), self.w_out.to(dtype), offs)
         else:
@@ -266,8 +269,8 @@ class MoETransformer(nn.Module):
         nn.init.normal_(self.pos_emb.weight, std=0.02)
 
     def set_expert_impl(self, impl: ExpertImpl) -> MoETransformer:
-        """"grouped" (grouped GEMM), "loop" (one matmul per expert) or "auto" (grouped except on
-        the CPU); every MoE layer, same outputs. Not part of the checkpoint."""
+        """"grouped" (grouped GEMM), "loop" (one matmul per expert) or "auto" (grouped for bf16
+        off the CPU); every MoE layer, same outputs. Not part of the checkpoint."""
         for block in self.blocks:
             if isinstance(block.ffn, MoELayer):
                 block.ffn.impl = impl
