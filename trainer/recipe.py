@@ -238,7 +238,8 @@ class RLRecipe:
         metrics.update(loss=float(loss.detach()), aux_loss=float(out.aux_loss.detach()),
                        grad_norm=float(grad_norm),
                        reward_mean=float(batch.rewards.mean()), adv_mean=float(adv.mean()),
-                       adv_abs_mean=float(adv.abs().mean()), replay_replaced=int(out.replay_replaced),
+                       adv_abs_mean=float(adv.abs().mean()),
+                       replay_replaced=int(out.replay_replaced),
                        response_tokens_mean=float(batch.resp_mask.sum(1).float().mean()))
         metrics["mismatch_kl_replay"] = float(rl.masked_mean((batch.logp_b - logp).detach(),
                                                              batch.resp_mask))
