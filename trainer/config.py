@@ -120,7 +120,7 @@ class TrainerConfig(_Strict):
     )
     expert_impl: Literal["auto", "grouped", "loop"] = Field(
         "auto", description="MoE expert compute: grouped GEMM (one kernel per weight, no host "
-        "sync), per-expert loop, or auto = grouped for bf16 on cuda, else the loop (faster on cpu)."
+        "sync), per-expert loop, or auto = grouped for bf16 on cuda, else the loop (same outputs)."
     )
 
     @model_validator(mode="after")

@@ -6,8 +6,10 @@ router z-loss, ST-MoE). Experts are computed by sorting the (token, slot) pairs 
 running each expert once on its contiguous slice — dropless, no capacity drops; "tokens over
 capacity" is only reported as a health metric. Two implementations of that step give the same
 result: one grouped GEMM per weight (``F.grouped_mm`` over the stacked (E, d, d_ff) weights, with
-on-device offsets: no host sync, the CUDA default) and a per-expert loop (the CPU default, where it
-is faster; the grouped kernel wants bf16 on CUDA). ``MoETransformer.set_expert_impl`` picks one.
+on-device offsets: no host sync; the default for bf16 on CUDA, where its fast kernel runs) and a
+per-expert loop (the CPU default: about as fast there, bench/train_cpu.py, and its row padding
+bounds oneDNN's per-shape kernel cache over long runs). ``MoETransformer.set_expert_impl`` picks
+one.
 
 Devices: every tensor a forward pass creates lives on the input's device. Full sequences without
 padding, or with right padding only, take ``is_causal=True`` attention with no explicit mask (flash
@@ -165,7 +167,7 @@ class MoELayer(nn.Module):
 
     def grouped(self, device: torch.device, dtype: torch.dtype) -> bool:
         """Whether the grouped GEMM runs: ``impl``, or for "auto" where its fast kernel applies
-        (bf16 off the CPU; on the CPU the loop is faster, bench/train_cpu.py)."""
+        (bf16 off the CPU; on the CPU the loop, see the module docstring)."""
         if self.impl != "auto":
             return self.impl == "grouped"
         return device.type != "cpu" and dtype == torch.bfloat16
