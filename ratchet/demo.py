@@ -6,7 +6,8 @@ signals drained in compressed event time) followed by ingest → train → gate 
 per-cycle table, writes it as JSON and a PNG plot, and prints the MLflow UI address.
 
 The workdir is the demo's scratch space: it is wiped at the start (the embedded broker is
-memory-only, so state kept from an earlier demo would not match its topics).
+memory-only, so state kept from an earlier demo would not match its topics) — but only if ratchet
+made it: a marker file says so. Any other non-empty directory is refused, never deleted.
 """
 
 from __future__ import annotations
@@ -21,6 +22,29 @@ from pathlib import Path
 from ratchet.config import RatchetConfig
 
 log = logging.getLogger(__name__)
+
+MARKER = ".ratchet-workdir"
+"""Written into every workdir ratchet creates; only such a directory is ever wiped."""
+
+
+class WorkdirError(ValueError):
+    """The workdir holds something ratchet did not create."""
+
+
+def prepare_workdir(workdir: Path) -> None:
+    """An empty workdir with the marker: wipes an earlier demo's workdir, refuses anything else."""
+    if workdir.exists():
+        if not workdir.is_dir():
+            raise WorkdirError(f"--workdir {workdir} is a file, not a directory")
+        if any(workdir.iterdir()):
+            if not (workdir / MARKER).exists():
+                raise WorkdirError(
+                    f"--workdir {workdir} is not empty and was not created by ratchet "
+                    f"(no {MARKER}); refusing to delete it — pick another directory"
+                )
+            shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / MARKER).write_text("created by ratchet demo; this directory is wiped on reuse\n")
 
 
 @dataclass
@@ -119,8 +143,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
 
     t0 = time.perf_counter()
     config = demo_config(config)
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    prepare_workdir(workdir)
     rows: list[CycleRow] = []
     stage_seconds: list[dict[str, float]] = []
     with services(workdir, bootstrap=None, tracking_uri=None) as ep:

@@ -61,11 +61,52 @@ def _shift_event_time(value: str, shift_s: float) -> str:
     return json.dumps(event)
 
 
+class RecordingError(ValueError):
+    """A recording that cannot be replayed; the message names the file and the line."""
+
+
+_REQUIRED = ("topic", "timestamp_ms")
+
+
+def load_recording(path: Path) -> list[dict]:
+    """The records of a recording, checked before anything is sent: each line a JSON object
+    with ``topic``, an integer ``timestamp_ms`` and a ``value`` or ``value_b64``. Raises
+    :class:`RecordingError` naming ``FILE:LINE`` (lines counted from 1, blank lines included)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise RecordingError(f"{path}: no such recording") from None
+    except (IsADirectoryError, UnicodeDecodeError) as e:
+        raise RecordingError(f"{path}: cannot read as a JSONL recording ({e})") from None
+    records = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RecordingError(f"{path}:{lineno}: not valid JSON: {e.msg}") from None
+        if not isinstance(r, dict):
+            raise RecordingError(f"{path}:{lineno}: a record must be a JSON object")
+        missing = [k for k in _REQUIRED if k not in r]
+        if "value" not in r and "value_b64" not in r:
+            missing.append("value")
+        if missing:
+            raise RecordingError(f"{path}:{lineno}: record lacks {', '.join(missing)}")
+        if not isinstance(r["timestamp_ms"], int) or isinstance(r["timestamp_ms"], bool):
+            raise RecordingError(f"{path}:{lineno}: timestamp_ms must be an integer, "
+                                 f"got {r['timestamp_ms']!r}")
+        records.append(r)
+    if not records:
+        raise RecordingError(f"{path}: the recording holds no records")
+    return records
+
+
 def replay(path: Path, *, bootstrap: str, speed: float = 0.0, rebase: bool = True) -> int:
     """Send the records of ``path`` to Kafka in order; returns how many were sent."""
     from ingest.kafka_io import EventProducer
 
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = load_recording(path)
     if not records:
         return 0
     t0 = records[0]["timestamp_ms"]
