@@ -53,3 +53,13 @@ def test_importing_the_config_and_cli_loads_no_heavy_module():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == ""
+
+
+def test_config_reference_is_current():
+    from pathlib import Path
+
+    from ratchet.config_doc import render
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md"
+    assert doc.read_text() == render(), "regenerate: python -m ratchet.config_doc > docs/CONFIG.md"
+
