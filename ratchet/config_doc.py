@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
-from types import UnionType
 from pathlib import Path
+from types import UnionType
 from typing import Annotated, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel

@@ -152,3 +152,41 @@ def test_cycle_outcome_is_readable_and_a_quarantine_fails():
     assert not failed(idle)
 
 
+
+
+def _row(cycle: int, champion: int, candidate: int, promoted: bool, rolled_back: bool = False):
+    from ratchet.demo import CycleRow
+
+    return CycleRow(
+        cycle=cycle, served_version=champion, pass_rate_live=0.4, edit_persistence=0.5,
+        dissatisfied_rate=0.2, mean_latency_ms=12.0, completion_tokens=9.0, span_rows=300,
+        champion_version=champion, candidate_version=candidate, gate_candidate=0.45,
+        gate_champion=0.40, gate_ci_low=0.01, gate_ci_high=0.09, gate_tasks=400,
+        outcome="rolled back" if rolled_back else ("promoted" if promoted else "rejected"),
+        promoted=promoted, rolled_back=rolled_back, seconds=30.0, cycle_run_id="c",
+        gate_run_id="g", train_run_id="t")
+
+
+def test_demo_table_names_the_versions_it_compared():
+    from ratchet.demo import format_table
+
+    lines = format_table([_row(0, 1, 2, True), _row(1, 2, 3, False)]).splitlines()
+    assert "gated" in lines[0] and "change CI" in lines[0]
+    assert "v2/v1" in lines[1] and "promoted" in lines[1] and "[+0.010,+0.090]" in lines[1]
+    assert "v3/v2" in lines[2] and "rejected" in lines[2]
+    assert max(len(line) for line in lines) <= 120
+
+
+def test_demo_plot_and_overview_page(tmp_path):
+    from ratchet.demo import plot
+    from ratchet.history import render
+
+    png = tmp_path / "cycles.png"
+    plot([_row(0, 1, 2, True), _row(1, 2, 3, False, rolled_back=True)], png)
+    assert png.stat().st_size > 10_000
+    page = render([{"seq": "0001", "run_id": "r", "outcome": "promoted",
+                    "champion_version": "1", "candidate_version": "2",
+                    "gate.candidate_pass_rate": 0.45, "gate.champion_pass_rate": 0.4,
+                    "gate.ci_low": 0.01, "gate.ci_high": 0.09, "span_rows": 300.0,
+                    "live.edit_persistence": 0.5, "live.dissatisfied_rate": None}], "exp<1>")
+    assert "<svg" in page and "[+0.010, +0.090]" in page and "exp&lt;1&gt;" in page
