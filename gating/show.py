@@ -37,11 +37,11 @@ def check_reachable(tracking_uri: str, timeout_s: float = REACH_TIMEOUT_S) -> No
 
 def load_verdict(tracking_uri: str, model_name: str, version: int) -> GateVerdict | None:
     """The verdict recorded for ``version``, or None if it was never gated."""
+    check_reachable(tracking_uri)  # before importing mlflow: a refusal costs no import
     import mlflow
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    check_reachable(tracking_uri)
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     try:
         mv = client.get_model_version(model_name, str(version))
