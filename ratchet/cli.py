@@ -59,6 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--tracking-uri", required=True)
     show.add_argument("--config", type=Path)
 
+    p = sub.add_parser("spans", help="ingested spans: list them, release a quarantined one")
+    ssub = p.add_subparsers(dest="spans_command", required=True)
+    for name, text in (("list", "print each span's id, status and rows"),
+                       ("release", "re-admit a quarantined span after review")):
+        q = ssub.add_parser(name, help=text)
+        q.add_argument("--workdir", type=Path, default=Path(".demo"))
+        if name == "release":
+            q.add_argument("span_id", help="e.g. span-000003")
+            q.add_argument("--note", default="", help="why it was released (kept in the manifest)")
+
     p = sub.add_parser("ui", help="serve the MLflow UI over a demo workdir's store")
     p.add_argument("--workdir", type=Path, default=Path(".demo"))
     return parser
@@ -74,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("kafka", "urllib3", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.command == "spans":
+        return _spans(args)
     from ratchet.config import load_config
 
     config = load_config(getattr(args, "config", None))
@@ -102,6 +114,23 @@ def main(argv: list[str] | None = None) -> int:
     from ratchet.runner import run_command
 
     return run_command(args, config)
+
+
+def _spans(args: argparse.Namespace) -> int:
+    from ingest.spans import SpanStore
+
+    store = SpanStore(args.workdir / "spans")
+    if args.spans_command == "list":
+        for m in store.manifests_list():
+            print(f"{m['span_id']}\t{m['status']}\t{m['rows']} rows")
+        return 0
+    try:
+        m = store.release(args.span_id, note=args.note)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"cannot release {args.span_id}: {e}", file=sys.stderr)
+        return 2
+    print(f"{m['span_id']}: released, {m['rows']} rows now in {m['files'][0]}")
+    return 0
 
 
 if __name__ == "__main__":
