@@ -72,7 +72,8 @@ def replay(path: Path, *, bootstrap: str, speed: float = 0.0, rebase: bool = Tru
     if not records:
         return 0
     t0 = records[0]["timestamp_ms"]
-    shift_s = time.time() - records[-1]["timestamp_ms"] / 1000 if rebase else 0.0
+    newest_ms = max(r["timestamp_ms"] for r in records)
+    shift_s = time.time() - newest_ms / 1000 if rebase else 0.0
     producer = EventProducer(bootstrap)
     wall0 = time.monotonic()
     try:
