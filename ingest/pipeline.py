@@ -9,16 +9,20 @@ One call of ``run_span`` makes one span:
    that reads the ranges with a Splittable DoFn (``OffsetRestrictionTracker``, one restriction
    per partition range), classifies every record (good events keyed by response id, dead
    letters with a reason), groups by response id together with the carried events, joins
-   signals in event time against the watermark, computes rewards, and stages rows / pending / late / dead letters.
+   signals in event time against the watermark, computes rewards, and stages rows / pending /
+   late / dead letters.
 3. ``commit``: validates the rows with Great Expectations (a failing span is quarantined),
    writes the rows as hive-partitioned Parquet and then the manifest (the commit point), then
    publishes dead letters and late signals and commits the Kafka offsets (each marked done in
-   the manifest folder, so ``recover`` can finish them after a crash).
+   the manifest folder, so ``recover`` can finish them after a crash). A quarantined span's
+   offsets are committed too: its rows are kept, and ``ratchet spans release ID`` re-admits it.
 
 Every event's reward is written exactly once in effect: rows are only visible through
 manifests, a manifest carries the offsets it covers, and the next span starts where the last
-manifest ended. Dead letters and late signals are published at least once (keyed by their
-source position, so consumers can deduplicate).
+manifest ended. Dead letters and late signals are published once: keyed by their source
+position, each confirmed by the broker, and a retry after a crash skips what an earlier
+attempt already put on the topic (``_publish``). A dead letter carries a payload prefix with
+the payload's size and sha256, so it always fits in a Kafka record.
 
 Deliberately left out: the Beam steps themselves (ingest/transforms.py), the reward maths
 (rewards/), the join rules (ingest/join.py), classification (ingest/parse.py) and storage

@@ -16,6 +16,7 @@ and process supervision (a crashed service is not restarted).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -26,6 +27,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -140,12 +142,16 @@ def stop_all(timeout_s: float = 10.0) -> list[int]:
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """``preexec_fn``: ask the kernel to SIGKILL this child when its parent thread exits."""
+def _die_with_parent() -> Callable[[], object]:
+    """A ``preexec_fn`` that asks the kernel to SIGKILL the child when its parent thread exits.
+
+    ``prctl`` is looked up here, in the parent: after the fork the child only calls into libc
+    (no import, no lock another thread of the parent might have held).
+    """
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return functools.partial(prctl, PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 class _Service:
@@ -176,7 +182,7 @@ class _Service:
                 cwd=workdir,
                 env={**os.environ, **(env or {})},
                 start_new_session=True,
-                preexec_fn=_die_with_parent if on_main else None,
+                preexec_fn=_die_with_parent() if on_main else None,
             )
         (workdir / f"{cls.name}.pid").write_text(str(proc.pid))
         return proc

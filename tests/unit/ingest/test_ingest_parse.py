@@ -233,3 +233,14 @@ def test_dead_letter_of_a_huge_payload_is_a_prefix_with_size_and_hash():
     assert dl.payload_bytes == len(raw)
     assert dl.payload_sha256 == hashlib.sha256(raw).hexdigest()
     assert len(dl.to_json()) < 100_000
+
+
+def test_a_stored_oversized_dead_letter_is_cut_before_it_is_published():
+    from ingest.parse import PAYLOAD_PREFIX_CHARS, fit
+
+    old = DeadLetter(reason="too_large", detail="d", topic="t", partition=0, offset=1,
+                     payload="y" * 3_000_000)  # as stored by an earlier version
+    cut = fit(old)
+    assert len(cut.payload) == PAYLOAD_PREFIX_CHARS and cut.payload_truncated
+    assert cut.payload_bytes == 3_000_000 and len(cut.payload_sha256) == 64
+    assert fit(cut) == cut
