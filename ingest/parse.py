@@ -158,6 +158,21 @@ def _completion_checks(
     return None
 
 
+def _completion_bounds(
+    event: Any, max_latency_ms: float, min_logprob: float
+) -> tuple[str, str] | None:
+    """Range checks of a completion pydantic accepted (finite, latencies >= 0, logprobs <= 0)."""
+    for name in ("latency_ms", "time_to_first_token_ms"):
+        v = getattr(event, name)
+        if v > max_latency_ms:
+            return "out_of_range", f"{name}={v} is above {max_latency_ms}"
+    lps = event.response_logprobs
+    if lps and min(lps) < min_logprob:
+        i = next(i for i, lp in enumerate(lps) if lp < min_logprob)
+        return "out_of_range", f"response_logprobs[{i}]={lps[i]} is below {min_logprob}"
+    return None
+
+
 def _schema_detail(err: ValidationError) -> str:
     first = err.errors(include_url=False)[0]
     loc = ".".join(str(p) for p in first["loc"][1:] or first["loc"]) or "<root>"
@@ -191,15 +206,7 @@ def classify(
     if TOPICS[event.kind] != rec.topic:
         return dead_letter(rec, "wrong_topic", f"kind {event.kind!r} on topic {rec.topic!r}")
     if event.kind == "completion":
-        problem = _completion_checks(
-            {
-                "latency_ms": event.latency_ms,
-                "time_to_first_token_ms": event.time_to_first_token_ms,
-                "response_logprobs": event.response_logprobs,
-            },
-            max_latency_ms,
-            min_logprob,
-        )
+        problem = _completion_bounds(event, max_latency_ms, min_logprob)
         if problem:
             return dead_letter(rec, *problem)
     now = time.time() * 1000 if now_ms is None else now_ms
