@@ -18,7 +18,7 @@ import pytest
 
 from runtime.services import _pid_alive
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 PIDFILE_ENV = "RATCHET_TEST_BROKER_PIDFILE"
