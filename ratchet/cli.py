@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "spans":  # file edits only: no services, no signal handler
+        return _spans(args)
     # SIGTERM unwinds like Ctrl-C, so the services this process started are stopped by PID.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     logging.basicConfig(
@@ -84,8 +86,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("kafka", "urllib3", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    if args.command == "spans":
-        return _spans(args)
     from ratchet.config import load_config
 
     config = load_config(getattr(args, "config", None))
