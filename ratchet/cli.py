@@ -74,11 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--tracking-uri", required=True)
     show.add_argument("--config", type=Path)
 
-    p = sub.add_parser("spans", help="reward spans in a workdir")
+    p = sub.add_parser("spans", help="ingested spans: list, show one, release a quarantined one")
     ssub = p.add_subparsers(dest="spans_command", required=True)
-    show = ssub.add_parser("show", help="rows, signals and the reward distribution of a span")
-    show.add_argument("span_id", nargs="?", help="a span id (default: list the spans)")
-    show.add_argument("--workdir", type=Path, default=Path(".demo"))
+    for name, text in (("list", "print each span's id, status and rows"),
+                       ("show", "rows, signal coverage and the reward distribution of a span"),
+                       ("release", "re-admit a quarantined span after review")):
+        q = ssub.add_parser(name, help=text)
+        q.add_argument("--workdir", type=Path, default=Path(".demo"))
+        if name in ("show", "release"):
+            q.add_argument("span_id", help="e.g. span-000003")
+        if name == "release":
+            q.add_argument("--note", default="", help="why it was released (kept in the manifest)")
 
     p = sub.add_parser("config", help="the resolved configuration")
     csub = p.add_subparsers(dest="config_command", required=True)
@@ -113,6 +119,8 @@ def check_inputs(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "spans":  # file edits only: no services, no signal handler
+        return _spans(args)
     # SIGTERM unwinds like Ctrl-C, so the services this process started are stopped by PID.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
@@ -148,16 +156,6 @@ def _dispatch(args: argparse.Namespace, config) -> int:
         return run(config, workdir=args.workdir, cycles=args.cycles, keep_running=args.keep_running)
     if args.command == "gates":
         return _gates_show(args, config)
-    if args.command == "spans":
-        from ratchet.spans_view import describe_span, list_spans
-
-        try:
-            print(describe_span(args.workdir, args.span_id) if args.span_id
-                  else list_spans(args.workdir))
-        except LookupError as e:
-            print(f"ratchet: error: {e}", file=sys.stderr)
-            return EXIT_FAILED
-        return 0
     if args.command == "config":
         print(json.dumps(json.loads(config.model_dump_json()), indent=2))
         return 0
@@ -191,6 +189,32 @@ def _ui(workdir: Path) -> int:
         pass
     finally:
         server.stop()
+    return 0
+
+
+def _spans(args: argparse.Namespace) -> int:
+    from ingest.spans import SpanStore
+
+    store = SpanStore(args.workdir / "spans")
+    if args.spans_command == "show":
+        from ratchet.spans_view import describe_span
+
+        try:
+            print(describe_span(args.workdir, args.span_id))
+        except LookupError as e:
+            print(f"ratchet: error: {e}", file=sys.stderr)
+            return EXIT_FAILED
+        return 0
+    if args.spans_command == "list":
+        for m in store.manifests_list():
+            print(f"{m['span_id']}\t{m['status']}\t{m['rows']} rows")
+        return 0
+    try:
+        m = store.release(args.span_id, note=args.note)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"ratchet: error: cannot release {args.span_id}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{m['span_id']}: released, {m['rows']} rows now in {m['files'][0]}")
     return 0
 
 

@@ -5,7 +5,10 @@ as the raw string — or, if it is not UTF-8, as ``value_b64`` — so malformed 
 byte for byte as they were. Replay keeps the records' relative
 timing, compressed by a speed factor (0 = no waiting), and by default rebases event times so the
 newest recorded event lands at "now" — recorded traffic then looks fresh to ingest's
-too-old/future checks while every interval between events is kept.
+too-old/future checks while every interval between events is kept. Each record is sent with its
+recorded timestamp, shifted by the same amount as its event time, so ingest's staleness check
+(event time against record timestamp) sees exactly what it saw when the traffic was recorded,
+and a rerun classifies every record as the first run did.
 """
 
 from __future__ import annotations
@@ -110,7 +113,8 @@ def replay(path: Path, *, bootstrap: str, speed: float = 0.0, rebase: bool = Tru
     if not records:
         return 0
     t0 = records[0]["timestamp_ms"]
-    shift_s = time.time() - records[-1]["timestamp_ms"] / 1000 if rebase else 0.0
+    newest_ms = max(r["timestamp_ms"] for r in records)
+    shift_s = time.time() - newest_ms / 1000 if rebase else 0.0
     producer = EventProducer(bootstrap)
     wall0 = time.monotonic()
     try:
@@ -121,7 +125,9 @@ def replay(path: Path, *, bootstrap: str, speed: float = 0.0, rebase: bool = Tru
                 due = (r["timestamp_ms"] - t0) / 1000 / speed
                 time.sleep(max(0.0, due - (time.monotonic() - wall0)))
             key = r["key"].encode() if r["key"] else None
-            producer.send_raw(r["topic"], key, _decode_value(r, shift_s if rebase else None))
+            value = _decode_value(r, shift_s if rebase else None)
+            ts = int(r["timestamp_ms"] + shift_s * 1000) if r["timestamp_ms"] >= 0 else None
+            producer.send_raw(r["topic"], key, value, timestamp_ms=ts)
         producer.flush()
     finally:
         producer.close()

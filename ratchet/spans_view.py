@@ -1,6 +1,6 @@
 """`ratchet spans show`: what a reward span holds, in the terminal.
 
-Lists the committed (and quarantined) spans of a workdir, or describes one: rows, which signals
+Describes one span of a workdir: rows, which signals
 arrived, defaulted shares, the reward distribution (quantiles and a text histogram) and the
 reward components' means. Reads the manifests and Parquet files directly; starts no service.
 """
@@ -19,14 +19,6 @@ def _manifests(workdir: Path) -> list[dict]:
         raise LookupError(f"{workdir} has no spans (no {root})")
     return [json.loads((d / "manifest.json").read_text())
             for d in sorted(root.iterdir()) if (d / "manifest.json").exists()]
-
-
-def list_spans(workdir: Path) -> str:
-    """One line per span: id, status, rows."""
-    lines = [f"{'span':<24}{'status':>14}{'rows':>8}"]
-    for m in _manifests(workdir):
-        lines.append(f"{m['span_id']:<24}{m.get('status', '?'):>14}{m.get('rows', 0):>8}")
-    return "\n".join(lines)
 
 
 def describe_span(workdir: Path, span_id: str) -> str:

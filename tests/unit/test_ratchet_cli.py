@@ -106,7 +106,7 @@ def test_config_show_prints_the_resolved_config(capsys):
 
 
 def test_spans_show_without_spans(tmp_path, capsys):
-    code, err = _run(capsys, "spans", "show", "--workdir", str(tmp_path))
+    code, err = _run(capsys, "spans", "show", "span-000001", "--workdir", str(tmp_path))
     assert code == EXIT_FAILED and "has no spans" in err
 
 
