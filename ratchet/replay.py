@@ -99,6 +99,7 @@ def load_recording(path: Path) -> list[dict]:
         if not isinstance(r["timestamp_ms"], int) or isinstance(r["timestamp_ms"], bool):
             raise RecordingError(f"{path}:{lineno}: timestamp_ms must be an integer, "
                                  f"got {r['timestamp_ms']!r}")
+        r.setdefault("key", None)
         records.append(r)
     if not records:
         raise RecordingError(f"{path}: the recording holds no records")
