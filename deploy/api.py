@@ -13,7 +13,9 @@ accepted and ignored; unknown fields are ignored too. What ratchet adds:
   ``n > 1`` (or several prompts) each choice is logged as its own completion whose id is
   ``choice_response_id(id, index)`` = ``f"{id}-{index}"``, also sent in the
   ``X-Ratchet-Response-Ids`` header (comma-separated, in choice order);
-- ``system_fingerprint`` is ``ratchet-v{version}``, the registry version that answered.
+- ``system_fingerprint`` is ``ratchet-v{version}``, the registry version that answered;
+- headers ``X-Ratchet-Replica`` (which replica answered) and ``X-Ratchet-Created`` (the exact
+  event time of the completion, ISO 8601; ``created`` in the body is whole seconds).
 
 Sampling bounds are tighter than OpenAI's where the sampler would otherwise produce NaN:
 ``temperature`` is 0 (greedy) or at least ``MIN_TEMPERATURE``, ``top_p`` at least ``MIN_TOP_P``.

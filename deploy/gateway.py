@@ -50,6 +50,9 @@ class Call:
     prompt_count: int
     ctx: RequestContext
     replica_id: str
+    memory: object | None = None
+    """The replica's response memory (``remember(id, text=, created=, conversation_id=)``), when
+    it keeps one for the signals API."""
 
     @property
     def created_unix(self) -> int:
@@ -64,6 +67,7 @@ class Call:
             CONVERSATION_HEADER: self.ctx.conversation_id,
             RESPONSE_IDS_HEADER: ",".join(self.choice_ids()),
             "X-Ratchet-Replica": self.replica_id,
+            "X-Ratchet-Created": self.ctx.created.isoformat(),
         }
 
 
@@ -86,6 +90,7 @@ def plan(
     body,
     ctx: RequestContext,
     replica_id: str,
+    memory: object | None = None,
 ) -> Call:
     """The sequences to sample: ``n`` choices of each prompt, choice k seeded ``seed + k``."""
     requests = []
@@ -103,7 +108,7 @@ def plan(
                     stop=body.stop_strings(),
                 )
             )
-    return Call(f"{prefix}-{uuid.uuid4().hex}", requests, len(prompts), ctx, replica_id)
+    return Call(f"{prefix}-{uuid.uuid4().hex}", requests, len(prompts), ctx, replica_id, memory)
 
 
 def context(request: Request, body, model_name: str) -> RequestContext:
@@ -127,10 +132,16 @@ def _as_api_error(exc: BaseException) -> APIError | None:
 def _log_all(call: Call, results: list[EngineResult], logger, metrics) -> None:
     metrics.prompt_tokens.inc(sum(len(r.prompt_token_ids) for r in results))
     metrics.completion_tokens.inc(sum(len(r.token_ids) for r in results))
-    if logger is None:
-        return
     for req, result, rid in zip(call.requests, results, call.choice_ids()):
-        log_completion(logger, metrics, call.ctx, req, result, rid)
+        if call.memory is not None:  # what signals about this response are checked against
+            call.memory.remember(
+                rid,
+                text=result.text,
+                created=call.ctx.created,
+                conversation_id=call.ctx.conversation_id,
+            )
+        if logger is not None:
+            log_completion(logger, metrics, call.ctx, req, result, rid)
 
 
 async def run(call: Call, engine: Engine, logger, metrics) -> list[EngineResult]:

@@ -76,6 +76,7 @@ async def create_completion(
         body=body,
         ctx=gateway.context(request, body, settings.model_name),
         replica_id=settings.replica_id,
+        memory=getattr(request.app.state, "responses", None),
     )
     if body.stream:
         return await _stream_completion(call, body, engine, logger, metrics)
@@ -165,6 +166,7 @@ async def create_chat_completion(
         body=body,
         ctx=gateway.context(request, body, settings.model_name),
         replica_id=settings.replica_id,
+        memory=getattr(request.app.state, "responses", None),
     )
     if body.stream:
         return await _stream_chat(call, body, engine, logger, metrics)

@@ -64,7 +64,8 @@ def test_split_is_by_weight_and_sticky(deployment):
             assert r.status_code == 200
             expected = "canary" if bucket(conv) < 0.5 else "stable"
             assert r.headers["x-ratchet-arm"] == expected
-            seen.setdefault(conv, set()).add(r.json()["model_version"])
+            fingerprint = r.json()["system_fingerprint"]
+            seen.setdefault(conv, set()).add(int(fingerprint.removeprefix("ratchet-v")))
     assert all(len(v) == 1 for v in seen.values())  # a conversation stays on one version
     by_arm = {v.pop() for v in seen.values()}
     assert by_arm == {v1, v2}
