@@ -61,6 +61,7 @@ def _unicode(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_unicode)]
+PromptText = Annotated[str, Field(min_length=1), AfterValidator(_unicode)]
 
 
 def _non_finite_path(value: Any, path: str) -> str | None:
@@ -88,7 +89,11 @@ class _OpenAIRequest(BaseModel):
         default=None, max_length=256, description="Model name; any value is served by the champion."
     )
     max_tokens: int | None = Field(
-        default=None, ge=1, description="Most tokens to generate (default 16 for completions)."
+        default=None,
+        ge=1,
+        le=4096,
+        description="Most tokens to generate (default 16 for completions); the replica's "
+        "max_tokens_limit may be lower (a 400 names it).",
     )
     temperature: float = Field(
         default=1.0, ge=0.0, le=10.0, description="0 means greedy; else at least 1e-3."
@@ -101,7 +106,7 @@ class _OpenAIRequest(BaseModel):
         le=2**63 - 1,
         description="Sampling seed; choice i uses seed + i. None draws one.",
     )
-    stop: Text | list[Text] | None = Field(
+    stop: Text | Annotated[list[Text], Field(max_length=4)] | None = Field(
         default=None, description="Up to 4 strings that end a choice (not included in its text)."
     )
     user: Text | None = Field(
@@ -144,13 +149,6 @@ class _OpenAIRequest(BaseModel):
             raise ValueError(f"must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {value}")
         return value
 
-    @field_validator("stop")
-    @classmethod
-    def _stop(cls, value: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(value, list) and len(value) > 4:
-            raise ValueError(f"at most 4 stop strings, got {len(value)}")
-        return value
-
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:
             return ()
@@ -166,22 +164,12 @@ class _OpenAIRequest(BaseModel):
 class CompletionRequest(_OpenAIRequest):
     """``POST /v1/completions``: one prompt (or a list of prompts) to continue."""
 
-    prompt: Text | list[Text] = Field(
+    prompt: PromptText | Annotated[list[PromptText], Field(min_length=1, max_length=16)] = Field(
         description="Text to continue; a list samples each (n choices per prompt).",
     )
     logprobs: int | None = Field(
         default=None, ge=0, le=5, description="Return the sampled tokens' logprobs (top 0 only)."
     )
-
-    @field_validator("prompt")
-    @classmethod
-    def _prompt(cls, value: str | list[str]) -> str | list[str]:
-        prompts = [value] if isinstance(value, str) else value
-        if not prompts or len(prompts) > 16:
-            raise ValueError("give 1 to 16 prompts")
-        if any(not p for p in prompts):
-            raise ValueError("a prompt must not be empty")
-        return value
 
     def prompts(self) -> list[str]:
         return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
@@ -216,7 +204,10 @@ class ChatCompletionRequest(_OpenAIRequest):
 
     messages: list[ChatMessage] = Field(min_length=1, max_length=256)
     max_completion_tokens: int | None = Field(
-        default=None, ge=1, description="OpenAI's newer name for max_tokens (wins if both)."
+        default=None,
+        ge=1,
+        le=4096,
+        description="OpenAI's newer name for max_tokens (wins if both).",
     )
     logprobs: bool = Field(default=False, description="Return the sampled tokens' logprobs.")
     top_logprobs: int | None = Field(default=None, ge=0, le=20, description="Accepted; 0 used.")

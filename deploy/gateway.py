@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -71,13 +72,21 @@ class Call:
         }
 
 
+_ID_CHARS = re.compile(r"[\x21-\x7e]{1,128}")
+"""A conversation id is echoed in a response header: 1 to 128 visible ASCII characters."""
+
+
 def conversation_id(request: Request, body_value: str | None) -> str:
     """Header, else metadata / legacy body field, else a generated id."""
-    value = request.headers.get(CONVERSATION_HEADER) or body_value
+    header = request.headers.get(CONVERSATION_HEADER)
+    value = header or body_value
     if value is None:
         return f"conv-{uuid.uuid4().hex}"
-    if not 1 <= len(value) <= 128:
-        raise APIError(400, "conversation id must have 1 to 128 characters", CONVERSATION_HEADER)
+    if not _ID_CHARS.fullmatch(value):
+        param = CONVERSATION_HEADER if header else "metadata.conversation_id"
+        raise APIError(
+            400, "conversation id must be 1 to 128 visible ASCII characters (no spaces)", param
+        )
     return value
 
 

@@ -176,7 +176,8 @@ class TorchEngine:
         self.sequences = 0
 
     def start(self) -> None:
-        self._thread.start()
+        if not self._thread.is_alive() and not self._stop.is_set():
+            self._thread.start()
 
     def close(self) -> None:
         self._stop.set()
@@ -205,8 +206,8 @@ class TorchEngine:
         model = self.model_source()
         if model is None:
             raise EngineUnavailable("model is loading")
-        if self._stop.is_set():
-            raise EngineUnavailable("engine stopped")
+        if not self._thread.is_alive():
+            raise EngineUnavailable("engine not running")
         loop = asyncio.get_running_loop()
         jobs = []
         for i, req in enumerate(requests):
