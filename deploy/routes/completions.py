@@ -5,7 +5,7 @@ Each route validates the body (deploy/api.py), checks the replica's limits, plan
 (deploy/gateway.py), and either awaits the engine and answers JSON or streams server-sent events.
 Every choice is logged as a behaviour event (deploy/completion_log.py) without blocking.
 
-Deliberately left out: authentication of clients (deploy/apikeys.py, when present, adds it),
+Deliberately left out: client authentication (added by the signals API work, when merged),
 tools/function calling, multimodal content.
 """
 
