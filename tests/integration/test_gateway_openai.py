@@ -74,8 +74,15 @@ def test_models_lists_the_champion(client, replica):
 def test_completion_and_its_event(client, replica, broker):
     _, name, version = replica
     raw = client.completions.with_raw_response.create(
-        model=name, prompt=PROMPT, max_tokens=8, temperature=0.8, top_p=0.95, seed=11,
-        logprobs=0, user="ide-user-1", extra_headers={"X-Conversation-Id": "oa-conv-1"},
+        model=name,
+        prompt=PROMPT,
+        max_tokens=8,
+        temperature=0.8,
+        top_p=0.95,
+        seed=11,
+        logprobs=0,
+        user="ide-user-1",
+        extra_headers={"X-Conversation-Id": "oa-conv-1"},
         extra_body={"metadata": {"task_kind": "arith"}},  # the legacy completions API has none
     )
     assert raw.headers["x-conversation-id"] == "oa-conv-1"
@@ -93,7 +100,10 @@ def test_completion_and_its_event(client, replica, broker):
 def test_chat_completion(client, replica):
     _, name, _ = replica
     chat = client.chat.completions.create(
-        model=name, messages=[{"role": "user", "content": PROMPT}], max_tokens=6, seed=1,
+        model=name,
+        messages=[{"role": "user", "content": PROMPT}],
+        max_tokens=6,
+        seed=1,
         logprobs=True,
     )
     (choice,) = chat.choices
@@ -105,8 +115,12 @@ def test_chat_completion(client, replica):
 def test_streaming_chat_matches_the_logged_text(client, replica, broker):
     _, name, _ = replica
     stream = client.chat.completions.create(
-        model=name, messages=[{"role": "user", "content": PROMPT}], max_tokens=10, seed=5,
-        stream=True, stream_options={"include_usage": True},
+        model=name,
+        messages=[{"role": "user", "content": PROMPT}],
+        max_tokens=10,
+        seed=5,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     pieces, ids, usage, finish = [], set(), None, None
     for chunk in stream:

@@ -57,9 +57,18 @@ def logged(app) -> list[Completion]:
 
 def test_completion_shape_ids_and_logged_event(app_client, model):
     app, client = app_client
-    body = {"model": "toy", "prompt": PROMPT, "max_tokens": 6, "temperature": 0.7,
-            "top_p": 0.9, "seed": 3, "n": 2, "logprobs": 0, "user": "alice",
-            "metadata": {"task_kind": "arith"}}
+    body = {
+        "model": "toy",
+        "prompt": PROMPT,
+        "max_tokens": 6,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "seed": 3,
+        "n": 2,
+        "logprobs": 0,
+        "user": "alice",
+        "metadata": {"task_kind": "arith"},
+    }
     r = client.post("/v1/completions", json=body, headers={"X-Conversation-Id": "conv-a"})
     assert r.status_code == 200, r.text
     data = r.json()
@@ -108,9 +117,14 @@ def test_missing_conversation_id_is_generated_and_returned(app_client):
 
 def test_chat_stream_sends_chunks_then_done(app_client):
     app, client = app_client
-    body = {"model": "toy", "messages": [{"role": "user", "content": PROMPT}],
-            "max_tokens": 8, "stream": True, "stream_options": {"include_usage": True},
-            "metadata": {"conversation_id": "conv-s"}}
+    body = {
+        "model": "toy",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": 8,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "metadata": {"conversation_id": "conv-s"},
+    }
     with client.stream("POST", "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
