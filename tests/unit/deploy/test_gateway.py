@@ -224,3 +224,21 @@ def test_same_seed_same_tokens(model):
     finally:
         engine.close()
     assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+
+
+def test_streamed_text_equals_the_whole_answer_with_stop_strings(app_client):
+    _, client = app_client
+    greedy = {"prompt": PROMPT, "max_tokens": 12, "temperature": 0, "n": 2}
+    full = client.post("/v1/completions", json=greedy).json()["choices"][0]["text"]
+    stop = full[3:5] if len(full) >= 5 else "\n"
+    whole = client.post("/v1/completions", json={**greedy, "stop": stop}).json()["choices"]
+    with client.stream(
+        "POST", "/v1/completions", json={**greedy, "stop": stop, "stream": True}
+    ) as r:
+        lines = [ln for ln in r.iter_lines() if ln and ln != "data: [DONE]"]
+    streamed = ["", ""]
+    for ln in lines:
+        (choice,) = json.loads(ln.removeprefix("data: "))["choices"]
+        streamed[choice["index"]] += choice["text"]
+    assert streamed == [c["text"] for c in whole]
+    assert stop not in streamed[0]
