@@ -306,11 +306,30 @@ class _Row:
 
 
 def _decode_batch(model: StepModel, batch: list[_Job]) -> None:
-    """Prefill the batch, then sample one token per unfinished row per step until all finish."""
+    """Decode the batch in as few sub-batches as fit the context (see ``_fit``)."""
     import torch
 
     with torch.inference_mode():
-        _decode_rows(model, batch)
+        for part in _fit(model, batch):
+            _decode_rows(model, part)
+
+
+def _fit(model: StepModel, batch: list[_Job]) -> list[list[_Job]]:
+    """Split ``batch`` so that in each part the padded prompt width plus the longest token
+    budget fits the context: left padding makes every row as long as the longest prompt, and a
+    short prompt with a large budget next to a long prompt would otherwise overflow it."""
+    parts: list[list[_Job]] = []
+    width = budget = 0
+    for job in sorted(batch, key=lambda j: len(j.prompt_ids)):
+        want = min(job.request.max_tokens, model.max_seq_len - len(job.prompt_ids))
+        w, b = max(width, len(job.prompt_ids)), max(budget, want)
+        if parts and w + b <= model.max_seq_len:
+            parts[-1].append(job)
+            width, budget = w, b
+        else:
+            parts.append([job])
+            width, budget = len(job.prompt_ids), want
+    return parts
 
 
 def _decode_rows(model: StepModel, batch: list[_Job]) -> None:

@@ -242,3 +242,23 @@ def test_streamed_text_equals_the_whole_answer_with_stop_strings(app_client):
         streamed[choice["index"]] += choice["text"]
     assert streamed == [c["text"] for c in whole]
     assert stop not in streamed[0]
+
+
+def test_long_and_short_prompts_in_one_batch_fit_the_context(model):
+    """A 170-token prompt next to a short one asking for 60 tokens: padded to the long prompt's
+    width, the short row would overflow the 192-token context; the batcher splits them."""
+    engine = TorchEngine(lambda: ToyStepModel(model, 1), max_wait_ms=200)
+    engine.start()
+    try:
+        long_req = SamplingRequest("x" * 169, 16, 1.0, seed=1)
+        short_req = SamplingRequest(PROMPT, 60, 1.0, seed=2)
+
+        async def both():
+            return await asyncio.gather(engine.generate([long_req]), engine.generate([short_req]))
+
+        (long_out,), (short_out,) = asyncio.run(both())
+    finally:
+        engine.close()
+    assert engine.batches == 1  # taken together, decoded in two parts
+    assert len(long_out.token_ids) <= 192 - 170
+    assert len(short_out.token_ids) == 60 or short_out.finish_reason == "stop"
