@@ -76,6 +76,9 @@ class StepModel(Protocol):
 
 
 class _ToySession:
+    """Prefill and decode on the model's device; logits and routes come back to the CPU, where
+    rows are sampled with their own seeded generators."""
+
     def __init__(self, model, rows: list[list[int]]) -> None:
         import torch
 
@@ -83,6 +86,7 @@ class _ToySession:
         from policy.toy.tokenizer import PAD
 
         self.model = model
+        self.device = model.tok_emb.weight.device
         width = max(len(r) for r in rows)
         tokens = torch.full((len(rows), width), PAD, dtype=torch.long)
         mask = torch.zeros(len(rows), width, dtype=torch.bool)
@@ -90,20 +94,20 @@ class _ToySession:
             tokens[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
             mask[i, width - len(r) :] = True
         self.cache = KVCache.empty(model.config.n_layers)
-        out = model(tokens, pad_mask=mask, cache=self.cache)
-        self.logits = out.logits[:, -1]
-        self.last_routes = out.routed_experts[:, -1]
-        self.prompt_routes = [
-            out.routed_experts[i, width - len(r) :].tolist() for i, r in enumerate(rows)
-        ]
+        out = model(tokens.to(self.device), pad_mask=mask.to(self.device), cache=self.cache)
+        self.logits = out.logits[:, -1].float().cpu()
+        self.last_routes = out.routed_experts[:, -1].cpu()
+        routes = out.routed_experts.cpu()
+        self.prompt_routes = [routes[i, width - len(r) :].tolist() for i, r in enumerate(rows)]
 
     def advance(self, next_ids: Tensor) -> None:
         import torch
 
-        ones = torch.ones(len(next_ids), 1, dtype=torch.bool)
-        out = self.model(next_ids.unsqueeze(1), pad_mask=ones, cache=self.cache)
-        self.logits = out.logits[:, -1]
-        self.last_routes = out.routed_experts[:, -1]
+        ids = next_ids.to(self.device).unsqueeze(1)
+        ones = torch.ones(len(next_ids), 1, dtype=torch.bool, device=self.device)
+        out = self.model(ids, pad_mask=ones, cache=self.cache)
+        self.logits = out.logits[:, -1].float().cpu()
+        self.last_routes = out.routed_experts[:, -1].cpu()
 
 
 class ToyStepModel:
@@ -138,9 +142,10 @@ class ToyStepModel:
         """Teacher-forced routing of ``ids``: experts per position, (T, L, k)."""
         import torch
 
+        device = self.model.tok_emb.weight.device
         with torch.no_grad():
-            out = self.model(torch.tensor([ids], dtype=torch.long))
-        return out.routed_experts[0].tolist()
+            out = self.model(torch.tensor([ids], dtype=torch.long, device=device))
+        return out.routed_experts[0].cpu().tolist()
 
 
 @dataclass
