@@ -16,7 +16,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException, Request, status
 
 from deploy.api import CompletionRequest, CompletionResponse, UsageOut
 from deploy.deps import HostDep, LoggerDep, MetricsDep, SettingsDep
@@ -34,6 +34,7 @@ def hash_user(user_id: str) -> str:
 @router.post("/completions", response_model=CompletionResponse)
 def create_completion(
     req: CompletionRequest,
+    request: Request,
     host: HostDep,
     settings: SettingsDep,
     logger: LoggerDep,
@@ -60,6 +61,9 @@ def create_completion(
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
     latency_ms = (time.perf_counter() - start) * 1000.0
     response_id = f"cmpl-{uuid.uuid4().hex}"
+    request.app.state.responses.remember(
+        response_id, text=gen.text, created=created, conversation_id=req.conversation_id
+    )
     metrics.prompt_tokens.inc(gen.prompt_tokens)
     metrics.completion_tokens.inc(len(gen.token_ids))
     if logger is not None:
