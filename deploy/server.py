@@ -21,10 +21,10 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from deploy.api_keys import ApiKeyStore
 from deploy.behaviour_log import BehaviourLogger
 from deploy.metrics import MetricsMiddleware, ServerMetrics
 from deploy.model_host import ModelHost
-from deploy.api_keys import ApiKeyStore
 from deploy.responses import ResponseMemory
 from deploy.routes import admin, completions, health, keys, metrics, signals
 from deploy.settings import ServerSettings

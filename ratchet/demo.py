@@ -100,6 +100,11 @@ def plot(rows: list[CycleRow], path: Path) -> None:
     plt.close(fig)
 
 
+_SIMULATED_SKEW_S = 900.0
+"""The simulator posts a 600 s edit checkpoint about a second after its completion (speed 600),
+dated in simulated time: the replicas accept ``created`` this far from their clock."""
+
+
 def demo_config(config: RatchetConfig) -> RatchetConfig:
     """The demo compresses time: the simulator has sent every delayed signal of a round (10
     minutes of event time in a second) before the cycle starts, but the server stamps completions
@@ -130,10 +135,12 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
             n_replicas=config.fleet.replicas, tracking_uri=ep.tracking_uri,
             model_name=config.model_name, bootstrap=ep.bootstrap, workdir=workdir / "fleet",
             admin_token=config.fleet.admin_token,
+            signal_max_skew_s=_SIMULATED_SKEW_S,
         )
         try:
             sim = UserSimulator(
-                urls=fleet.urls, bootstrap=ep.bootstrap, speed=config.simulator.speed,
+                urls=fleet.urls, api_key=fleet.create_api_key("demo-simulator"),
+                speed=config.simulator.speed,
                 seed=config.simulator.seed,
             )
             cycle = Cycle(config, tracking_uri=ep.tracking_uri, bootstrap=ep.bootstrap,

@@ -107,6 +107,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             model_name=name,
             bootstrap=ep.bootstrap,
             admin_token=token,
+            api_keys_path=workdir / "api_keys.json",
+            signal_max_skew_s=900.0,  # the simulator dates signals in compressed time
         )
         with (
             Fleet.start(
@@ -123,7 +125,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             ) as router,
         ):
             sim = UserSimulator(
-                urls=[router.url], bootstrap=ep.bootstrap, speed=600.0, seed=args.seed
+                urls=[router.url], api_key=stable.create_api_key("rollout-demo"), speed=600.0,
+                seed=args.seed,
             )
             traffic = Traffic(sim, round_size=8, concurrency=4)
             config = RolloutConfig(

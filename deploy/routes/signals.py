@@ -39,7 +39,6 @@ from deploy.responses import ResponseMemory, ServedResponse
 from ingest.schema import TOPICS, EditPersistence, Feedback, Followup
 
 
-
 class _SignalRoute(APIRoute):
     """422 bodies that always serialise: the offending input is left out (it may be NaN or hold a
     lone surrogate, which JSON cannot carry), the field's location and the message stay."""
@@ -62,6 +61,9 @@ class _SignalRoute(APIRoute):
 
 router = APIRouter(prefix="/v1", tags=["signals"], route_class=_SignalRoute)
 _bearer = HTTPBearer(auto_error=False)
+_CLOCK_GRAIN = timedelta(seconds=1)
+"""A ``created`` this little before the response is clamped to it (OpenAI's ``created`` is in
+whole seconds); earlier is refused."""
 
 
 def require_api_key(
@@ -104,12 +106,12 @@ def _event_time(body: _SignalRequest, served: ServedResponse, max_skew_s: float)
             f"created: {created.isoformat()} is more than {max_skew_s:g}s from the receive time "
             f"{received.isoformat()}",
         )
-    if created < served.created:
+    if created < served.created - _CLOCK_GRAIN:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             f"created: {created.isoformat()} precedes the response ({served.created.isoformat()})",
         )
-    return created
+    return max(created, served.created)
 
 
 def _accept(body, signal_key: str, build, responses, logger, metrics, settings) -> SignalAccepted:

@@ -35,6 +35,8 @@ def deployment(mlflow_server, broker, tmp_path_factory):
         model_name=name,
         bootstrap=broker.bootstrap,
         admin_token=TOKEN,
+        api_keys_path=work / "api_keys.json",
+        signal_max_skew_s=900.0,
     )
     with (
         Fleet.start(**common, version=v1, workdir=work / "stable", name="stable") as stable,
@@ -47,11 +49,11 @@ def deployment(mlflow_server, broker, tmp_path_factory):
             canary_weight=0.5,
         ) as router,
     ):
-        yield name, v1, v2, router, work
+        yield name, v1, v2, router, work, stable
 
 
 def test_split_is_by_weight_and_sticky(deployment):
-    _, v1, v2, router, _ = deployment
+    _, v1, v2, router, _, _ = deployment
     seen: dict[str, set[int]] = {}
     for i in range(30):
         conv = f"sticky-{i}"
@@ -73,9 +75,10 @@ def test_split_is_by_weight_and_sticky(deployment):
 def test_both_sides_of_a_window_are_measured(deployment, broker):
     from ingest.pipeline import run_span
 
-    name, v1, v2, router, work = deployment
+    name, v1, v2, router, work, stable = deployment
     start = datetime.now(UTC)
-    with UserSimulator(urls=[router.url], bootstrap=broker.bootstrap, speed=600.0, seed=9) as sim:
+    key = stable.create_api_key("e2e-simulator")
+    with UserSimulator(urls=[router.url], api_key=key, speed=600.0, seed=9) as sim:
         stats = sim.run_round(40, concurrency=4)
         assert sim.drain(timeout_s=60)
     end = datetime.now(UTC)

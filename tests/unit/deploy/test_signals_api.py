@@ -165,7 +165,7 @@ def test_created_is_bounded(client, app, key):
     r = client.post("/v1/feedback", json={"response_id": "cmpl-1", "label": "accept",
                                           "created": far}, headers=_auth(key))
     assert r.status_code == 422 and "created" in r.text
-    before = (served_at - timedelta(seconds=5)).isoformat()
+    before = (served_at - timedelta(seconds=5)).isoformat()  # more than the 1 s grain
     r = client.post("/v1/feedback", json={"response_id": "cmpl-1", "label": "accept",
                                           "created": before}, headers=_auth(key))
     assert r.status_code == 422 and "precedes" in r.text
