@@ -52,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", type=Path, help="JSONL of recorded events")
     p.add_argument("--speed", type=float, default=0.0, help="time compression; 0 = no waiting")
 
+    p = sub.add_parser(
+        "serve", help="serve the champion (one replica) with its API key; Ctrl-C stops it all"
+    )
+    _connected(p)
+    p.add_argument("--port", type=int, help="replica port on 127.0.0.1 (default: a free one)")
+
     p = sub.add_parser("gates", help="gate verdicts")
     gsub = p.add_subparsers(dest="gates_command", required=True)
     show = gsub.add_parser("show", help="print the gate table of a model version")
@@ -81,6 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         from ratchet.demo import run
 
         return run(config, workdir=args.workdir, cycles=args.cycles, keep_running=args.keep_running)
+    if args.command == "serve":
+        from ratchet.serve import run as serve
+
+        return serve(
+            config, workdir=args.workdir, port=args.port, bootstrap=args.bootstrap,
+            tracking_uri=args.tracking_uri,
+        )
     if args.command == "gates":
         from gating.show import format_gate_table
 

@@ -40,7 +40,8 @@ def client(app):
 
 @pytest.fixture
 def key(client):
-    r = client.post("/admin/keys", json={"name": "ide"}, headers={"Authorization": f"Bearer {TOKEN}"})
+    admin = {"Authorization": f"Bearer {TOKEN}"}
+    r = client.post("/admin/keys", json={"name": "ide"}, headers=admin)
     assert r.status_code == 201
     return r.json()["key"]
 
@@ -108,8 +109,8 @@ def test_key_is_stored_hashed(app, client, key):
         ("/v1/edits", {"response_id": "cmpl-1", "window_s": 30}, "exactly one of text, score"),
         ("/v1/followups", {"response_id": "cmpl-1", "text": ""}, "text"),
         ("/v1/followups", {"response_id": "cmpl-1", "text": "x", "extra": 1}, "extra"),
-        ("/v1/feedback", {"response_id": "cmpl-1", "label": "accept", "created": "2026-01-01T00:00"},
-         "created"),
+        ("/v1/feedback",
+         {"response_id": "cmpl-1", "label": "accept", "created": "2026-01-01T00:00"}, "created"),
     ],
 )
 def test_bad_bodies_are_422_naming_the_field(client, app, key, path, body, field):
