@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from deploy.judge import ArmSamples
-from deploy.settings import DEFAULT_ADMIN_TOKEN
+from deploy.settings import DEFAULT_ADMIN_TOKEN, MIN_PUBLIC_TOKEN_CHARS, is_loopback
 
 Arm = Literal["stable", "canary"]
 
@@ -325,8 +325,16 @@ class RouterSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _refuse_default_token(self) -> RouterSettings:
-        if self.admin_token.get_secret_value() == DEFAULT_ADMIN_TOKEN and not self.local_mode:
+        token = self.admin_token.get_secret_value()
+        if token == DEFAULT_ADMIN_TOKEN and not self.local_mode:
             raise ValueError("admin_token is the default; set RATCHET_ROUTER_ADMIN_TOKEN")
+        if not is_loopback(self.host) and (
+            token == DEFAULT_ADMIN_TOKEN or len(token) < MIN_PUBLIC_TOKEN_CHARS
+        ):
+            raise ValueError(
+                f"admin_token must be a non-default secret of at least {MIN_PUBLIC_TOKEN_CHARS} "
+                f"characters when host={self.host!r} is not loopback"
+            )
         return self
 
 

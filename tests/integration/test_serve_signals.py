@@ -137,6 +137,25 @@ def test_signals_through_the_router_land_in_kafka(setup, broker):
     assert followup.event_time == later and followup.text == "still the same error"
 
 
+def test_openai_client_posts_a_signal_the_router_never_saw_served(setup, broker):
+    """The README's snippet; the router learns the owner by asking the replicas."""
+    import openai
+
+    direct = _complete(setup["fleet"].urls[0], "sig-conv-2")  # not through the router
+    client = openai.OpenAI(base_url=f"{setup['router'].url}/v1", api_key=setup["key"])
+    body = {"response_id": direct["id"], "window_s": 600, "score": 0.25}
+    out = client.post("/edits", body=body, cast_to=httpx.Response).json()
+    assert out["kind"] == "edit_persistence" and out["score"] == 0.25
+    with pytest.raises(openai.ConflictError):
+        client.post("/edits", body=body, cast_to=httpx.Response)
+    bad = openai.OpenAI(base_url=f"{setup['router'].url}/v1", api_key="rk_0_nope")
+    with pytest.raises(openai.AuthenticationError):
+        bad.post("/feedback", body={"response_id": direct["id"], "label": "accept"},
+                 cast_to=httpx.Response)
+    [(event, _)] = _events(broker.bootstrap, "edit_persistence", direct["id"], expect=1)
+    assert event.score == 0.25 and event.window_s == 600
+
+
 def _created(resp: dict) -> str:
     created = resp["created"]
     if isinstance(created, int | float):

@@ -53,3 +53,13 @@ def test_long_token_is_accepted_off_loopback(host):
 def test_loopback_keeps_local_mode_default(host):
     s = ServerSettings(tracking_uri="x", model_name="m", host=host, local_mode=True)
     assert s.admin_token.get_secret_value() == DEFAULT_ADMIN_TOKEN
+
+
+def test_router_refuses_a_weak_token_off_loopback():
+    from deploy.router import RouterSettings
+
+    with pytest.raises(ValidationError, match="not loopback"):
+        RouterSettings(stable_urls=["http://x"], host="0.0.0.0", local_mode=True)
+    with pytest.raises(ValidationError, match="not loopback"):
+        RouterSettings(stable_urls=["http://x"], host="0.0.0.0", admin_token="short")
+    assert RouterSettings(stable_urls=["http://x"], local_mode=True).host == "127.0.0.1"
