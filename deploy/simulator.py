@@ -6,7 +6,7 @@ round-robin over the given URLs (replicas or a router), judges each answer with
 where an IDE plugin's would: the signals API (deploy/routes/signals.py) of the URL that served the
 completion, over HTTP with a client API key. Each signal's ``created`` is the completion's
 ``created`` + its delay; it is *posted* ``delay / speed`` wall seconds after the answer arrived
-(``speed=600`` makes ten event-minutes cost one second), by one scheduler thread. Edits are sent
+(``speed=600`` makes ten event-minutes cost one second), by a few sender threads. Edits are sent
 as text (``edited_texts``: the served text with a share of its characters rewritten so that the
 API's persistence equals the policy's planned score, to within one character); the planned score
 is sent as such only for an empty response. ``drain()`` waits until every signal was posted.
@@ -62,7 +62,8 @@ class _Served:
 
 
 class _SignalScheduler:
-    """Posts signals to the signals API at their due wall time, in due order, from one thread.
+    """Posts signals to the signals API at their due wall time, in due order, from ``senders``
+    threads (a signal carries its own ``created``, so two in flight at once need no order).
 
     Each signal goes to the URL (replica or router) that served its completion, with the client
     API key, and carries ``created`` = the completion's time + the signal's delay: in simulated
@@ -70,7 +71,7 @@ class _SignalScheduler:
     and stamps the Kafka record with it).
     """
 
-    def __init__(self, api_key: str, timeout_s: float) -> None:
+    def __init__(self, api_key: str, timeout_s: float, senders: int = 4) -> None:
         self._client = httpx.Client(
             timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"}
         )
@@ -82,8 +83,12 @@ class _SignalScheduler:
         self.sent = 0
         self.failed: list[tuple[str, int, str]] = []
         """(path, status, body) of every signal the API refused (status 0: unreachable)."""
-        self._thread = threading.Thread(target=self._run, name="signal-scheduler", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"signal-sender-{i}", daemon=True)
+            for i in range(senders)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def schedule(self, due: float, url: str, body: dict) -> None:
         with self._cond:
@@ -132,7 +137,8 @@ class _SignalScheduler:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        self._thread.join()
+        for thread in self._threads:
+            thread.join()
         self._client.close()
 
 
