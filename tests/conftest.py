@@ -1,11 +1,16 @@
 """Shared fixtures: the real local services, started once per test session and only on demand.
 
 ``broker`` (Tansu, embedded Kafka) and ``mlflow_server`` are session-scoped and lazy: a unit
-test run never starts them. Both are stopped by their own PID at the end of the session.
+test run never starts them. Both are stopped by their own PID at the end of the session, and
+also when pytest is terminated by SIGTERM (a CI timeout): the handler below stops every service
+this process started, then dies of SIGTERM as it would have. If pytest is SIGKILLed, the
+services die with it anyway (runtime/services.py starts them with ``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +18,21 @@ import pytest
 from trainer.ray_backend import use_loopback_env
 
 use_loopback_env()  # before anything imports ray (see start_local_ray)
+
+
+def _stop_services_and_die(signum: int, frame: object) -> None:
+    from runtime.services import stop_all
+
+    try:
+        stop_all(timeout_s=5.0)
+    finally:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _stop_services_and_die)
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from policy.toy.checkpoint import load_checkpoint, load_metadata, save_checkpoint
 from policy.toy.model import MoETransformer
+from runtime.progress import Progress
 from trainer import rl
 from trainer.config import SequenceGSPO, TokenClip, TrainerConfig
 from trainer.data import Batch, Sample, collate, rows_to_samples
@@ -179,7 +180,10 @@ class RLRecipe:
             mlflow.log_metrics({f"data/{k}": float(v) for k, v in self.counts.items()}, step=0)
         order: list[int] = []
         t0 = time.perf_counter()
+        progress = Progress("training", total=self.config.steps, unit="step",
+                            bar=False if self.rank else None)
         for step in range(self.config.steps):
+            progress.update()
             if len(order) < self.config.batch_size:
                 order += torch.randperm(len(self.samples), generator=self.gen).tolist()
             idx, order = order[: self.config.batch_size], order[self.config.batch_size:]
@@ -188,6 +192,7 @@ class RLRecipe:
             self.history.append(metrics)
             if mlflow is not None:
                 mlflow.log_metrics(metrics, step=step)
+        progress.close()
         summary = {**self.counts, **self.history[-1], "train_seconds": time.perf_counter() - t0}
         return {k: float(v) for k, v in summary.items()}
 
