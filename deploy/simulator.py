@@ -143,6 +143,12 @@ class _SignalScheduler:
         self._client.close()
 
 
+SIMULATED_SKEW_S = 900.0
+"""How far a compressed-time signal's ``created`` can run ahead of the wall clock: the longest
+delay (the 600 s edit checkpoint, posted about a second after its completion at speed 600) plus a
+margin. Replicas (``signal_max_skew_s``) and ingest (``parse.max_future_skew_s``) that take this
+simulator's traffic must allow it; production keeps their tighter defaults."""
+
 _PATHS = {"edit_persistence": "/v1/edits", "followup": "/v1/followups", "feedback": "/v1/feedback"}
 
 

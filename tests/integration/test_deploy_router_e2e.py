@@ -15,8 +15,9 @@ from deploy.fleet import Fleet, RouterProcess
 from deploy.judge import JudgeConfig, judge
 from deploy.rollout import RewardSpans
 from deploy.router import bucket
-from deploy.simulator import UserSimulator
+from deploy.simulator import SIMULATED_SKEW_S, UserSimulator
 from deploy.toy_models import register_untrained
+from ingest.config import IngestConfig, ParseConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -36,7 +37,7 @@ def deployment(mlflow_server, broker, tmp_path_factory):
         bootstrap=broker.bootstrap,
         admin_token=TOKEN,
         api_keys_path=work / "api_keys.json",
-        signal_max_skew_s=900.0,
+        signal_max_skew_s=SIMULATED_SKEW_S,
     )
     with (
         Fleet.start(**common, version=v1, workdir=work / "stable", name="stable") as stable,
@@ -93,6 +94,7 @@ def test_both_sides_of_a_window_are_measured(deployment, broker):
         group_id=f"e2e-{uuid.uuid4().hex[:6]}",
         output_root=work / "spans",
         drain=True,
+        config=IngestConfig(parse=ParseConfig(max_future_skew_s=SIMULATED_SKEW_S)),
     )
     assert result.rows >= 40
     spans = RewardSpans(work / "spans", model_name=name, horizon_s=1800.0)
