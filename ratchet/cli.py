@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     return _dispatch(args, config)
 
 
-_LOGGED = {"demo", "cycle", "loop", "replay"}
+_LOGGED = {"demo", "cycle", "loop", "replay", "serve"}
 
 
 def _dispatch(args: argparse.Namespace, config) -> int:
