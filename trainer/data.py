@@ -1,7 +1,8 @@
 """Reward rows (``ingest.schema.REWARD_SCHEMA``) to padded training tensors.
 
 Each row becomes a :class:`Sample` (prompt ids, response ids, logged logprobs, logged routing,
-reward, behaviour version). :func:`collate` aligns everything on the model's input positions:
+reward, behaviour version, temperature — 0 for greedy rows — and top_p: null or absent, as in v1
+rows, reads as 1.0). :func:`collate` aligns everything on the model's input positions:
 for a sequence ``prompt + response`` the input is ``seq[:-1]`` and response token j is predicted
 at input position ``len(prompt) - 1 + j`` — where its logged logprob and its logged routing (the
 routing that produced it at serving time) are placed.

@@ -10,7 +10,15 @@ Off-policy by construction: the trust region is around the champion the update s
 the logged behaviour logprobs give each token its truncated importance weight pi_champion /
 pi_behaviour (rows served by an older checkpoint get weights != 1); the logged routing is
 replayed (``router_replay``); the temperature each row was sampled at is applied to the policy's
-logits. Broken or malformed completions stay in the data as negative examples.
+logits, and for top-p rows the champion's nucleus truncates and renormalises both pi_prox and
+pi_theta (trainer/rl.py). Greedy rows (temperature 0: a deterministic behaviour policy) are kept
+out of the policy-gradient term and counted (``rows_greedy``, per step ``greedy_rows``).
+Baselines: leave-one-out means in natural groups (same prompt, same behaviour version), else a
+value head on the prompt's hidden state (trainer/baselines.py), per ``TrainerConfig.baseline``.
+Two KL references: the champion (trust region, ``kl_coef``) and a fixed anchor (``anchor_path``
+or the one recorded in the champion's metadata, ``anchor_kl_coef``); both KLs are logged per step
+as k3 estimates (``kl_theta_ref_k3``, ``kl_theta_anchor_k3``). Broken or malformed completions
+stay in the data as negative examples.
 
 Left out: the DeepSpeed/Ray backends (trainer/ds_backend.py, trainer/ray_backend.py), reading
 Parquet and registering the result in MLflow (the cycle does that).
