@@ -196,6 +196,7 @@ def gspo_loss(
     metrics.update(_is_weight_metrics(behaviour.unsqueeze(1), seqs.unsqueeze(1), is_cap))
     metrics["clip_frac"] = float(masked_mean(clipped.float(), seqs))
     metrics["band_masked_frac"] = float(masked_mean((~in_band).float(), seqs))
+    metrics["dual_clip_frac"] = float(masked_mean(((s > dual_clip_c) & (adv < 0)).float(), seqs))
     metrics.update(_kl_metrics(logp, logp_b, logp_ref, logp_anchor, mask))
     return loss, metrics
 
