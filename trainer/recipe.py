@@ -315,11 +315,11 @@ class RLRecipe:
                     hidden: Tensor | None) -> tuple[Tensor, dict[str, float]]:
         """A = R - b (see ``TrainerConfig.baseline``); greedy rows' advantages are unused."""
         sampled = ~batch.greedy
-        running = self.baseline.baseline([k for k, g in zip(batch.kinds, sampled) if g],
-                                         batch.rewards[sampled]) if sampled.any() else None
+        # collective under data parallelism: every rank calls it, even with no sampled row
+        running = self.baseline.baseline([k for k, g in zip(batch.kinds, sampled.tolist()) if g],
+                                         batch.rewards[sampled])
         b = torch.zeros_like(batch.rewards)
-        if running is not None:
-            b[sampled] = running
+        b[sampled] = running
         metrics: dict[str, float] = {}
         use_group = self.use_group[idx]
         if self._wants_value_head(use_group, sampled) and hidden is not None:
@@ -331,10 +331,12 @@ class RLRecipe:
         return adv, metrics
 
     def _wants_value_head(self, use_group: Tensor, sampled: Tensor) -> bool:
+        """Decided on counts summed over ranks, so every rank takes part in the head's fit."""
         mode = self.config.baseline
-        if not sampled.any():
+        if mode not in ("value_head", "auto"):
             return False
-        return mode == "value_head" or (mode == "auto" and bool((~use_group & sampled).any()))
+        need = sampled if mode == "value_head" else ~use_group & sampled
+        return float(rl.dist_sum(need.sum().float())) > 0
 
     def _value_baseline(self, batch: Batch, hidden: Tensor, running: Tensor,
                         sampled: Tensor) -> tuple[Tensor, dict[str, float]]:
