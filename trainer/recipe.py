@@ -20,6 +20,10 @@ or the one recorded in the champion's metadata, ``anchor_kl_coef``); both KLs ar
 as k3 estimates (``kl_theta_ref_k3``, ``kl_theta_anchor_k3``). Broken or malformed completions
 stay in the data as negative examples.
 
+Devices: ``config.device`` holds the policy, the reference and each batch (collated on the CPU,
+then moved); ``config.precision == "bf16"`` runs every forward pass under bf16 autocast. Reference
+logprobs are kept on the CPU (one copy per sample) and moved with their batch.
+
 Left out: the DeepSpeed/Ray backends (trainer/ds_backend.py, trainer/ray_backend.py), reading
 Parquet and registering the result in MLflow (the cycle does that).
 """
@@ -36,6 +40,7 @@ from torch import Tensor
 
 from policy.toy.checkpoint import load_checkpoint, load_metadata, save_checkpoint
 from policy.toy.model import MoETransformer
+from runtime.progress import Progress
 from trainer import rl
 from trainer.baselines import ValueBaseline, capture_final_hidden, prompt_features
 from trainer.config import SequenceGSPO, TokenClip, TrainerConfig
@@ -43,12 +48,27 @@ from trainer.data import Batch, Sample, collate, rows_to_samples
 from trainer.health import moe_health
 
 
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU is a clear error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("TrainerConfig.device='cuda' but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def autocast(device: torch.device, precision: str):  # -> a context manager
+    """bf16 autocast on ``device`` when ``precision == "bf16"``, else a no-op context."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 def policy_logprobs(model: MoETransformer, batch: Batch, *, replay: bool,
                     replay_min_ratio: float) -> tuple[Tensor, object]:
-    """log pi(targets) (B, T) at each row's sampling temperature, and the model output."""
-    out = model(batch.tokens, pad_mask=batch.pad_mask,
+    """log pi(targets) (B, T) at each row's sampling temperature, and the model output.
+    Batches are right-padded (trainer/data.py), so attention needs no explicit mask."""
+    out = model(batch.tokens, pad_mask=batch.pad_mask, right_padded=True,
                 replay_experts=batch.replay if replay else None, replay_min_ratio=replay_min_ratio)
-    logits = out.logits / batch.temperature.view(-1, 1, 1)
+    logits = out.logits.float() / batch.temperature.view(-1, 1, 1)
     logp = torch.log_softmax(logits, -1).gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)
     return logp, out
 
@@ -82,7 +102,9 @@ class RLRecipe:
     # -- setup ----------------------------------------------------------------------------
     def setup(self) -> None:
         torch.manual_seed(self.config.seed)
-        self.policy = load_checkpoint(self.champion_dir)
+        self.device = resolve_device(self.config.device)
+        self.policy = load_checkpoint(self.champion_dir).to(self.device)
+        self.policy.set_expert_impl(self.config.expert_impl)
         self.policy.train()
         self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
         self._setup_samples()
@@ -203,17 +225,20 @@ class RLRecipe:
         for start in range(0, len(self.samples), 128):
             chunk = self.samples[start:start + 128]
             batch = collate(chunk, n_layers=c.n_layers, top_k=c.top_k)
-            logp, out = policy_logprobs(model, batch, replay=self.config.router_replay,
-                                        replay_min_ratio=self.config.replay_min_ratio)
+            with autocast(self.device, self.config.precision):
+                logp, out = policy_logprobs(model, batch.to(self.device),
+                                            replay=self.config.router_replay,
+                                            replay_min_ratio=self.config.replay_min_ratio)
+            logits, logp = out.logits.float().cpu(), logp.float().cpu()
             if setting_nucleus:
-                keep = rl.nucleus_keep(out.logits, batch.temperature, batch.top_p)
+                keep = rl.nucleus_keep(logits, batch.temperature, batch.top_p)
                 for i, s in enumerate(chunk):
                     truncated = s.top_p < 1 and s.temperature > 0
                     self.nucleus.append(keep[i][batch.resp_mask[i]].clone() if truncated else None)
             keep = self._nucleus_batch(list(range(start, start + len(chunk))), batch)
             if keep is not None:
-                logp, inside = rl.truncated_logprobs(out.logits, batch.targets,
-                                                     batch.temperature, keep)
+                logp, inside = rl.truncated_logprobs(logits, batch.targets, batch.temperature,
+                                                     keep)
             else:
                 inside = torch.ones_like(batch.resp_mask)
             for i in range(len(chunk)):
@@ -245,7 +270,7 @@ class RLRecipe:
         same = path is None or path.resolve() == self.champion_dir.resolve()
         self.anchor_dir = self.champion_dir if same else path
         self.logp_anchor = self.logp_ref if same else self._logprobs_of(
-            load_checkpoint(path).eval().requires_grad_(False))
+            load_checkpoint(path).to(self.device).eval().requires_grad_(False))
         self.counts["anchor_is_champion"] = int(same)
 
     # -- train ----------------------------------------------------------------------------
@@ -256,7 +281,10 @@ class RLRecipe:
             mlflow.log_metrics({f"data/{k}": float(v) for k, v in self.counts.items()}, step=0)
         order: list[int] = []
         t0 = time.perf_counter()
+        progress = Progress("training", total=self.config.steps, unit="step",
+                            bar=False if self.rank else None)
         for step in range(self.config.steps):
+            progress.update()
             if len(order) < self.config.batch_size:
                 order += torch.randperm(len(self.samples), generator=self.gen).tolist()
             idx, order = order[: self.config.batch_size], order[self.config.batch_size:]
@@ -265,6 +293,7 @@ class RLRecipe:
             self.history.append(metrics)
             if mlflow is not None:
                 mlflow.log_metrics(metrics, step=step)
+        progress.close()
         summary = {**self.counts, **self.history[-1], "train_seconds": time.perf_counter() - t0}
         return {k: float(v) for k, v in summary.items()}
 
@@ -276,18 +305,22 @@ class RLRecipe:
         cfg, mcfg = self.config, self.policy.config
         samples: list[Sample] = [self.samples[i] for i in idx]
         batch = collate(samples, n_layers=mcfg.n_layers, top_k=mcfg.top_k)
-        logp_ref = self._ref_batch(idx, batch, self.logp_ref)
-        with capture_final_hidden(self.policy) as hidden:
+        cpu_batch, dev = batch, self.device
+        keep = self._nucleus_batch(idx, batch)
+        batch = batch.to(dev)
+        logp_ref = self._ref_batch(idx, cpu_batch, self.logp_ref).to(dev)
+        logp_anchor = self._ref_batch(idx, cpu_batch, self.logp_anchor).to(dev)
+        with capture_final_hidden(self.policy) as hidden, autocast(dev, cfg.precision):
             logp, out = policy_logprobs(self.policy, batch, replay=cfg.router_replay,
                                         replay_min_ratio=cfg.replay_min_ratio)
-        keep = self._nucleus_batch(idx, batch)
         inside = batch.resp_mask
         if keep is not None:  # pi_theta renormalised over the champion's nucleus
-            logp, inside = rl.truncated_logprobs(out.logits, batch.targets, batch.temperature, keep)
-        adv, base_metrics = self._advantages(idx, batch, hidden.get("hidden"))
+            logp, inside = rl.truncated_logprobs(out.logits.float(), batch.targets,
+                                                 batch.temperature, keep.to(dev))
+        adv, base_metrics = self._advantages(idx, cpu_batch, hidden.get("hidden"))
+        adv = adv.to(dev)
         pg_mask = batch.resp_mask & inside & ~batch.greedy.unsqueeze(1)
-        loss, metrics = self._objective(logp, batch, adv, logp_ref, pg_mask,
-                                        self._ref_batch(idx, batch, self.logp_anchor))
+        loss, metrics = self._objective(logp, batch, adv, logp_ref, pg_mask, logp_anchor)
         metrics.update(base_metrics)
         metrics["greedy_rows"] = float(rl.dist_sum(batch.greedy.sum()))
         grad_norm = self._backward_step(loss + out.aux_loss)
@@ -297,7 +330,8 @@ class RLRecipe:
         metrics.update(loss=float(loss.detach()), aux_loss=float(out.aux_loss.detach()),
                        grad_norm=float(grad_norm),
                        reward_mean=float(batch.rewards.mean()), adv_mean=float(adv.mean()),
-                       adv_abs_mean=float(adv.abs().mean()), replay_replaced=out.replay_replaced,
+                       adv_abs_mean=float(adv.abs().mean()),
+                       replay_replaced=int(out.replay_replaced),
                        response_tokens_mean=float(batch.resp_mask.sum(1).float().mean()))
         metrics["mismatch_kl_replay"] = float(rl.masked_mean((batch.logp_b - logp).detach(),
                                                              batch.resp_mask & inside))
@@ -341,7 +375,7 @@ class RLRecipe:
     def _value_baseline(self, batch: Batch, hidden: Tensor, running: Tensor,
                         sampled: Tensor) -> tuple[Tensor, dict[str, float]]:
         """b = running kind mean + V(prompt), then V regressed on R - running (sampled rows)."""
-        feats = prompt_features(hidden, batch.prompt_mask)
+        feats = prompt_features(hidden.detach().float().cpu(), batch.prompt_mask)
         if self.value is None:
             vh = self.config.value_head
             self.value = ValueBaseline(feats.shape[1], hidden=vh.hidden, lr=vh.lr, steps=vh.steps,
@@ -368,7 +402,8 @@ class RLRecipe:
 
     @torch.no_grad()
     def _mismatch_without_replay(self, batch: Batch) -> float:
-        logp, _ = policy_logprobs(self.policy, batch, replay=False, replay_min_ratio=0.0)
+        with autocast(self.device, self.config.precision):
+            logp, _ = policy_logprobs(self.policy, batch, replay=False, replay_min_ratio=0.0)
         return float(rl.masked_mean(batch.logp_b - logp, batch.resp_mask))
 
     # -- save / cleanup -------------------------------------------------------------------
