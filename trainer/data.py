@@ -1,7 +1,8 @@
 """Reward rows (``ingest.schema.REWARD_SCHEMA``) to padded training tensors.
 
 Each row becomes a :class:`Sample` (prompt ids, response ids, logged logprobs, logged routing,
-reward, behaviour version). :func:`collate` aligns everything on the model's input positions:
+reward, behaviour version, temperature — 0 for greedy rows — and top_p: null or absent, as in v1
+rows, reads as 1.0). :func:`collate` aligns everything on the model's input positions:
 for a sequence ``prompt + response`` the input is ``seq[:-1]`` and response token j is predicted
 at input position ``len(prompt) - 1 + j`` — where its logged logprob and its logged routing (the
 routing that produced it at serving time) are placed.
@@ -32,8 +33,9 @@ class Sample:
     kind: str
     group: str  # samples sharing a prompt share a group (for the group-mean baseline)
     version: int
-    temperature: float
+    temperature: float  # 0 = greedy (the behaviour policy was deterministic)
     weight: float = 1.0
+    top_p: float = 1.0  # nucleus the row was sampled from (1 = none; null in v1 rows)
 
 
 @dataclass
@@ -46,11 +48,14 @@ class Batch:
     resp_mask: Tensor
     logp_b: Tensor
     replay: Tensor
-    temperature: Tensor  # (B,)
+    temperature: Tensor  # (B,), 1.0 for greedy rows
     rewards: Tensor  # (B,)
     weights: Tensor  # (B,)
     kinds: list[str]
     groups: list[str]
+    top_p: Tensor  # (B,)
+    greedy: Tensor  # (B,) bool: logged at temperature 0
+    prompt_mask: Tensor  # (B, T) bool: input positions holding prompt tokens
 
     def to(self, device: torch.device | str) -> Batch:
         """The same batch with every tensor on ``device`` (collate builds on the CPU)."""
@@ -61,6 +66,7 @@ class Batch:
 
 REQUIRED = ("prompt", "response_token_ids", "response_logprobs", "routed_experts", "reward",
             "task_kind", "model_version", "temperature")
+OPTIONAL = ("top_p",)  # REWARD_SCHEMA v2; absent or null: 1.0 (no nucleus)
 
 
 def rows_to_samples(
@@ -71,6 +77,8 @@ def rows_to_samples(
     if missing:
         raise ValueError(f"reward rows lack columns {missing}")
     cols = {c: rows.column(c).to_pylist() for c in REQUIRED}
+    for c in OPTIONAL:
+        cols[c] = rows.column(c).to_pylist() if c in rows.column_names else [None] * rows.num_rows
     samples, truncated = [], 0
     for i in range(rows.num_rows):
         s = _sample(i, cols, vocab_size)
@@ -89,9 +97,11 @@ def _sample(i: int, cols: dict[str, list], vocab_size: int) -> Sample:
         raise ValueError(f"row {i}: response_token_ids has id {bad[0]} outside [0, {vocab_size})")
     routes = cols["routed_experts"][i] or []
     prompt = cols["prompt"][i]
+    top_p = cols["top_p"][i]
     return Sample(encode_prompt(prompt), ids, lps, routes if len(routes) == len(ids) else [],
                   float(cols["reward"][i]), str(cols["task_kind"][i]), prompt,
-                  int(cols["model_version"][i]), float(cols["temperature"][i]))
+                  int(cols["model_version"][i]), float(cols["temperature"][i]),
+                  top_p=1.0 if top_p is None else float(top_p))
 
 
 def _fit(s: Sample, max_seq_len: int) -> bool:
@@ -117,12 +127,14 @@ def collate(samples: list[Sample], *, n_layers: int, top_k: int) -> Batch:
     resp = torch.zeros(b, width, dtype=torch.bool)
     logp_b = torch.zeros(b, width)
     replay = torch.full((b, width, n_layers, top_k), -1, dtype=torch.long)
+    prompt = torch.zeros(b, width, dtype=torch.bool)
     for i, s in enumerate(samples):
         seq = s.prompt_ids + s.response_ids
         n, p, r = len(seq) - 1, len(s.prompt_ids), len(s.response_ids)
         tokens[i, :n] = torch.tensor(seq[:-1])
         targets[i, :n] = torch.tensor(seq[1:])
         resp[i, p - 1 : p - 1 + r] = True
+        prompt[i, :p] = True
         logp_b[i, p - 1 : p - 1 + r] = torch.tensor(s.logp_b)
         routes = torch.tensor(s.routes, dtype=torch.long) if s.routes else None
         if routes is not None and routes.shape[1:] == (n_layers, top_k):
@@ -132,4 +144,6 @@ def collate(samples: list[Sample], *, n_layers: int, top_k: int) -> Batch:
                  torch.tensor([s.temperature if s.temperature > 0 else 1.0 for s in samples]),
                  torch.tensor([s.reward for s in samples]),
                  torch.tensor([s.weight for s in samples]),
-                 [s.kind for s in samples], [s.group for s in samples])
+                 [s.kind for s in samples], [s.group for s in samples],
+                 torch.tensor([s.top_p for s in samples]),
+                 torch.tensor([s.temperature <= 0 for s in samples]), prompt)
