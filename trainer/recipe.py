@@ -18,7 +18,6 @@ Parquet and registering the result in MLflow (the cycle does that).
 
 from __future__ import annotations
 
-import copy
 import time
 from pathlib import Path
 
@@ -26,7 +25,9 @@ import pyarrow as pa
 import torch
 from torch import Tensor
 
-from policy.toy.checkpoint import load_checkpoint, load_metadata, save_checkpoint
+from policy.base import Policy, TokenLogprobs
+from policy.config import load_policy
+from policy.toy.checkpoint import load_metadata, save_checkpoint
 from policy.toy.model import MoETransformer
 from trainer import rl
 from trainer.config import SequenceGSPO, TokenClip, TrainerConfig
@@ -34,14 +35,14 @@ from trainer.data import Batch, Sample, collate, rows_to_samples
 from trainer.health import moe_health
 
 
-def policy_logprobs(model: MoETransformer, batch: Batch, *, replay: bool,
-                    replay_min_ratio: float) -> tuple[Tensor, object]:
-    """log pi(targets) (B, T) at each row's sampling temperature, and the model output."""
-    out = model(batch.tokens, pad_mask=batch.pad_mask,
-                replay_experts=batch.replay if replay else None, replay_min_ratio=replay_min_ratio)
-    logits = out.logits / batch.temperature.view(-1, 1, 1)
-    logp = torch.log_softmax(logits, -1).gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)
-    return logp, out
+def policy_logprobs(policy: Policy, batch: Batch, *, replay: bool,
+                    replay_min_ratio: float) -> tuple[Tensor, TokenLogprobs]:
+    """log pi(targets) (B, T) at each row's sampling temperature, and the policy's output
+    (routed experts, router probs, aux losses) — through the Policy plug, toy or HF."""
+    out = policy.token_logprobs(batch.tokens, batch.targets, batch.pad_mask, batch.temperature,
+                                replay_experts=batch.replay if replay else None,
+                                replay_min_ratio=replay_min_ratio)
+    return out.logprobs, out
 
 
 def staleness_weights(versions: list[int], current_version: int, max_staleness: int,
@@ -73,9 +74,12 @@ class RLRecipe:
     # -- setup ----------------------------------------------------------------------------
     def setup(self) -> None:
         torch.manual_seed(self.config.seed)
-        self.policy = load_checkpoint(self.champion_dir)
+        # The Policy plug (toy or HF, by the directory's format); .module is the torch model.
+        self.plug = load_policy(self.champion_dir)
+        self.policy = self.plug.module
         self.policy.train()
-        self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
+        self.ref_plug = load_policy(self.champion_dir)  # a copy with its own routing hooks
+        self.reference = self.ref_plug.module.eval().requires_grad_(False)
         self._setup_samples()
         self._setup_reference_logprobs()
         self._setup_optimizer()
@@ -123,9 +127,9 @@ class RLRecipe:
         return float(norm)
 
     def _setup_samples(self) -> None:
-        c = self.policy.config
-        samples, truncated = rows_to_samples(self.rows, vocab_size=c.vocab_size,
-                                             max_seq_len=c.max_seq_len)
+        samples, truncated = rows_to_samples(
+            self.rows, vocab_size=self.plug.tokenizer_info.vocab_size,
+            max_seq_len=self.plug.max_seq_len, encode_prompt=self.plug.encode_prompt)
         if self.current_version is None:
             meta = load_metadata(self.champion_dir).get("model_version")
             self.current_version = int(meta) if meta is not None else max(
@@ -161,12 +165,11 @@ class RLRecipe:
     @torch.no_grad()
     def _setup_reference_logprobs(self) -> None:
         """log pi_ref per response token, under the same routing rule as the policy's forward."""
-        c = self.policy.config
         self.logp_ref: list[Tensor] = []
         for start in range(0, len(self.samples), 128):
             chunk = self.samples[start:start + 128]
-            batch = collate(chunk, n_layers=c.n_layers, top_k=c.top_k)
-            logp, _ = policy_logprobs(self.reference, batch, replay=self.config.router_replay,
+            batch = self._collate(chunk)
+            logp, _ = policy_logprobs(self.ref_plug, batch, replay=self.config.router_replay,
                                       replay_min_ratio=self.config.replay_min_ratio)
             for i in range(len(chunk)):
                 self.logp_ref.append(logp[i][batch.resp_mask[i]].clone())
@@ -196,18 +199,19 @@ class RLRecipe:
         return every > 0 and step % every == 0
 
     def train_step(self, idx: list[int], *, measure_mismatch: bool = False) -> dict[str, float]:
-        cfg, mcfg = self.config, self.policy.config
+        cfg, spec = self.config, self.plug.moe_spec
         samples: list[Sample] = [self.samples[i] for i in idx]
-        batch = collate(samples, n_layers=mcfg.n_layers, top_k=mcfg.top_k)
+        batch = self._collate(samples)
         logp_ref = self._ref_batch(idx, batch)
         adv = self._advantages(idx, batch)
-        logp, out = policy_logprobs(self.policy, batch, replay=cfg.router_replay,
+        logp, out = policy_logprobs(self.plug, batch, replay=cfg.router_replay,
                                     replay_min_ratio=cfg.replay_min_ratio)
         loss, metrics = self._objective(logp, batch, adv, logp_ref)
         grad_norm = self._backward_step(loss + out.aux_loss)
         if out.router_probs:  # DeepSpeed MoE layers do not expose their routing
-            metrics.update(moe_health(out.routed_experts, batch.pad_mask, mcfg.n_experts,
-                                      mcfg.capacity_factor, out.z_loss, out.lb_loss))
+            capacity = getattr(self.policy.config, "capacity_factor", 1.25)
+            metrics.update(moe_health(out.routed_experts, batch.pad_mask, spec.n_experts,
+                                      capacity, out.z_loss, out.lb_loss))
         metrics.update(loss=float(loss.detach()), aux_loss=float(out.aux_loss.detach()),
                        grad_norm=float(grad_norm),
                        reward_mean=float(batch.rewards.mean()), adv_mean=float(adv.mean()),
@@ -218,6 +222,11 @@ class RLRecipe:
         if measure_mismatch:
             metrics["mismatch_kl_no_replay"] = self._mismatch_without_replay(batch)
         return metrics
+
+    def _collate(self, samples: list[Sample]) -> Batch:
+        spec = self.plug.moe_spec
+        return collate(samples, n_layers=spec.n_moe_layers, top_k=spec.top_k,
+                       pad_id=self.plug.tokenizer_info.pad_id)
 
     def _ref_batch(self, idx: list[int], batch: Batch) -> Tensor:
         ref = torch.zeros_like(batch.logp_b)
@@ -250,7 +259,7 @@ class RLRecipe:
 
     @torch.no_grad()
     def _mismatch_without_replay(self, batch: Batch) -> float:
-        logp, _ = policy_logprobs(self.policy, batch, replay=False, replay_min_ratio=0.0)
+        logp, _ = policy_logprobs(self.plug, batch, replay=False, replay_min_ratio=0.0)
         return float(rl.masked_mean(batch.logp_b - logp, batch.resp_mask))
 
     # -- save / cleanup -------------------------------------------------------------------
@@ -260,16 +269,18 @@ class RLRecipe:
             "trainer_config": self.config.model_dump(mode="json"), "counts": self.counts,
             "steps": len(self.history),
         }
-        model = self.policy
         if self.ds is not None:  # gather experts (every rank takes part), rank 0 writes
             model = MoETransformer(self.policy.config)
             model.load_state_dict(self.ds.state_dict())
+            if self.rank != 0:
+                return Path(directory)
+            return save_checkpoint(model, Path(directory), metadata=meta)
         if self.rank != 0:
             return Path(directory)
-        return save_checkpoint(model, Path(directory), metadata=meta)
+        return self.plug.save(Path(directory), metadata=meta)  # the policy's own format
 
     def cleanup(self) -> None:
-        for name in ("policy", "reference", "opt", "samples", "logp_ref"):
+        for name in ("policy", "reference", "plug", "ref_plug", "opt", "samples", "logp_ref"):
             self.__dict__.pop(name, None)
 
 

@@ -20,18 +20,26 @@ def _batch(model, replay: bool):
     return collate(samples, n_layers=c.n_layers, top_k=c.top_k)
 
 
-def test_token_logprobs_equal_the_recipe(tiny_model):
+def _direct(model, batch, replay: bool):
+    """The recipe's log-probs as computed before the plug: the toy's forward, then one full
+    log-softmax of logits / T."""
+    out = model(batch.tokens, pad_mask=batch.pad_mask,
+                replay_experts=batch.replay if replay else None, replay_min_ratio=0.1)
+    logits = out.logits / batch.temperature.view(-1, 1, 1)
+    return torch.log_softmax(logits, -1).gather(-1, batch.targets.unsqueeze(-1))[..., 0], out
+
+
+def test_token_logprobs_equal_the_direct_toy_path(tiny_model):
     policy = ToyPolicy(tiny_model, logprob_chunk=4)  # several chunks
     assert isinstance(policy, Policy)
     for replay in (False, True):
         batch = _batch(tiny_model, replay)
-        want, out = policy_logprobs(tiny_model, batch, replay=replay, replay_min_ratio=0.1)
-        got = policy.token_logprobs(batch.tokens, batch.targets, batch.pad_mask,
-                                    batch.temperature, replay_experts=batch.replay if replay
-                                    else None, replay_min_ratio=0.1)
-        torch.testing.assert_close(got.logprobs, want, rtol=0, atol=0)
-        assert torch.equal(got.routed_experts, out.routed_experts)
-        assert torch.equal(got.aux_loss, out.aux_loss)
+        want, out = _direct(tiny_model, batch, replay)
+        got, plug_out = policy_logprobs(policy, batch, replay=replay, replay_min_ratio=0.1)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert torch.equal(plug_out.routed_experts, out.routed_experts)
+        assert torch.equal(plug_out.aux_loss, out.aux_loss)
+        assert plug_out.replay_replaced == out.replay_replaced
 
 
 def test_generate_equals_toy_generate(tiny_model):
