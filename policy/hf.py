@@ -174,7 +174,8 @@ class HFPolicy:
         """Recorded experts (B, t, L, k) and router probs L x (B, t, E) of the last forward."""
         st, spec = self._state, self.moe_spec
         if not st.idx:
-            return torch.zeros(b, t, 0, 0, dtype=torch.long), []
+            device = self.module.lm_head.weight.device
+            return torch.zeros(b, t, 0, 0, dtype=torch.long, device=device), []
         routed = torch.stack([i.view(b, t, -1) for i in st.idx], dim=2).long()
         probs = [lg.float().softmax(-1).view(b, t, -1) for lg in st.logits]
         assert routed.shape[2:] == (spec.n_moe_layers, spec.top_k)
