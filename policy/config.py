@@ -77,6 +77,8 @@ class HFPolicyConfig(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Weights dtype (log-softmax is fp32 regardless).")
     logprob_chunk: int = Field(256, ge=1, description="Positions per fp32 log-softmax chunk.")
+    chat_template: bool = Field(False, description="Feed prompts through the tokenizer's chat "
+                                "template as one user turn (instruct models), else as raw text.")
 
     @model_validator(mode="after")
     def _one_source(self) -> HFPolicyConfig:

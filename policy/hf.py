@@ -98,8 +98,10 @@ class HFPolicy:
 
             root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ratchet-hf-"))
             path = materialize(cfg.build, root / f"tiny-{cfg.build.family}")
-        return cls.load(path, gguf_file=cfg.gguf_file, dtype=cfg.dtype,
-                        logprob_chunk=cfg.logprob_chunk)
+        policy = cls.load(path, gguf_file=cfg.gguf_file, dtype=cfg.dtype,
+                          logprob_chunk=cfg.logprob_chunk)
+        policy.chat_template = cfg.chat_template
+        return policy
 
     @classmethod
     def load(cls, directory: Path, *, gguf_file: str | None = None, dtype: str = "float32",
@@ -206,9 +208,12 @@ class HFPolicy:
         *, replay_experts: Tensor | None = None, replay_min_ratio: float = 0.1,
     ) -> TokenLogprobs:
         b, t = input_ids.shape
-        replay = None
-        if replay_experts is not None and self.moe_spec.is_moe:
-            replay = replay_experts.reshape(b * t, *replay_experts.shape[2:])
+        replay, spec = None, self.moe_spec
+        if replay_experts is not None and spec.is_moe:
+            if tuple(replay_experts.shape) != (b, t, spec.n_moe_layers, spec.top_k):
+                raise ValueError(f"replay_experts has shape {list(replay_experts.shape)}, "
+                                 f"expected {[b, t, spec.n_moe_layers, spec.top_k]}")
+            replay = replay_experts.reshape(b * t, spec.n_moe_layers, spec.top_k)
         self._state.reset(replay, replay_min_ratio)
         try:
             hidden = self.module.model(input_ids=input_ids, attention_mask=pad_mask.long(),
@@ -223,8 +228,9 @@ class HFPolicy:
 
     def encode_prompt(self, prompt: str) -> list[int]:
         if self.chat_template and getattr(self.tokenizer, "chat_template", None):
-            return list(self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True))
+            out = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
+            return list(out["input_ids"] if hasattr(out, "keys") else out)
         return list(self.tokenizer(prompt)["input_ids"])
 
     def decode(self, ids: list[int]) -> str:

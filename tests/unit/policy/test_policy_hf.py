@@ -168,3 +168,24 @@ def test_save_and_load_roundtrip(tiny_hf, tmp_path):
     assert loaded.describe()["model_type"] == "qwen3_moe"
     assert loaded.moe_spec == policy.moe_spec
     torch.testing.assert_close(_lp(loaded).logprobs, _lp(policy).logprobs, rtol=0, atol=0)
+
+
+def test_replay_of_the_wrong_shape_is_refused(tiny_hf):
+    policy = tiny_hf("olmoe")
+    x, y, mask, temp = _batch(policy)
+    with pytest.raises(ValueError, match="replay_experts has shape"):
+        policy.token_logprobs(x, y, mask, temp,
+                              replay_experts=torch.zeros(*x.shape, 3, 2, dtype=torch.long))
+
+
+def test_chat_template_is_applied_when_configured(tiny_hf):
+    policy = tiny_hf("llama")
+    tok = policy.tokenizer
+    tok.chat_template = "{% for m in messages %}<|bos|>user: {{ m['content'] }}\n{% endfor %}" \
+                        "assistant:"
+    try:
+        assert policy.encode_prompt("hi") == tok("hi")["input_ids"]
+        policy.chat_template = True
+        assert policy.decode(policy.encode_prompt("hi")) == "user: hi\nassistant:"
+    finally:
+        policy.chat_template, tok.chat_template = False, None
