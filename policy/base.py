@@ -164,5 +164,24 @@ def chunked_logprobs(hidden_or_logits: Tensor, targets: Tensor, temperature: Ten
     return torch.cat(out, dim=1)
 
 
+def teacher_forced_routes(policy: Policy, prompt_ids: list[int], response_ids: list[int],
+                          ) -> tuple[list, list]:
+    """(prompt routes (P, L, k), response routes (R, L, k)) by one forward over prompt + response,
+    for engines that sample without returning routed experts (``routed_experts_source =
+    "teacher_forced"``). Response token j's routes are those of the position that predicted it
+    (P - 1 + j), as when sampling; both lists are empty for a dense policy."""
+    import torch
+
+    if not policy.moe_spec.is_moe or not prompt_ids:
+        return [], []
+    seq = torch.tensor([prompt_ids + response_ids])
+    with torch.no_grad():
+        out = policy.token_logprobs(seq, seq, torch.ones_like(seq, dtype=torch.bool),
+                                    torch.ones(1))
+    routes = out.routed_experts[0].tolist()
+    p, r = len(prompt_ids), len(response_ids)
+    return routes[:p], routes[p - 1:p - 1 + r]
+
+
 __all__ = ["GateNorm", "MoESpec", "Policy", "Sampled", "TokenLogprobs", "TokenizerInfo",
-           "chunked_logprobs"]
+           "chunked_logprobs", "teacher_forced_routes"]

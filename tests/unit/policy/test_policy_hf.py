@@ -189,3 +189,14 @@ def test_chat_template_is_applied_when_configured(tiny_hf):
         assert policy.decode(policy.encode_prompt("hi")) == "user: hi\nassistant:"
     finally:
         policy.chat_template, tok.chat_template = False, None
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "llama"])
+def test_teacher_forced_routes_equal_the_sampled_ones(tiny_hf, family):
+    from policy.base import teacher_forced_routes
+
+    policy = tiny_hf(family)
+    ids = policy.encode_prompt("def f(x):\n    return ")
+    (g,) = policy.generate([ids], max_new_tokens=6, temperature=1.0, seed=7)
+    prompt_routes, routes = teacher_forced_routes(policy, ids, g.token_ids)
+    assert prompt_routes == g.prompt_routed_experts and routes == g.routed_experts
