@@ -150,7 +150,7 @@ def chunked_logprobs(hidden_or_logits: Tensor, targets: Tensor, temperature: Ten
     import torch
     from torch.utils.checkpoint import checkpoint
 
-    temp = temperature.to(torch.float32).view(-1, 1, 1)
+    temp = temperature.to(hidden_or_logits.device, torch.float32).view(-1, 1, 1)
 
     def piece(x: Tensor, y: Tensor) -> Tensor:
         logits = (x if head is None else head(x)).float() / temp
@@ -174,10 +174,10 @@ def teacher_forced_routes(policy: Policy, prompt_ids: list[int], response_ids: l
 
     if not policy.moe_spec.is_moe or not prompt_ids:
         return [], []
-    seq = torch.tensor([prompt_ids + response_ids])
+    seq = torch.tensor([prompt_ids + response_ids], device=next(policy.module.parameters()).device)
     with torch.no_grad():
         out = policy.token_logprobs(seq, seq, torch.ones_like(seq, dtype=torch.bool),
-                                    torch.ones(1))
+                                    torch.ones(1, device=seq.device))
     routes = out.routed_experts[0].tolist()
     p, r = len(prompt_ids), len(response_ids)
     return routes[:p], routes[p - 1:p - 1 + r]

@@ -97,3 +97,13 @@ def test_config_union_rejects_bad_fields():
                 {"type": "hf", "build": {"experts": 2, "top_k": 3}}, {"type": "tpu"}):
         with pytest.raises(ValidationError):
             ta.validate_python(bad)
+
+
+def test_config_and_protocol_import_no_heavy_module():
+    import subprocess
+    import sys
+
+    code = ("import sys, policy.config, policy.base, policy.upcycle, policy.tiny; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
