@@ -76,6 +76,9 @@ class RLRecipe:
         torch.manual_seed(self.config.seed)
         # The Policy plug (toy or HF, by the directory's format); .module is the torch model.
         self.plug = load_policy(self.champion_dir)
+        if self.config.backend.type == "deepspeed" and self.plug.type != "toy":
+            raise ValueError(f"backend.type='deepspeed' trains the toy policy only; "
+                             f"{self.champion_dir} is a '{self.plug.type}' policy")
         self.policy = self.plug.module
         self.policy.train()
         self.ref_plug = load_policy(self.champion_dir)  # a copy with its own routing hooks

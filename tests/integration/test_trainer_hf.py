@@ -77,3 +77,17 @@ def test_served_logprobs_equal_the_trainers_recomputation(tmp_path):
             torch.testing.assert_close(ref, torch.tensor(s.logp_b), rtol=0, atol=1e-4)
     finally:
         recipe.cleanup()
+
+
+def test_deepspeed_backend_refuses_an_hf_policy(tmp_path):
+    from policy.config import HFPolicyConfig, TinyHFSpec, load_policy
+    from trainer.config import DeepSpeedBackend, TrainerConfig
+    from trainer.recipe import RLRecipe
+
+    policy = load_policy(HFPolicyConfig(build=TinyHFSpec(family="olmoe")), workdir=tmp_path)
+    policy.save(tmp_path / "champion")
+    cfg = TrainerConfig(steps=1, batch_size=2, backend=DeepSpeedBackend())
+    recipe = RLRecipe(tmp_path / "champion", _rows(policy, n_tasks=1), cfg)
+    with pytest.raises(ValueError, match="deepspeed.*'hf' policy"):
+        recipe.setup()
+    recipe.cleanup()
