@@ -107,6 +107,11 @@ class Policy(Protocol):
     tokenizer_info: TokenizerInfo
     max_seq_len: int
 
+    @property
+    def routed_experts_source(self) -> str:
+        """What a completion sampled by :meth:`generate` records: "engine" (MoE) or "none"."""
+        ...
+
     def token_logprobs(
         self, input_ids: Tensor, targets: Tensor, pad_mask: Tensor, temperature: Tensor,
         *, replay_experts: Tensor | None = None, replay_min_ratio: float = 0.1,

@@ -34,6 +34,10 @@ class ToyPolicy:
                                             vocab_size=c.vocab_size)
         self.max_seq_len = c.max_seq_len
 
+    @property
+    def routed_experts_source(self) -> str:
+        return "engine" if self.moe_spec.is_moe else "none"
+
     @classmethod
     def load(cls, directory: Path) -> ToyPolicy:
         from policy.toy.checkpoint import load_checkpoint
