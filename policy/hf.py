@@ -58,8 +58,10 @@ def _gate_norm(config) -> str:
 
 def _find_routers(model) -> list[tuple[int, torch.nn.Module]]:
     """(decoder layer index, router) for every MoE block, in layer order."""
+    base = model.base_model
+    layers = getattr(base, "layers", None) or getattr(base, "h", None) or []
     out = []
-    for i, layer in enumerate(model.model.layers):
+    for i, layer in enumerate(layers):
         gate = getattr(getattr(layer, "mlp", None), "gate", None)
         if gate is not None and hasattr(gate, "top_k") and hasattr(gate, "num_experts"):
             out.append((i, gate))
@@ -176,7 +178,7 @@ class HFPolicy:
         """Recorded experts (B, t, L, k) and router probs L x (B, t, E) of the last forward."""
         st, spec = self._state, self.moe_spec
         if not st.idx:
-            device = self.module.lm_head.weight.device
+            device = self.module.get_output_embeddings().weight.device
             return torch.zeros(b, t, 0, 0, dtype=torch.long, device=device), []
         routed = torch.stack([i.view(b, t, -1) for i in st.idx], dim=2).long()
         probs = [lg.float().softmax(-1).view(b, t, -1) for lg in st.logits]
@@ -216,10 +218,11 @@ class HFPolicy:
             replay = replay_experts.reshape(b * t, spec.n_moe_layers, spec.top_k)
         self._state.reset(replay, replay_min_ratio)
         try:
-            hidden = self.module.model(input_ids=input_ids, attention_mask=pad_mask.long(),
-                                       use_cache=False).last_hidden_state
+            hidden = self.module.base_model(input_ids=input_ids, attention_mask=pad_mask.long(),
+                                            use_cache=False).last_hidden_state
             logp = chunked_logprobs(hidden, targets, temperature,
-                                    head=self.module.lm_head, chunk=self.logprob_chunk)
+                                    head=self.module.get_output_embeddings(),
+                                    chunk=self.logprob_chunk)
             routed, probs = self._routing(b, t)
             aux, lb, zl = self._aux(pad_mask)
             return TokenLogprobs(logp, routed, probs, aux, lb, zl, self._state.replaced)
