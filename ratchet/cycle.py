@@ -44,6 +44,14 @@ class CycleResult:
     champion_pass_rate: float | None = None
     candidate_tokens: float | None = None
     candidate_score: float | None = None
+    gate_ci_low: float | None = None
+    """Lower bound of the paired-bootstrap CI of the pass-rate change (candidate - champion)."""
+    gate_ci_high: float | None = None
+    gate_tasks: int | None = None
+    """Tasks in the gate suite behind the pass rates."""
+    gate_run_id: str | None = None
+    train_run_id: str | None = None
+    rolled_back: bool = False
     skipped: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -158,7 +166,8 @@ class Cycle:
         )
         rows = pq.read_table(span.path)
         out_dir = self.workdir / "candidates" / f"cycle-{result.index}"
-        with mlflow.start_run(run_name="train", nested=True):
+        with mlflow.start_run(run_name="train", nested=True) as run:
+            result.train_run_id = run.info.run_id
             mlflow.set_tag("ratchet.stage", "train")
             mlflow.log_params({"champion_version": result.champion_version, "rows": rows.num_rows})
             mlflow.set_tag("span_id", span.span_id)
@@ -190,6 +199,11 @@ class Cycle:
             config=self.config.gate,
             workdir=self.workdir / "gate",
         )
+        result.gate_run_id = verdict.run_id
+        result.gate_tasks = verdict.candidate.n_tasks
+        change = next((g for g in verdict.gates if g.name == "pass_rate_change"), None)
+        if change is not None:
+            result.gate_ci_low, result.gate_ci_high = change.ci_low, change.ci_high
         result.candidate_pass_rate = verdict.candidate.pass_rate
         result.candidate_tokens = verdict.candidate.mean_completion_tokens
         result.candidate_score = verdict.candidate.score

@@ -12,6 +12,10 @@ pi_behaviour (rows served by an older checkpoint get weights != 1); the logged r
 replayed (``router_replay``); the temperature each row was sampled at is applied to the policy's
 logits. Broken or malformed completions stay in the data as negative examples.
 
+Devices: ``config.device`` holds the policy, the reference and each batch (collated on the CPU,
+then moved); ``config.precision == "bf16"`` runs every forward pass under bf16 autocast. Reference
+logprobs are kept on the CPU (one copy per sample) and moved with their batch.
+
 Left out: the DeepSpeed/Ray backends (trainer/ds_backend.py, trainer/ray_backend.py), reading
 Parquet and registering the result in MLflow (the cycle does that).
 """
@@ -29,10 +33,25 @@ from policy.base import Policy, TokenLogprobs
 from policy.config import load_policy
 from policy.toy.checkpoint import load_metadata, save_checkpoint
 from policy.toy.model import MoETransformer
+from runtime.progress import Progress
 from trainer import rl
 from trainer.config import SequenceGSPO, TokenClip, TrainerConfig
 from trainer.data import Batch, Sample, collate, rows_to_samples
 from trainer.health import moe_health
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU is a clear error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("TrainerConfig.device='cuda' but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def autocast(device: torch.device, precision: str):  # -> a context manager
+    """bf16 autocast on ``device`` when ``precision == "bf16"``, else a no-op context."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 def policy_logprobs(policy: Policy, batch: Batch, *, replay: bool,
@@ -74,20 +93,28 @@ class RLRecipe:
     # -- setup ----------------------------------------------------------------------------
     def setup(self) -> None:
         torch.manual_seed(self.config.seed)
+        self.device = resolve_device(self.config.device)
         # The Policy plug (toy or HF, by the directory's format); .module is the torch model.
         self.plug = load_policy(self.champion_dir)
         if self.config.backend.type == "deepspeed" and self.plug.type != "toy":
             raise ValueError(f"backend.type='deepspeed' trains the toy policy only; "
                              f"{self.champion_dir} is a '{self.plug.type}' policy")
-        self.policy = self.plug.module
+        self.policy = self._on_device(self.plug.module)
         self.policy.train()
         self.ref_plug = load_policy(self.champion_dir)  # a copy with its own routing hooks
-        self.reference = self.ref_plug.module.eval().requires_grad_(False)
+        self.reference = self._on_device(self.ref_plug.module).eval().requires_grad_(False)
         self._setup_samples()
         self._setup_reference_logprobs()
         self._setup_optimizer()
         self.baseline = rl.RunningBaseline(self.config.baseline_momentum)
         self.gen = torch.Generator().manual_seed(self.config.seed)
+
+    def _on_device(self, module):
+        """``module`` on the configured device; the toy also gets its expert implementation."""
+        module = module.to(self.device)
+        if isinstance(module, MoETransformer):
+            module.set_expert_impl(self.config.expert_impl)
+        return module
 
     def _setup_optimizer(self) -> None:
         cfg, backend = self.config, self.config.backend
@@ -172,8 +199,11 @@ class RLRecipe:
         for start in range(0, len(self.samples), 128):
             chunk = self.samples[start:start + 128]
             batch = self._collate(chunk)
-            logp, _ = policy_logprobs(self.ref_plug, batch, replay=self.config.router_replay,
-                                      replay_min_ratio=self.config.replay_min_ratio)
+            with autocast(self.device, self.config.precision):
+                logp, _ = policy_logprobs(self.ref_plug, batch.to(self.device),
+                                          replay=self.config.router_replay,
+                                          replay_min_ratio=self.config.replay_min_ratio)
+            logp = logp.cpu()
             for i in range(len(chunk)):
                 self.logp_ref.append(logp[i][batch.resp_mask[i]].clone())
 
@@ -185,7 +215,10 @@ class RLRecipe:
             mlflow.log_metrics({f"data/{k}": float(v) for k, v in self.counts.items()}, step=0)
         order: list[int] = []
         t0 = time.perf_counter()
+        progress = Progress("training", total=self.config.steps, unit="step",
+                            bar=False if self.rank else None)
         for step in range(self.config.steps):
+            progress.update()
             if len(order) < self.config.batch_size:
                 order += torch.randperm(len(self.samples), generator=self.gen).tolist()
             idx, order = order[: self.config.batch_size], order[self.config.batch_size:]
@@ -194,6 +227,7 @@ class RLRecipe:
             self.history.append(metrics)
             if mlflow is not None:
                 mlflow.log_metrics(metrics, step=step)
+        progress.close()
         summary = {**self.counts, **self.history[-1], "train_seconds": time.perf_counter() - t0}
         return {k: float(v) for k, v in summary.items()}
 
@@ -207,8 +241,11 @@ class RLRecipe:
         batch = self._collate(samples)
         logp_ref = self._ref_batch(idx, batch)
         adv = self._advantages(idx, batch)
-        logp, out = policy_logprobs(self.plug, batch, replay=cfg.router_replay,
-                                    replay_min_ratio=cfg.replay_min_ratio)
+        batch, logp_ref, adv = (batch.to(self.device), logp_ref.to(self.device),
+                                adv.to(self.device))
+        with autocast(self.device, cfg.precision):
+            logp, out = policy_logprobs(self.plug, batch, replay=cfg.router_replay,
+                                        replay_min_ratio=cfg.replay_min_ratio)
         loss, metrics = self._objective(logp, batch, adv, logp_ref)
         grad_norm = self._backward_step(loss + out.aux_loss)
         if out.router_probs:  # DeepSpeed MoE layers do not expose their routing
@@ -218,7 +255,8 @@ class RLRecipe:
         metrics.update(loss=float(loss.detach()), aux_loss=float(out.aux_loss.detach()),
                        grad_norm=float(grad_norm),
                        reward_mean=float(batch.rewards.mean()), adv_mean=float(adv.mean()),
-                       adv_abs_mean=float(adv.abs().mean()), replay_replaced=out.replay_replaced,
+                       adv_abs_mean=float(adv.abs().mean()),
+                       replay_replaced=int(out.replay_replaced),
                        response_tokens_mean=float(batch.resp_mask.sum(1).float().mean()))
         metrics["mismatch_kl_replay"] = float(rl.masked_mean((batch.logp_b - logp).detach(),
                                                              batch.resp_mask))
@@ -262,7 +300,8 @@ class RLRecipe:
 
     @torch.no_grad()
     def _mismatch_without_replay(self, batch: Batch) -> float:
-        logp, _ = policy_logprobs(self.plug, batch, replay=False, replay_min_ratio=0.0)
+        with autocast(self.device, self.config.precision):
+            logp, _ = policy_logprobs(self.plug, batch, replay=False, replay_min_ratio=0.0)
         return float(rl.masked_mean(batch.logp_b - logp, batch.resp_mask))
 
     # -- save / cleanup -------------------------------------------------------------------

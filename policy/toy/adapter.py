@@ -49,7 +49,7 @@ class ToyPolicy:
         *, replay_experts: Tensor | None = None, replay_min_ratio: float = 0.1,
     ) -> TokenLogprobs:
         out = self.module(input_ids, pad_mask=pad_mask, replay_experts=replay_experts,
-                          replay_min_ratio=replay_min_ratio)
+                          replay_min_ratio=replay_min_ratio, right_padded=True)
         logp = chunked_logprobs(out.logits, targets, temperature, chunk=self.logprob_chunk)
         return TokenLogprobs(logp, out.routed_experts, out.router_probs, out.aux_loss,
                              out.lb_loss, out.z_loss, out.replay_replaced)

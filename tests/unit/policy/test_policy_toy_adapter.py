@@ -23,9 +23,9 @@ def _batch(model, replay: bool):
 def _direct(model, batch, replay: bool):
     """The recipe's log-probs as computed before the plug: the toy's forward, then one full
     log-softmax of logits / T."""
-    out = model(batch.tokens, pad_mask=batch.pad_mask,
+    out = model(batch.tokens, pad_mask=batch.pad_mask, right_padded=True,
                 replay_experts=batch.replay if replay else None, replay_min_ratio=0.1)
-    logits = out.logits / batch.temperature.view(-1, 1, 1)
+    logits = out.logits.float() / batch.temperature.view(-1, 1, 1)
     return torch.log_softmax(logits, -1).gather(-1, batch.targets.unsqueeze(-1))[..., 0], out
 
 
