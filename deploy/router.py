@@ -1,6 +1,9 @@
 """A router in front of two replica groups, stable and canary: weighted, sticky per conversation.
 
-A conversation's bucket is a hash of its id in [0, 1); it goes to the canary iff the bucket is below
+Both OpenAI endpoints (``/v1/completions``, ``/v1/chat/completions``) are proxied, streams
+included; the conversation id is the ``X-Conversation-Id`` header, else ``metadata.conversation_id``
+(or the legacy body field), else a generated one that is forwarded. A conversation's bucket is a
+hash of its id in [0, 1); it goes to the canary iff the bucket is below
 the canary weight. Raising the weight only moves conversations *to* the canary, so a conversation
 never flips back and forth during a rollout, and the split is deterministic for a given weight.
 Within a group, requests go round-robin. Every routed request is written to a ``RequestLedger``
@@ -19,15 +22,18 @@ import hashlib
 import json
 import threading
 import time
+import uuid
 from collections import deque
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 import httpx
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, Response, status
+from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from starlette.background import BackgroundTask
 
 from deploy.judge import ArmSamples
 from deploy.settings import DEFAULT_ADMIN_TOKEN
@@ -132,36 +138,97 @@ public = APIRouter()
 admin = APIRouter(prefix="/admin")
 
 
-@public.post("/v1/completions")
-async def route_completion(request: Request, state: StateDep) -> Response:
+def _conversation_id(request: Request, body: bytes) -> str:
+    """Header ``X-Conversation-Id``, else ``metadata.conversation_id`` or the legacy body field,
+    else a generated id (forwarded to the replica, which returns it to the client)."""
+    header = request.headers.get("x-conversation-id")
+    if header:
+        return header
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        meta = data.get("metadata")
+        value = (meta.get("conversation_id") if isinstance(meta, dict) else None) or data.get(
+            "conversation_id"
+        )
+        if isinstance(value, str) and value:
+            return value
+    return f"conv-{uuid.uuid4().hex}"
+
+
+def _wants_stream(body: bytes) -> bool:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("stream") is True
+
+
+async def _forward(request: Request, state: _State, path: str) -> Response:
     body = await request.body()
-    try:
-        conversation_id = str(json.loads(body)["conversation_id"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, "body must be JSON with a conversation_id"
-        ) from exc
+    conversation_id = _conversation_id(request, body)
     arm, url = state.pick(conversation_id)
+    headers = {"content-type": "application/json", "x-conversation-id": conversation_id}
+    if auth := request.headers.get("authorization"):
+        headers["authorization"] = auth
     when, start = datetime.now(UTC), time.perf_counter()
+    client: httpx.AsyncClient = request.app.state.client
     try:
-        upstream = await request.app.state.client.post(
-            f"{url}/v1/completions", content=body, headers={"content-type": "application/json"}
+        upstream = await client.send(
+            client.build_request("POST", f"{url}{path}", content=body, headers=headers),
+            stream=True,
         )
     except httpx.TransportError:
         state.ledger.record(when, arm, False, (time.perf_counter() - start) * 1000.0)
         state.counts[(arm, 502)] = state.counts.get((arm, 502), 0) + 1
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"{arm} upstream unreachable") from None
+    key = (arm, upstream.status_code)
+    state.counts[key] = state.counts.get(key, 0) + 1
+    out_headers = {"x-ratchet-arm": arm}
+    for name in ("x-conversation-id", "x-ratchet-response-ids", "x-ratchet-replica"):
+        if name in upstream.headers:
+            out_headers[name] = upstream.headers[name]
+    media = upstream.headers.get("content-type")
+    if upstream.status_code == 200:
+        _remember_owners(state, upstream, url)
+    if upstream.status_code == 200 and _wants_stream(body):
+        state.ledger.record(when, arm, True, (time.perf_counter() - start) * 1000.0)
+        return StreamingResponse(
+            upstream.aiter_raw(),
+            200,
+            media_type=media,
+            headers=out_headers,
+            background=BackgroundTask(upstream.aclose),
+        )
+    content = await upstream.aread()
+    await upstream.aclose()
     latency_ms = (time.perf_counter() - start) * 1000.0
     if upstream.status_code < 400 or upstream.status_code >= 500:  # 4xx: the caller's fault
         state.ledger.record(when, arm, upstream.status_code < 500, latency_ms)
-    key = (arm, upstream.status_code)
-    state.counts[key] = state.counts.get(key, 0) + 1
-    return Response(
-        upstream.content,
-        upstream.status_code,
-        media_type=upstream.headers.get("content-type"),
-        headers={"x-ratchet-arm": arm},
-    )
+    return Response(content, upstream.status_code, media_type=media, headers=out_headers)
+
+
+def _remember_owners(state: _State, upstream: httpx.Response, url: str) -> None:
+    """Which replica served each response id (the replica's X-Ratchet-Response-Ids header, so
+    streams count too), for routing signals back to it — when this router keeps owners."""
+    owners = getattr(state, "owners", None)
+    ids = upstream.headers.get("x-ratchet-response-ids")
+    if owners is None or not ids:
+        return
+    for response_id in ids.split(","):
+        owners.record(response_id, url)
+
+
+@public.post("/v1/completions")
+async def route_completion(request: Request, state: StateDep) -> Response:
+    return await _forward(request, state, "/v1/completions")
+
+
+@public.post("/v1/chat/completions")
+async def route_chat_completion(request: Request, state: StateDep) -> Response:
+    return await _forward(request, state, "/v1/chat/completions")
 
 
 @public.get("/healthz")

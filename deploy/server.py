@@ -3,7 +3,8 @@
 At start-up a background thread resolves the configured alias (or pinned version) in the MLflow
 registry, downloads the checkpoint and builds the model; ``/readyz`` answers 503 until then, and the
 thread retries while the registry or the alias is not there yet. Requests are served by
-deploy/routes/, behaviour events go through deploy/behaviour_log.py.
+deploy/routes/ (the OpenAI-compatible API in deploy/routes/completions.py) and sampled by the
+engine the settings name (deploy/engines/); behaviour events go through deploy/behaviour_log.py.
 
 Run one replica with ``python -m deploy.serve_main`` (reads ``RATCHET_*`` variables).
 
@@ -19,7 +20,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from deploy import errors
 from deploy.behaviour_log import BehaviourLogger
+from deploy.engines import make_engine
 from deploy.metrics import MetricsMiddleware, ServerMetrics
 from deploy.model_host import ModelHost
 from deploy.routes import admin, completions, health, metrics
@@ -64,10 +67,12 @@ def create_app(settings: ServerSettings) -> FastAPI:
         torch.set_num_threads(settings.torch_threads)
         loader = _InitialLoad(app.state.host, settings)
         loader.thread.start()
+        app.state.engine.start()
         try:
             yield
         finally:
             loader.stop.set()
+            app.state.engine.close()
             if app.state.behaviour_logger is not None:
                 app.state.behaviour_logger.close()
 
@@ -83,11 +88,13 @@ def create_app(settings: ServerSettings) -> FastAPI:
         model_name=settings.model_name,
         cache_dir=settings.cache_dir,
     )
+    app.state.engine = make_engine(settings.engine, app.state.host)
     app.state.behaviour_logger = _make_logger(settings)
     app.state.metrics = ServerMetrics(replica=settings.replica_id)
     app.state.metrics.attach(app.state.behaviour_logger, app.state.host)
     for module in (completions, health, admin, metrics):
         app.include_router(module.router)
+    errors.install(app)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app
 

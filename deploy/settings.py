@@ -11,11 +11,51 @@ router's (deploy/router.py). Importing this module imports neither torch nor mlf
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_ADMIN_TOKEN = "changethis"
+
+
+class TorchEngineConfig(BaseModel):
+    """The embedded engine (deploy/engines/torch_engine.py): the served checkpoint in this
+    process, with a dynamic batcher across callers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["torch"] = "torch"
+    max_batch: int = Field(
+        default=32, ge=1, le=256, description="Most sequences decoded together in one batch."
+    )
+    max_wait_ms: float = Field(
+        default=2.0,
+        ge=0.0,
+        le=1000.0,
+        description="How long the batcher waits for more requests after the first one arrives.",
+    )
+
+
+class VllmEngineConfig(BaseModel):
+    """An external vLLM OpenAI server (deploy/engines/vllm_engine.py; contract in ENGINES.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["vllm"] = "vllm"
+    url: str = Field(min_length=1, description="Base URL of the vLLM server, e.g. http://127.0.0.1:8100.")
+    served_model: str = Field(
+        min_length=1, description="The model name vLLM serves (its --served-model-name or path)."
+    )
+    timeout_s: float = Field(default=120.0, gt=0.0, description="Per-request timeout.")
+    teacher_forced_experts: bool = Field(
+        default=True,
+        description="Recompute routed experts with a teacher-forced pass of the checkpoint this "
+        "replica loaded (vLLM's CPU build does not return them); off: source 'none'.",
+    )
+
+
+EngineConfig = Annotated[TorchEngineConfig | VllmEngineConfig, Field(discriminator="type")]
 
 
 class ServerSettings(BaseSettings):
@@ -87,6 +127,11 @@ class ServerSettings(BaseSettings):
     cache_dir: Path = Field(
         default=Path("runs/model-cache"),
         description="Where downloaded checkpoints are kept (one folder per version).",
+    )
+    engine: EngineConfig = Field(
+        default_factory=TorchEngineConfig,
+        description="Which engine samples: 'torch' (embedded, default) or 'vllm' (external); "
+        'from the environment as JSON, e.g. RATCHET_ENGINE=\'{"type": "torch", "max_batch": 16}\'.',
     )
     torch_threads: int = Field(
         default=1, ge=1, le=64, description="torch intra-op threads of this replica."

@@ -22,7 +22,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Self
 
 import httpx
@@ -193,25 +193,37 @@ class UserSimulator:
 
     # -- one request --------------------------------------------------------------------------
     def _call(self, i: int, task: Task, seed: int, user: str) -> _Served | None:
+        """One OpenAI ``/v1/completions`` request; the answer in the fields ``_judge`` reads."""
         url = self.urls[i % len(self.urls)]
         body = {
+            "model": "ratchet",
             "prompt": task.prompt,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "top_p": 1.0,
             "seed": seed,
-            "conversation_id": f"conv-{self.seed}-{self._round}-{i}",
-            "user_id": user,
-            "task_kind": task.kind,
+            "user": user,
+            "metadata": {"task_kind": task.kind},
         }
+        headers = {"X-Conversation-Id": f"conv-{self.seed}-{self._round}-{i}"}
         start = time.perf_counter()
         try:
-            resp = self._client.post(f"{url}/v1/completions", json=body)
+            resp = self._client.post(f"{url}/v1/completions", json=body, headers=headers)
         except httpx.TransportError:
             return None
         if resp.status_code != 200:
             return None
-        return _Served(task, resp.json(), (time.perf_counter() - start) * 1000.0, time.monotonic())
+        latency_ms = (time.perf_counter() - start) * 1000.0
+        data = resp.json()
+        created = resp.headers.get("x-ratchet-created")
+        answer = {
+            "id": data["id"],
+            "text": data["choices"][0]["text"],
+            "latency_ms": latency_ms,
+            "usage": {"output_tokens": data["usage"]["completion_tokens"]},
+            "created": created or datetime.fromtimestamp(data["created"], UTC).isoformat(),
+        }
+        return _Served(task, answer, latency_ms, time.monotonic())
 
     # -- judging and scheduling ---------------------------------------------------------------
     def _judge(self, served: list[_Served], errors: int) -> RoundStats:

@@ -64,7 +64,8 @@ def test_split_is_by_weight_and_sticky(deployment):
             assert r.status_code == 200
             expected = "canary" if bucket(conv) < 0.5 else "stable"
             assert r.headers["x-ratchet-arm"] == expected
-            seen.setdefault(conv, set()).add(r.json()["model_version"])
+            fingerprint = r.json()["system_fingerprint"]
+            seen.setdefault(conv, set()).add(int(fingerprint.removeprefix("ratchet-v")))
     assert all(len(v) == 1 for v in seen.values())  # a conversation stays on one version
     by_arm = {v.pop() for v in seen.values()}
     assert by_arm == {v1, v2}
@@ -100,3 +101,28 @@ def test_both_sides_of_a_window_are_measured(deployment, broker):
     assert len(stable.edit_persistence) == serving["stable"].requests  # all 4 windows arrived
     verdict = judge(serving["stable"], serving["canary"], JudgeConfig())
     assert verdict.decision == "extend"  # 40 requests are below the minimum sample sizes
+
+
+def test_openai_client_through_the_router_streams_and_sticks(deployment):
+    import openai
+
+    _, v1, v2, router, _ = deployment
+    client = openai.OpenAI(base_url=f"{router.url}/v1", api_key="local", max_retries=0)
+    for conv in ("stream-a", "stream-b", "stream-c", "stream-d"):
+        raw = client.chat.completions.with_raw_response.create(
+            model="toy",
+            messages=[{"role": "user", "content": "1+1 = "}],
+            max_tokens=4,
+            stream=True,
+            extra_headers={"X-Conversation-Id": conv},
+        )
+        expected = "canary" if bucket(conv) < 0.5 else "stable"
+        assert raw.headers["x-ratchet-arm"] == expected
+        assert raw.headers["x-conversation-id"] == conv
+        chunks = list(raw.parse())
+        fingerprints = {c.system_fingerprint for c in chunks}
+        assert fingerprints == {f"ratchet-v{v2 if expected == 'canary' else v1}"}
+        assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    # no conversation id at all: the router generates one and the replica returns it
+    raw = client.completions.with_raw_response.create(model="toy", prompt="1+1 = ", max_tokens=2)
+    assert raw.headers["x-conversation-id"].startswith("conv-")

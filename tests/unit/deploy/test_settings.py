@@ -31,3 +31,20 @@ def test_bounds_name_the_field():
         ServerSettings(tracking_uri="x", model_name="m", local_mode=True, port=70000)
     with pytest.raises(ValidationError, match="max_body_bytes"):
         ServerSettings(tracking_uri="x", model_name="m", local_mode=True, max_body_bytes=1)
+
+
+def test_engine_is_a_tagged_union_from_the_environment(monkeypatch):
+    from deploy.settings import TorchEngineConfig, VllmEngineConfig
+
+    s = ServerSettings(tracking_uri="x", model_name="m", local_mode=True)
+    assert isinstance(s.engine, TorchEngineConfig) and s.engine.max_batch == 32
+    monkeypatch.setenv("RATCHET_ENGINE", '{"type": "vllm", "url": "http://127.0.0.1:8100", '
+                       '"served_model": "champion"}')
+    s = ServerSettings(tracking_uri="x", model_name="m", local_mode=True)
+    assert isinstance(s.engine, VllmEngineConfig) and s.engine.teacher_forced_experts
+    monkeypatch.setenv("RATCHET_ENGINE", '{"type": "sglang"}')
+    with pytest.raises(ValidationError, match="engine"):
+        ServerSettings(tracking_uri="x", model_name="m", local_mode=True)
+    monkeypatch.setenv("RATCHET_ENGINE", '{"type": "torch", "max_batch": 0}')
+    with pytest.raises(ValidationError, match="max_batch"):
+        ServerSettings(tracking_uri="x", model_name="m", local_mode=True)
