@@ -22,17 +22,22 @@ Sampling bounds are tighter than OpenAI's where the sampler would otherwise prod
 Non-finite numbers anywhere in a body and strings that are not valid Unicode (lone surrogates)
 are refused with a 400 naming the field.
 
-Deliberately left out: the Kafka event a completion produces (ingest/schema.py ``Completion``),
+The signals API (``/v1/feedback``, ``/v1/edits``, ``/v1/followups``) and the client keys'
+admin routes have their models at the end of this module.
+
+Deliberately left out: the Kafka events a completion or a signal produces (ingest/schema.py),
 tool calls, images and audio, ``best_of``, ``echo``, ``suffix``.
 """
 
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -311,7 +316,9 @@ class ReloadRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    version: int | None = Field(default=None, ge=1, description="Registry version to serve.")
+    version: int | None = Field(
+        default=None, ge=1, le=2**31 - 1, description="Registry version to serve."
+    )
     alias: str | None = Field(default=None, min_length=1, description="Alias to resolve.")
 
 
@@ -326,3 +333,112 @@ class ReadyResponse(BaseModel):
     version: int | None = Field(description="Version served, None while loading.")
     replica_id: str
     error: str | None = Field(default=None, description="Last load error, if any.")
+
+
+# -- signals API (deploy/routes/signals.py) and client keys (deploy/routes/keys.py) --------------
+
+
+def _no_lone_surrogates(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"contains a lone surrogate at index {exc.start}") from None
+    return value
+
+
+class _SignalRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    response_id: str = Field(
+        min_length=1, max_length=128, description="The ``id`` of the response this is about."
+    )
+    created: AwareDatetime | None = Field(
+        default=None,
+        description="When the user acted (with a time zone). Default: when the replica received "
+        "it. Must not precede the response and must lie within the replica's "
+        "``signal_max_skew_s`` of the receive time.",
+    )
+
+    _check_text = field_validator("response_id")(_no_lone_surrogates)
+
+
+class FeedbackRequest(_SignalRequest):
+    """``POST /v1/feedback``: the user accepted or rejected the suggestion."""
+
+    label: Literal["accept", "reject"] = Field(description="Explicit verdict on the suggestion.")
+    rating: int | None = Field(default=None, ge=1, le=5, description="Optional 1-5 rating.")
+    comment: str | None = Field(default=None, max_length=2000, description="Optional comment.")
+
+    _check_comment = field_validator("comment")(_no_lone_surrogates)
+
+
+class EditRequest(_SignalRequest):
+    """``POST /v1/edits``: the suggestion as it stands in the user's file at a checkpoint.
+
+    Send ``text`` (ratchet scores it: 1 - normalised Levenshtein distance to the served text) or a
+    precomputed ``score``, not both.
+    """
+
+    window_s: Literal[30, 120, 300, 600] = Field(description="Checkpoint, seconds after serving.")
+    text: str | None = Field(
+        default=None, max_length=65_536, description="The suggestion's text as it stands now."
+    )
+    score: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="Precomputed persistence in [0, 1], instead of ``text``.",
+    )
+
+    _check_edit_text = field_validator("text")(_no_lone_surrogates)
+
+    @model_validator(mode="after")
+    def _one_of_text_or_score(self) -> EditRequest:
+        if (self.text is None) == (self.score is None):
+            raise ValueError("give exactly one of text, score")
+        return self
+
+
+class FollowupRequest(_SignalRequest):
+    """``POST /v1/followups``: the user's next message after the response."""
+
+    text: str = Field(min_length=1, max_length=4096, description="The user's next message.")
+    dissatisfied: bool | None = Field(
+        default=None,
+        description="The client's own flag, optional: ingest's detector decides from the text.",
+    )
+
+    _check_followup_text = field_validator("text")(_no_lone_surrogates)
+
+
+class SignalAccepted(BaseModel):
+    """The event written (asynchronously, through the spool) for an accepted signal."""
+
+    event_id: str
+    response_id: str
+    kind: Literal["feedback", "edit_persistence", "followup"]
+    event_time: datetime
+    score: float | None = Field(default=None, description="Edit persistence, for edits.")
+
+
+class ApiKeyCreateRequest(BaseModel):
+    """``POST /admin/keys``: a new client key (admin token required)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128, description="Who the key is for.")
+
+
+class ApiKeyCreated(BaseModel):
+    key_id: str
+    name: str
+    key: str = Field(description="The key itself: shown once, only its hash is stored.")
+
+
+class ApiKeyInfo(BaseModel):
+    key_id: str
+    name: str
+    created: datetime
+    revoked_at: datetime | None

@@ -9,6 +9,11 @@ never flips back and forth during a rollout, and the split is deterministic for 
 Within a group, requests go round-robin. Every routed request is written to a ``RequestLedger``
 (event time, arm, ok, latency) that the rollout controller reads per window via ``/admin/stats``.
 
+Signals (``/v1/feedback``, ``/v1/edits``, ``/v1/followups``) go to the replica that served the
+response they name: the router remembers ``response id -> replica`` from each completion it
+routes (bounded), and for an id it does not know (served before a router restart, or streamed)
+it asks each replica in turn until one does not answer 404.
+
 ``create_router_app(...)`` builds the app; ``RouterSettings`` + ``python -m deploy.router`` run it;
 ``RouterClient`` is what the rollout controller talks to.
 
@@ -36,7 +41,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.background import BackgroundTask
 
 from deploy.judge import ArmSamples
-from deploy.settings import DEFAULT_ADMIN_TOKEN
+from deploy.settings import DEFAULT_ADMIN_TOKEN, MIN_PUBLIC_TOKEN_CHARS, is_loopback
 
 Arm = Literal["stable", "canary"]
 
@@ -90,12 +95,34 @@ class GroupsBody(BaseModel):
     canary_urls: list[str] = Field(default_factory=list, description="Replica URLs of the canary.")
 
 
+class _ResponseOwners:
+    """Bounded ``response_id -> replica url`` of completions routed here (oldest forgotten)."""
+
+    def __init__(self, max_entries: int = 200_000) -> None:
+        from collections import OrderedDict
+
+        self._items: OrderedDict[str, str] = OrderedDict()
+        self._max = max_entries
+        self._lock = threading.Lock()
+
+    def record(self, response_id: str, url: str) -> None:
+        with self._lock:
+            self._items[response_id] = url
+            while len(self._items) > self._max:
+                self._items.popitem(last=False)
+
+    def get(self, response_id: str) -> str | None:
+        with self._lock:
+            return self._items.get(response_id)
+
+
 class _State:
     def __init__(self, stable: list[str], canary: list[str], weight: float, token: str) -> None:
         self.groups: dict[Arm, list[str]] = {"stable": list(stable), "canary": list(canary)}
         self.canary_weight = weight
         self.token = token
         self.ledger = RequestLedger()
+        self.owners = _ResponseOwners()
         self.counts: dict[tuple[Arm, int], int] = {}
         self._rr = {"stable": 0, "canary": 0}
 
@@ -212,13 +239,12 @@ async def _forward(request: Request, state: _State, path: str) -> Response:
 
 def _remember_owners(state: _State, upstream: httpx.Response, url: str) -> None:
     """Which replica served each response id (the replica's X-Ratchet-Response-Ids header, so
-    streams count too), for routing signals back to it — when this router keeps owners."""
-    owners = getattr(state, "owners", None)
+    streams count too), for routing signals back to it."""
     ids = upstream.headers.get("x-ratchet-response-ids")
-    if owners is None or not ids:
+    if not ids:
         return
     for response_id in ids.split(","):
-        owners.record(response_id, url)
+        state.owners.record(response_id, url)
 
 
 @public.post("/v1/completions")
@@ -229,6 +255,42 @@ async def route_completion(request: Request, state: StateDep) -> Response:
 @public.post("/v1/chat/completions")
 async def route_chat_completion(request: Request, state: StateDep) -> Response:
     return await _forward(request, state, "/v1/chat/completions")
+
+
+@public.post("/v1/feedback")
+@public.post("/v1/edits")
+@public.post("/v1/followups")
+async def route_signal(request: Request, state: StateDep) -> Response:
+    """Forward a signal (body and API key unchanged) to the replica that served its response."""
+    body = await request.body()
+    try:
+        response_id = str(json.loads(body)["response_id"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, "response_id: body must be JSON with one"
+        ) from exc
+    headers = {"content-type": "application/json"}
+    if auth := request.headers.get("authorization"):
+        headers["authorization"] = auth
+    owner = state.owners.get(response_id)
+    candidates = [owner] if owner else state.groups["stable"] + state.groups["canary"]
+    upstream = None
+    for url in candidates:
+        try:
+            upstream = await request.app.state.client.post(
+                f"{url}{request.url.path}", content=body, headers=headers
+            )
+        except httpx.TransportError:
+            continue
+        if upstream.status_code != 404:
+            state.owners.record(response_id, url)
+            break
+    if upstream is None:
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, "no replica reachable")
+    return Response(
+        upstream.content, upstream.status_code, media_type=upstream.headers.get("content-type"),
+        headers={k: v for k, v in upstream.headers.items() if k.lower() == "www-authenticate"},
+    )
 
 
 @public.get("/healthz")
@@ -318,8 +380,16 @@ class RouterSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _refuse_default_token(self) -> RouterSettings:
-        if self.admin_token.get_secret_value() == DEFAULT_ADMIN_TOKEN and not self.local_mode:
+        token = self.admin_token.get_secret_value()
+        if token == DEFAULT_ADMIN_TOKEN and not self.local_mode:
             raise ValueError("admin_token is the default; set RATCHET_ROUTER_ADMIN_TOKEN")
+        if not is_loopback(self.host) and (
+            token == DEFAULT_ADMIN_TOKEN or len(token) < MIN_PUBLIC_TOKEN_CHARS
+        ):
+            raise ValueError(
+                f"admin_token must be a non-default secret of at least {MIN_PUBLIC_TOKEN_CHARS} "
+                f"characters when host={self.host!r} is not loopback"
+            )
         return self
 
 

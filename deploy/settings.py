@@ -1,8 +1,9 @@
 """Settings of one serving replica, read from ``RATCHET_*`` environment variables.
 
 One typed model (pydantic-settings) with a docstring, bounds and a default on every field. It
-refuses a default admin token unless ``local_mode`` is on, so a replica reachable from anywhere
-cannot be reloaded by whoever reads this file.
+refuses a default admin token unless ``local_mode`` is on, and a default or short (< 16 characters)
+one whenever the bind address is not loopback — ``local_mode`` included — so a replica reachable
+from other machines cannot be reloaded by whoever reads this file or guesses a short token.
 
 Deliberately left out: the fleet's own settings (deploy/fleet.py takes plain arguments) and the
 router's (deploy/router.py). Importing this module imports neither torch nor mlflow.
@@ -10,6 +11,7 @@ router's (deploy/router.py). Importing this module imports neither torch nor mlf
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -17,6 +19,18 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_ADMIN_TOKEN = "changethis"
+MIN_PUBLIC_TOKEN_CHARS = 16
+"""Shortest admin token accepted on a non-loopback bind address."""
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` is a loopback address (or ``localhost``): only this machine can connect."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name other than localhost may resolve to anything
+        return False
 
 
 class TorchEngineConfig(BaseModel):
@@ -136,6 +150,28 @@ class ServerSettings(BaseSettings):
     torch_threads: int = Field(
         default=1, ge=1, le=64, description="torch intra-op threads of this replica."
     )
+    api_keys_path: Path = Field(
+        default=Path("runs/api_keys.json"),
+        description="Hashed client API keys of the signals API (deploy/api_keys.py); shared by "
+        "the replicas of a fleet.",
+    )
+    response_memory: int = Field(
+        default=100_000,
+        ge=1,
+        le=10_000_000,
+        description="Served responses remembered for signals; older ones are forgotten first.",
+    )
+    signal_max_age_s: float = Field(
+        default=3600.0,
+        gt=0.0,
+        description="A signal about a response served longer ago than this is refused (404).",
+    )
+    signal_max_skew_s: float = Field(
+        default=300.0,
+        ge=0.0,
+        description="A client-supplied signal ``created`` may differ from the receive time by at "
+        "most this (a simulator compressing time needs more than its longest delay).",
+    )
 
     @model_validator(mode="after")
     def _refuse_default_token(self) -> ServerSettings:
@@ -146,4 +182,16 @@ class ServerSettings(BaseSettings):
             )
         if not self.admin_token.get_secret_value():
             raise ValueError("admin_token must not be empty")
+        return self
+
+    @model_validator(mode="after")
+    def _refuse_weak_token_off_loopback(self) -> ServerSettings:
+        if is_loopback(self.host):
+            return self
+        token = self.admin_token.get_secret_value()
+        if token == DEFAULT_ADMIN_TOKEN or len(token) < MIN_PUBLIC_TOKEN_CHARS:
+            raise ValueError(
+                f"admin_token must be a non-default secret of at least {MIN_PUBLIC_TOKEN_CHARS} "
+                f"characters when host={self.host!r} is not loopback (local_mode does not allow it)"
+            )
         return self

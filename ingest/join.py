@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
+from ingest.followup import followup_columns
 from ingest.parse import EventItem, dead_letter
 from ingest.schema import EDIT_WINDOWS_S, SCHEMA_VERSION, DeadLetter
 from rewards.config import RewardConfig
@@ -193,10 +194,13 @@ def _complete(
     return all(arrived[k] or ends[k] <= watermark_us for k in expected)
 
 
-def _pick_signals(signals: list[EventItem]) -> tuple[dict[int, float], bool | None, str | None]:
-    """Persistence per checkpoint and feedback: the latest; follow-up: the first."""
+def _pick_signals(
+    signals: list[EventItem],
+) -> tuple[dict[int, float], bytes | None, str | None]:
+    """Persistence per checkpoint and feedback: the latest; follow-up: the first (its payload,
+    for the detector)."""
     persistence: dict[int, tuple[tuple[int, str], float]] = {}
-    followup: tuple[tuple[int, str], bool] | None = None
+    followup: tuple[tuple[int, str], bytes] | None = None
     feedback: tuple[tuple[int, str], str] | None = None
     for s in signals:
         order = (s.event_time_us, s.event_id)
@@ -206,7 +210,7 @@ def _pick_signals(signals: list[EventItem]) -> tuple[dict[int, float], bool | No
                 persistence[w] = (order, s.signal)
         elif s.kind == "followup":
             if followup is None or order < followup[0]:
-                followup = (order, s.signal == 1.0)
+                followup = (order, s.value)
         elif s.kind == "feedback":
             if feedback is None or order > feedback[0]:
                 feedback = (order, "accept" if s.signal == 1.0 else "reject")
@@ -222,7 +226,9 @@ def reward_row(
 ) -> dict[str, Any]:
     """One ``REWARD_SCHEMA`` row (``event_time`` as microseconds since the epoch, UTC)."""
     c = from_json(completion.value)
-    persistence, dissatisfied, label = _pick_signals(signals)
+    persistence, followup, label = _pick_signals(signals)
+    fu = followup_columns(followup, c["prompt"], c["response_text"])
+    dissatisfied = fu["followup_dissatisfied"]  # the detector's decision, never the flag
     n_tokens = len(c["response_token_ids"])
     reward, components, defaulted = compute_reward(
         RowSignals(
@@ -260,6 +266,7 @@ def reward_row(
         "reward": float(reward),
         "reward_components": list(components.items()),
         "defaulted_signals": defaulted,
+        **fu,
     }
     for w in EDIT_WINDOWS_S:
         row[f"edit_persistence_{w}"] = persistence.get(w)

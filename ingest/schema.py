@@ -155,6 +155,12 @@ class Feedback(_Event):
 
     kind: Literal["feedback"] = "feedback"
     label: Literal["accept", "reject"]
+    rating: int | None = Field(
+        default=None, ge=1, le=5, description="Optional 1-5 rating from the signals API (v2)."
+    )
+    comment: str | None = Field(
+        default=None, max_length=2000, description="Optional comment from the signals API (v2)."
+    )
 
 
 Signal = Annotated[EditPersistence | Followup | Feedback, Field(discriminator="kind")]

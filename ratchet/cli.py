@@ -67,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave completions whose join windows are still open pending (default: "
                         "a finished recording is finalised and trained on in full)")
 
+    p = sub.add_parser(
+        "serve", help="serve the champion (one replica) with its API key; Ctrl-C stops it all"
+    )
+    _connected(p)
+    p.add_argument("--port", type=int, help="replica port on 127.0.0.1 (default: a free one)")
+
     p = sub.add_parser("gates", help="gate verdicts")
     gsub = p.add_subparsers(dest="gates_command", required=True)
     show = gsub.add_parser("show", help="print the gate table of a model version")
@@ -146,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     return _dispatch(args, config)
 
 
-_LOGGED = {"demo", "cycle", "loop", "replay"}
+_LOGGED = {"demo", "cycle", "loop", "replay", "serve"}
 
 
 def _dispatch(args: argparse.Namespace, config) -> int:
@@ -154,6 +160,13 @@ def _dispatch(args: argparse.Namespace, config) -> int:
         from ratchet.demo import run
 
         return run(config, workdir=args.workdir, cycles=args.cycles, keep_running=args.keep_running)
+    if args.command == "serve":
+        from ratchet.serve import run as serve
+
+        return serve(
+            config, workdir=args.workdir, port=args.port, bootstrap=args.bootstrap,
+            tracking_uri=args.tracking_uri,
+        )
     if args.command == "gates":
         return _gates_show(args, config)
     if args.command == "config":

@@ -198,13 +198,19 @@ def demo_config(config: RatchetConfig) -> RatchetConfig:
     minutes of event time in a second) before the cycle starts, but the server stamps completions
     in wall time, so the watermark would not pass the longest join window until much later
     traffic arrives. The demo's ingest therefore finalises every pending completion at the end of
-    each span (``drain``) — production cycles every few hours leave it off."""
-    return config.model_copy(update={"ingest": config.ingest.model_copy(update={"drain": True})})
+    each span (``drain``) — production cycles every few hours leave it off. For the same reason a
+    signal's event time runs up to ten minutes ahead of the wall clock, so the replicas and ingest
+    accept ``SIMULATED_SKEW_S`` of future skew instead of their production bounds."""
+    from deploy.simulator import SIMULATED_SKEW_S
+
+    parse = config.ingest.parse.model_copy(update={"max_future_skew_s": SIMULATED_SKEW_S})
+    ingest = config.ingest.model_copy(update={"drain": True, "parse": parse})
+    return config.model_copy(update={"ingest": ingest})
 
 
 def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool = False) -> int:
     from deploy.fleet import Fleet
-    from deploy.simulator import UserSimulator
+    from deploy.simulator import SIMULATED_SKEW_S, UserSimulator
     from ratchet.bootstrap import ensure_champion
     from ratchet.cycle import Cycle
     from ratchet.runner import services
@@ -222,10 +228,12 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
             n_replicas=config.fleet.replicas, tracking_uri=ep.tracking_uri,
             model_name=config.model_name, bootstrap=ep.bootstrap, workdir=workdir / "fleet",
             admin_token=config.fleet.admin_token,
+            signal_max_skew_s=SIMULATED_SKEW_S,
         )
         try:
             sim = UserSimulator(
-                urls=fleet.urls, bootstrap=ep.bootstrap, speed=config.simulator.speed,
+                urls=fleet.urls, api_key=fleet.create_api_key("demo-simulator"),
+                speed=config.simulator.speed,
                 seed=config.simulator.seed,
             )
             cycle = Cycle(config, tracking_uri=ep.tracking_uri, bootstrap=ep.bootstrap,

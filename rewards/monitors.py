@@ -4,6 +4,8 @@ A policy that games the reward shows up in batch statistics before it shows up i
 it stops being edited (persistence stuck at 1 because users gave up), emits malformed output,
 lives off default rewards (signals stop arriving), or drifts in length. ``batch_monitors``
 computes those figures over a ``REWARD_SCHEMA`` table; ``compare_batches`` flags a jump.
+``detector_agreement`` compares ingest's follow-up detector with the producer's own flag (the
+simulator's ground truth) on the rows that carry both; ``batch_monitors`` includes it.
 
 Deliberately left out: acting on a flag (the gate decides), and any I/O.
 """
@@ -70,7 +72,43 @@ def batch_monitors(
     out["mean_length"] = float(pc.mean(table.column("completion_tokens")).as_py() or 0.0)
     out["reward_mean"] = float(pc.mean(table.column("reward")).as_py() or 0.0)
     out["reward_std"] = float(pc.stddev(table.column("reward")).as_py() or 0.0) if n > 1 else 0.0
+    out.update(detector_agreement(table))
     return out
+
+
+def detector_agreement(table: pa.Table) -> dict[str, float]:
+    """The detector's decision (``followup_dissatisfied``) against the producer's flag
+    (``followup_flag``), over rows that have both.
+
+    ``followup_pairs`` is the number of such rows (0.0 when the columns are absent: a v1 span);
+    with at least one pair: ``detector_agreement`` (share equal), ``detector_kappa`` (Cohen's
+    kappa; 0.0 when chance agreement is 1), ``detector_rate`` and ``flag_rate`` (share
+    dissatisfied by each), ``detector_precision`` / ``detector_recall`` taking the flag as truth
+    (0.0 when undefined).
+    """
+    names = set(table.column_names)
+    if not {"followup_dissatisfied", "followup_flag"} <= names:
+        return {"followup_pairs": 0.0}
+    both = table.filter(pc.and_(pc.is_valid(table.column("followup_dissatisfied")),
+                                pc.is_valid(table.column("followup_flag"))))
+    det = [bool(v) for v in both.column("followup_dissatisfied").to_pylist()]
+    flag = [bool(v) for v in both.column("followup_flag").to_pylist()]
+    n = len(det)
+    if n == 0:
+        return {"followup_pairs": 0.0}
+    tp = sum(d and f for d, f in zip(det, flag))
+    agree = sum(d == f for d, f in zip(det, flag)) / n
+    p_det, p_flag = sum(det) / n, sum(flag) / n
+    chance = p_det * p_flag + (1 - p_det) * (1 - p_flag)
+    return {
+        "followup_pairs": float(n),
+        "detector_agreement": agree,
+        "detector_kappa": (agree - chance) / (1 - chance) if chance < 1 else 0.0,
+        "detector_rate": p_det,
+        "flag_rate": p_flag,
+        "detector_precision": tp / sum(det) if sum(det) else 0.0,
+        "detector_recall": tp / sum(flag) if sum(flag) else 0.0,
+    }
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,19 @@ def resolve_alias(tracking_uri: str, model_name: str, alias: str) -> int | None:
     return int(mv.version)
 
 
+def version_exists(tracking_uri: str, model_name: str, version: int) -> bool:
+    """Whether ``model_name`` has version ``version`` (other registry errors are raised)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        _client(tracking_uri).get_model_version(model_name, str(version))
+    except MlflowException as exc:
+        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            return False
+        raise
+    return True
+
+
 def set_alias(tracking_uri: str, model_name: str, alias: str, version: int) -> None:
     _client(tracking_uri).set_registered_model_alias(model_name, alias, str(version))
 

@@ -15,8 +15,9 @@ from deploy.fleet import Fleet, RouterProcess
 from deploy.judge import JudgeConfig, judge
 from deploy.rollout import RewardSpans
 from deploy.router import bucket
-from deploy.simulator import UserSimulator
+from deploy.simulator import SIMULATED_SKEW_S, UserSimulator
 from deploy.toy_models import register_untrained
+from ingest.config import IngestConfig, ParseConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -35,6 +36,8 @@ def deployment(mlflow_server, broker, tmp_path_factory):
         model_name=name,
         bootstrap=broker.bootstrap,
         admin_token=TOKEN,
+        api_keys_path=work / "api_keys.json",
+        signal_max_skew_s=SIMULATED_SKEW_S,
     )
     with (
         Fleet.start(**common, version=v1, workdir=work / "stable", name="stable") as stable,
@@ -47,11 +50,11 @@ def deployment(mlflow_server, broker, tmp_path_factory):
             canary_weight=0.5,
         ) as router,
     ):
-        yield name, v1, v2, router, work
+        yield name, v1, v2, router, work, stable
 
 
 def test_split_is_by_weight_and_sticky(deployment):
-    _, v1, v2, router, _ = deployment
+    _, v1, v2, router, _, _ = deployment
     seen: dict[str, set[int]] = {}
     for i in range(30):
         conv = f"sticky-{i}"
@@ -74,9 +77,10 @@ def test_split_is_by_weight_and_sticky(deployment):
 def test_both_sides_of_a_window_are_measured(deployment, broker):
     from ingest.pipeline import run_span
 
-    name, v1, v2, router, work = deployment
+    name, v1, v2, router, work, stable = deployment
     start = datetime.now(UTC)
-    with UserSimulator(urls=[router.url], bootstrap=broker.bootstrap, speed=600.0, seed=9) as sim:
+    key = stable.create_api_key("e2e-simulator")
+    with UserSimulator(urls=[router.url], api_key=key, speed=600.0, seed=9) as sim:
         stats = sim.run_round(40, concurrency=4)
         assert sim.drain(timeout_s=60)
     end = datetime.now(UTC)
@@ -91,6 +95,7 @@ def test_both_sides_of_a_window_are_measured(deployment, broker):
         group_id=f"e2e-{uuid.uuid4().hex[:6]}",
         output_root=work / "spans",
         drain=True,
+        config=IngestConfig(parse=ParseConfig(max_future_skew_s=SIMULATED_SKEW_S)),
     )
     assert result.rows >= 40
     spans = RewardSpans(work / "spans", model_name=name, horizon_s=1800.0)

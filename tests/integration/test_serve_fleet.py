@@ -69,6 +69,7 @@ def fleet(models, mlflow_server, broker, tmp_path_factory):
         bootstrap=broker.bootstrap,
         workdir=tmp_path_factory.mktemp("fleet"),
         admin_token=TOKEN,
+        signal_max_skew_s=900.0,
     ) as f:
         yield f
 
@@ -143,11 +144,13 @@ def _check_logprobs_against_forward(event: Completion, work: Path) -> None:
 def test_simulator_signals_arrive_in_event_time(fleet, broker):
     from deploy.simulator import UserSimulator
 
-    with UserSimulator(urls=fleet.urls, bootstrap=broker.bootstrap, speed=600.0, seed=5) as sim:
+    key = fleet.create_api_key("fleet-test-simulator")
+    with UserSimulator(urls=fleet.urls, api_key=key, speed=600.0, seed=5) as sim:
         start = time.monotonic()
         stats = sim.run_round(8, concurrency=4)
         assert sim.drain(timeout_s=30)
         drained = time.monotonic() - start
+        assert sim.signals_failed == [] and sim.signals_sent == stats.signals_scheduled
     assert stats.requests == 8 and stats.errors == 0
     assert 0.0 <= stats.pass_rate <= 1.0 and stats.mean_completion_tokens > 0
     assert drained >= 600 / 600.0 * 0.9  # the 600 s window costs about a second at speed 600
