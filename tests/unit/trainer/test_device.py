@@ -4,6 +4,7 @@ import pyarrow as pa
 import pytest
 import torch
 
+from policy.toy.adapter import ToyPolicy
 from policy.toy.checkpoint import save_checkpoint
 from policy.toy.model import MoETransformer
 from tasks.toy import generate_tasks
@@ -47,7 +48,7 @@ def test_policy_logprobs_on_meta_create_nothing_off_device(tiny_model, rows, off
         model = MoETransformer(tiny_model.config).to(torch.bfloat16).train()
     batch = _batch(rows, tiny_model.config).to("meta")
     with off_device("meta") as seen:
-        logp, out = policy_logprobs(model, batch, replay=True, replay_min_ratio=0.1)
+        logp, out = policy_logprobs(ToyPolicy(model), batch, replay=True, replay_min_ratio=0.1)
         (logp.sum() + out.aux_loss).backward()
     assert seen == []
     assert logp.is_meta and logp.dtype == torch.float32
