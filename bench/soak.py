@@ -216,7 +216,7 @@ def run(args: argparse.Namespace) -> dict:
                                    seed=args.seed)
         argv = [sys.executable, "-m", "ratchet.cli", "loop", "--config", str(work / "config.json"),
                 "--workdir", str(work / "ctl"), "--bootstrap", broker.bootstrap,
-                "--tracking-uri", server.uri, "--every", "1s", "--max-cycles", "1"]
+                "--tracking-uri", server.uri, "--every", "60s", "--max-cycles", "1"]
         for k in range(args.cycles):
             stats = sim.run_round(args.requests, concurrency=4)
             sim.drain()

@@ -30,6 +30,7 @@ import httpx
 
 from deploy.signal_policy import Outcome, PlannedSignal, SignalPolicy, plan_signals
 from ingest.schema import TOPICS, EditPersistence, Feedback, Followup
+from runtime.progress import Progress
 from tasks.toy import Task, check, generate_tasks
 
 log = logging.getLogger(__name__)
@@ -192,8 +193,12 @@ class UserSimulator:
         tasks = generate_tasks(n_requests, seed=self._rng.randrange(2**31), split="train")
         seeds = [self._rng.randrange(2**31) for _ in tasks]
         users = [f"user-{self._rng.randrange(self.n_users)}" for _ in tasks]
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            results = list(pool.map(self._call, range(n_requests), tasks, seeds, users))
+        results = []
+        with ThreadPoolExecutor(max_workers=concurrency) as pool, \
+                Progress("traffic", total=n_requests, unit="req") as progress:
+            for result in pool.map(self._call, range(n_requests), tasks, seeds, users):
+                results.append(result)
+                progress.update()
         served = [r for r in results if r is not None]
         return self._judge(served, errors=n_requests - len(served))
 

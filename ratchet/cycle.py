@@ -62,6 +62,14 @@ class CycleResult:
     champion_pass_rate: float | None = None
     candidate_tokens: float | None = None
     candidate_score: float | None = None
+    gate_ci_low: float | None = None
+    """Lower bound of the paired-bootstrap CI of the pass-rate change (candidate - champion)."""
+    gate_ci_high: float | None = None
+    gate_tasks: int | None = None
+    """Tasks in the gate suite behind the pass rates."""
+    gate_run_id: str | None = None
+    train_run_id: str | None = None
+    rolled_back: bool = False
     skipped: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -347,6 +355,10 @@ class Cycle:
             )
             state.verdict = {"passed": verdict.passed, "run_id": verdict.run_id,
                              "failed": ", ".join(verdict.failed_gates) or "none"}
+            result.gate_tasks = verdict.candidate.n_tasks
+            change = next((g for g in verdict.gates if g.name == "pass_rate_change"), None)
+            if change is not None:
+                result.gate_ci_low, result.gate_ci_high = change.ci_low, change.ci_high
             result.candidate_pass_rate = verdict.candidate.pass_rate
             result.candidate_tokens = verdict.candidate.mean_completion_tokens
             result.candidate_score = verdict.candidate.score
@@ -404,7 +416,9 @@ def _fill(result: CycleResult, state: CycleState) -> None:
         result.span_rows = state.rows
     result.champion_version = state.champion_version
     result.candidate_version = state.candidate_version
+    result.train_run_id = state.runs.get("train")
     if state.verdict:
+        result.gate_run_id = state.verdict.get("run_id")
         result.gate_passed = bool(state.verdict.get("passed"))
         result.promoted = bool(state.verdict.get("promoted"))
     if state.stage == "skipped":

@@ -10,6 +10,7 @@ Deliberately left out: acting on a flag (the gate decides), and any I/O.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -34,12 +35,17 @@ def _last_persistence(table: pa.Table) -> pa.Array:
     return pc.coalesce(*[table.column(c) for c in _PERSISTENCE_COLUMNS])
 
 
-def batch_monitors(table: pa.Table, dead_letters: int = 0) -> dict[str, float]:
+def batch_monitors(
+    table: pa.Table, dead_letters: int = 0, expected_signals: Collection[str] = SIGNALS
+) -> dict[str, float]:
     """Monitor figures for one batch of reward rows.
 
     - ``no_edit_rate``: among rows with a persistence signal, share whose latest score is 1.0.
-    - ``malformed_rate``: (dead letters + rows finished by ``error`` or with empty text) / all.
-    - ``defaulted_share``: share of rows with at least one defaulted signal; also per signal.
+    - ``malformed_rate``: share of rows (model output) finished by ``error`` or with empty text.
+    - ``dead_letter_rate``: dead letters / (rows + dead letters): transport and producer faults
+      (stale, too large, unparseable...), kept apart from malformed model output.
+    - ``defaulted_share``: share of rows missing at least one of ``expected_signals``; per
+      signal (every signal) in ``defaulted_share_<signal>``.
     - ``mean_length``, ``reward_mean``, ``reward_std``, ``rows``.
     """
     n = table.num_rows
@@ -52,10 +58,12 @@ def batch_monitors(table: pa.Table, dead_letters: int = 0) -> dict[str, float]:
         pc.equal(table.column("finish_reason"), "error"),
         pc.equal(pc.utf8_length(table.column("response_text")), 0),
     )
-    malformed = int(pc.sum(pc.cast(bad, pa.int64())).as_py() or 0) + dead_letters
-    out["malformed_rate"] = malformed / (n + dead_letters) if n + dead_letters else 0.0
-    n_defaulted = pc.list_value_length(table.column("defaulted_signals"))
-    out["defaulted_share"] = _share(pc.greater(n_defaulted, 0), n)
+    out["malformed_rate"] = _share(bad, n)
+    out["dead_letter_rate"] = dead_letters / (n + dead_letters) if n + dead_letters else 0.0
+    expected = set(expected_signals)
+    defaulted = table.column("defaulted_signals").to_pylist()
+    missing = [bool(expected.intersection(r)) for r in defaulted]
+    out["defaulted_share"] = _share(pa.array(missing, pa.bool_()), n)
     flat = pc.list_flatten(table.column("defaulted_signals"))
     for signal in SIGNALS:
         out[f"defaulted_share_{signal}"] = _share(pc.equal(flat, signal), n)

@@ -110,6 +110,18 @@ class TrainerConfig(_Strict):
         "without replay (0: never)."
     )
     backend: Backend = Field(default_factory=TorchBackend, description="Training backend.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where the policy, the reference and every batch live: auto = cuda "
+        "when available, else cpu; cuda without a GPU is an error at setup."
+    )
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="bf16: forward passes under bf16 autocast (weights and optimizer "
+        "state stay fp32; log-softmax in fp32). The GPU setting; fp32 is exact on CPU."
+    )
+    expert_impl: Literal["auto", "grouped", "loop"] = Field(
+        "auto", description="MoE expert compute: grouped GEMM (one kernel per weight, no host "
+        "sync), per-expert loop, or auto = grouped for bf16 on cuda, else the loop (same outputs)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TrainerConfig:

@@ -52,6 +52,12 @@ class Batch:
     kinds: list[str]
     groups: list[str]
 
+    def to(self, device: torch.device | str) -> Batch:
+        """The same batch with every tensor on ``device`` (collate builds on the CPU)."""
+        moved = {k: v.to(device, non_blocking=True) if isinstance(v, Tensor) else v
+                 for k, v in self.__dict__.items()}
+        return Batch(**moved)
+
 
 REQUIRED = ("prompt", "response_token_ids", "response_logprobs", "routed_experts", "reward",
             "task_kind", "model_version", "temperature")

@@ -12,6 +12,10 @@ pi_behaviour (rows served by an older checkpoint get weights != 1); the logged r
 replayed (``router_replay``); the temperature each row was sampled at is applied to the policy's
 logits. Broken or malformed completions stay in the data as negative examples.
 
+Devices: ``config.device`` holds the policy, the reference and each batch (collated on the CPU,
+then moved); ``config.precision == "bf16"`` runs every forward pass under bf16 autocast. Reference
+logprobs are kept on the CPU (one copy per sample) and moved with their batch.
+
 Left out: the DeepSpeed/Ray backends (trainer/ds_backend.py, trainer/ray_backend.py), reading
 Parquet and registering the result in MLflow (the cycle does that).
 """
@@ -28,18 +32,34 @@ from torch import Tensor
 
 from policy.toy.checkpoint import load_checkpoint, load_metadata, save_checkpoint
 from policy.toy.model import MoETransformer
+from runtime.progress import Progress
 from trainer import rl
 from trainer.config import SequenceGSPO, TokenClip, TrainerConfig
 from trainer.data import Batch, Sample, collate, rows_to_samples
 from trainer.health import moe_health
 
 
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU is a clear error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("TrainerConfig.device='cuda' but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def autocast(device: torch.device, precision: str):  # -> a context manager
+    """bf16 autocast on ``device`` when ``precision == "bf16"``, else a no-op context."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 def policy_logprobs(model: MoETransformer, batch: Batch, *, replay: bool,
                     replay_min_ratio: float) -> tuple[Tensor, object]:
-    """log pi(targets) (B, T) at each row's sampling temperature, and the model output."""
-    out = model(batch.tokens, pad_mask=batch.pad_mask,
+    """log pi(targets) (B, T) at each row's sampling temperature, and the model output.
+    Batches are right-padded (trainer/data.py), so attention needs no explicit mask."""
+    out = model(batch.tokens, pad_mask=batch.pad_mask, right_padded=True,
                 replay_experts=batch.replay if replay else None, replay_min_ratio=replay_min_ratio)
-    logits = out.logits / batch.temperature.view(-1, 1, 1)
+    logits = out.logits.float() / batch.temperature.view(-1, 1, 1)
     logp = torch.log_softmax(logits, -1).gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)
     return logp, out
 
@@ -73,7 +93,9 @@ class RLRecipe:
     # -- setup ----------------------------------------------------------------------------
     def setup(self) -> None:
         torch.manual_seed(self.config.seed)
-        self.policy = load_checkpoint(self.champion_dir)
+        self.device = resolve_device(self.config.device)
+        self.policy = load_checkpoint(self.champion_dir).to(self.device)
+        self.policy.set_expert_impl(self.config.expert_impl)
         self.policy.train()
         self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
         self._setup_samples()
@@ -166,8 +188,11 @@ class RLRecipe:
         for start in range(0, len(self.samples), 128):
             chunk = self.samples[start:start + 128]
             batch = collate(chunk, n_layers=c.n_layers, top_k=c.top_k)
-            logp, _ = policy_logprobs(self.reference, batch, replay=self.config.router_replay,
-                                      replay_min_ratio=self.config.replay_min_ratio)
+            with autocast(self.device, self.config.precision):
+                logp, _ = policy_logprobs(self.reference, batch.to(self.device),
+                                          replay=self.config.router_replay,
+                                          replay_min_ratio=self.config.replay_min_ratio)
+            logp = logp.cpu()
             for i in range(len(chunk)):
                 self.logp_ref.append(logp[i][batch.resp_mask[i]].clone())
 
@@ -179,7 +204,10 @@ class RLRecipe:
             mlflow.log_metrics({f"data/{k}": float(v) for k, v in self.counts.items()}, step=0)
         order: list[int] = []
         t0 = time.perf_counter()
+        progress = Progress("training", total=self.config.steps, unit="step",
+                            bar=False if self.rank else None)
         for step in range(self.config.steps):
+            progress.update()
             if len(order) < self.config.batch_size:
                 order += torch.randperm(len(self.samples), generator=self.gen).tolist()
             idx, order = order[: self.config.batch_size], order[self.config.batch_size:]
@@ -188,6 +216,7 @@ class RLRecipe:
             self.history.append(metrics)
             if mlflow is not None:
                 mlflow.log_metrics(metrics, step=step)
+        progress.close()
         summary = {**self.counts, **self.history[-1], "train_seconds": time.perf_counter() - t0}
         return {k: float(v) for k, v in summary.items()}
 
@@ -201,8 +230,11 @@ class RLRecipe:
         batch = collate(samples, n_layers=mcfg.n_layers, top_k=mcfg.top_k)
         logp_ref = self._ref_batch(idx, batch)
         adv = self._advantages(idx, batch)
-        logp, out = policy_logprobs(self.policy, batch, replay=cfg.router_replay,
-                                    replay_min_ratio=cfg.replay_min_ratio)
+        batch, logp_ref, adv = (batch.to(self.device), logp_ref.to(self.device),
+                                adv.to(self.device))
+        with autocast(self.device, cfg.precision):
+            logp, out = policy_logprobs(self.policy, batch, replay=cfg.router_replay,
+                                        replay_min_ratio=cfg.replay_min_ratio)
         loss, metrics = self._objective(logp, batch, adv, logp_ref)
         grad_norm = self._backward_step(loss + out.aux_loss)
         if out.router_probs:  # DeepSpeed MoE layers do not expose their routing
@@ -211,7 +243,8 @@ class RLRecipe:
         metrics.update(loss=float(loss.detach()), aux_loss=float(out.aux_loss.detach()),
                        grad_norm=float(grad_norm),
                        reward_mean=float(batch.rewards.mean()), adv_mean=float(adv.mean()),
-                       adv_abs_mean=float(adv.abs().mean()), replay_replaced=out.replay_replaced,
+                       adv_abs_mean=float(adv.abs().mean()),
+                       replay_replaced=int(out.replay_replaced),
                        response_tokens_mean=float(batch.resp_mask.sum(1).float().mean()))
         metrics["mismatch_kl_replay"] = float(rl.masked_mean((batch.logp_b - logp).detach(),
                                                              batch.resp_mask))
@@ -250,7 +283,8 @@ class RLRecipe:
 
     @torch.no_grad()
     def _mismatch_without_replay(self, batch: Batch) -> float:
-        logp, _ = policy_logprobs(self.policy, batch, replay=False, replay_min_ratio=0.0)
+        with autocast(self.device, self.config.precision):
+            logp, _ = policy_logprobs(self.policy, batch, replay=False, replay_min_ratio=0.0)
         return float(rl.masked_mean(batch.logp_b - logp, batch.resp_mask))
 
     # -- save / cleanup -------------------------------------------------------------------

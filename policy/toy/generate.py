@@ -4,7 +4,7 @@ For every generated token: its id, its log-probability under the distribution ac
 from (temperature and top-p applied and renormalised; under temperature 1 without top-p when
 greedy, ``temperature == 0``), and the experts that produced it (the routing at the position whose
 logits were sampled), shape (tokens, layers, top_k). Prompts are left-padded so one prefill serves
-the batch.
+the batch. Everything runs on the model's device (prompts are padded on the CPU, then moved).
 
 Left out: beam search, stop strings other than EOS, streaming (serve/ wraps this per request).
 """
@@ -38,14 +38,14 @@ def encode_prompt(prompt: str) -> list[int]:
     return [BOS, *encode(prompt)]
 
 
-def _left_pad(rows: list[list[int]]) -> tuple[Tensor, Tensor]:
+def _left_pad(rows: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
     width = max(len(r) for r in rows)
     tokens = torch.full((len(rows), width), PAD, dtype=torch.long)
     mask = torch.zeros(len(rows), width, dtype=torch.bool)
     for i, r in enumerate(rows):
         tokens[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
         mask[i, width - len(r):] = True
-    return tokens, mask
+    return tokens.to(device), mask.to(device)
 
 
 def sampling_logprobs(logits: Tensor, temperature: float, top_p: float) -> Tensor:
@@ -79,7 +79,8 @@ def generate(
         return []
     was_training = model.training
     model.eval()
-    gen = torch.Generator().manual_seed(seed) if seed is not None else None
+    device = model.tok_emb.weight.device
+    gen = torch.Generator(device).manual_seed(seed) if seed is not None else None
     rows = [encode_prompt(p) for p in prompts]
     budget = model.config.max_seq_len - max(len(r) for r in rows)
     steps = min(max_new_tokens, budget)
@@ -93,9 +94,9 @@ def generate(
 
 def _decode_loop(model: MoETransformer, rows: list[list[int]], steps: int, temperature: float,
                  top_p: float, gen: torch.Generator | None) -> list[tuple[list, list, list]]:
-    tokens, mask = _left_pad(rows)
+    tokens, mask = _left_pad(rows, model.tok_emb.weight.device)
     cache = KVCache.empty(model.config.n_layers)
-    done = torch.zeros(len(rows), dtype=torch.bool)
+    done = torch.zeros(len(rows), dtype=torch.bool, device=tokens.device)
     out: list[tuple[list, list, list]] = [([], [], []) for _ in rows]
     for _ in range(steps):
         o = model(tokens, pad_mask=mask, cache=cache)
@@ -113,7 +114,7 @@ def _decode_loop(model: MoETransformer, rows: list[list[int]], steps: int, tempe
         done |= nxt == EOS
         if bool(done.all()):
             break
-        tokens, mask = nxt.unsqueeze(1), torch.ones(len(rows), 1, dtype=torch.bool)
+        tokens, mask = nxt.unsqueeze(1), torch.ones_like(nxt, dtype=torch.bool).unsqueeze(1)
     return out
 
 

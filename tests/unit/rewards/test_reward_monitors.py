@@ -35,7 +35,8 @@ def test_batch_monitors_hand_counted():
     m = batch_monitors(_table([1.0, 1.0, 0.5, None]), dead_letters=1)
     assert m["rows"] == 4
     assert m["no_edit_rate"] == pytest.approx(2 / 3)  # 2 of 3 rows with a persistence signal
-    assert m["malformed_rate"] == pytest.approx(1 / 5)
+    assert m["malformed_rate"] == 0.0  # a dead letter is not malformed model output
+    assert m["dead_letter_rate"] == pytest.approx(1 / 5)
     assert m["defaulted_share"] == 1.0  # no row has feedback or follow-up
     assert m["defaulted_share_edit_persistence"] == pytest.approx(0.25)
     assert m["mean_length"] == 8.0
@@ -53,3 +54,17 @@ def test_compare_batches_flags_a_jump_only():
 def test_empty_batch_is_all_zero():
     m = batch_monitors(REWARD_SCHEMA.empty_table())
     assert m["rows"] == 0 and m["no_edit_rate"] == 0 and m["reward_std"] == 0
+
+
+def test_transport_dead_letters_are_not_malformed_model_output():
+    # 4 clean rows and 10 stale/too-large dead letters: the model produced nothing malformed
+    m = batch_monitors(_table([0.2, 0.4, 0.5, 0.3]), dead_letters=10)
+    assert m["malformed_rate"] == 0.0
+    assert m["dead_letter_rate"] == pytest.approx(10 / 14)
+
+
+def test_defaulted_share_counts_only_expected_signals():
+    # every row has persistence, none has follow-up or feedback (not expected): not defaulted
+    m = batch_monitors(_table([0.2, 0.4, None, 0.3]), expected_signals=("edit_persistence",))
+    assert m["defaulted_share"] == pytest.approx(0.25)
+    assert m["defaulted_share_followup"] == 1.0
