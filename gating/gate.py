@@ -212,7 +212,8 @@ class GateRunner:
         import mlflow
 
         mlflow.set_tracking_uri(self.tracking_uri)
-        with mlflow.start_run(run_id=self._create_run()) as run:
+        nested = mlflow.active_run() is not None  # resuming a child run under the caller's
+        with mlflow.start_run(run_id=self._create_run(), nested=nested) as run:
             verdict = GateVerdict(
                 passed=all(g.passed for g in gates), run_id=run.info.run_id,
                 model_name=self.model_name, candidate_version=self.candidate_version,
