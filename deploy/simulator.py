@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import random
 import statistics
 import threading
@@ -33,6 +34,8 @@ import httpx
 from deploy.signal_policy import Outcome, PlannedSignal, SignalPolicy, plan_signals
 from runtime.progress import Progress
 from tasks.toy import Task, check, generate_tasks
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

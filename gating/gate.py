@@ -62,7 +62,10 @@ class GateRunner:
         champion_version: int | None,
         config: GateConfig,
         workdir: Path,
+        promote: bool = True,
     ) -> None:
+        self.promote = promote
+        self.load_error: str | None = None
         self.tracking_uri = tracking_uri
         self.model_name = model_name
         self.started_ms = int(time.time() * 1000)
@@ -86,7 +89,11 @@ class GateRunner:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._downloads = Path(tempfile.mkdtemp(prefix="checkpoints-", dir=self.workdir))
         self.candidate_dir = self._download(self.candidate_version)
-        self.candidate = load_checkpoint(self.candidate_dir)
+        try:
+            self.candidate = load_checkpoint(self.candidate_dir)
+        except Exception as e:  # a broken artefact is a failing verdict, not a crashed cycle
+            self.load_error = f"{type(e).__name__}: {str(e)[:500]}"
+            log.warning("candidate v%d does not load: %s", self.candidate_version, self.load_error)
         if self.champion_version is not None:
             self.champion_dir = self._download(self.champion_version)
             self.champion = load_checkpoint(self.champion_dir)
@@ -104,6 +111,8 @@ class GateRunner:
     def run(self) -> GateVerdict:
         from gating.health import count_nonfinite
 
+        if self.load_error is not None:
+            return self._record_load_failure()
         if self.candidate is None:
             raise RuntimeError("GateRunner.run() called before setup()")
         clock = _Clock()
@@ -126,6 +135,14 @@ class GateRunner:
         extras.update(clock.laps)
         return self._record(cand, champ, gates, extras)
 
+    def _record_load_failure(self) -> GateVerdict:
+        """A candidate that does not load (shape mismatch, corrupt file) fails the ``loads`` gate;
+        the verdict is recorded like any other, so the cycle goes on and the version is tagged."""
+        gate = GateResult(
+            name="loads", value=0.0, threshold=1.0, passed=False, detail=self.load_error or "",
+        )
+        return self._record(SuiteResult(tasks=[]), None, [gate], dict(self.setup_seconds))
+
     def _suite(self):
         from gating.suite import build_suite
 
@@ -143,10 +160,7 @@ class GateRunner:
     def _cached_suite(self, ckpt: Path, model: MoETransformer, tasks, checker) -> SuiteResult:
         """Greedy decoding is deterministic: a suite result is reused for the same weights and
         suite config (keyed by their hashes, so a re-created registry cannot hit a stale one)."""
-        h = hashlib.sha256(self.config.suite.model_dump_json().encode())
-        with open(ckpt / "model.safetensors", "rb") as f:
-            h.update(hashlib.file_digest(f, "sha256").digest())
-        path = self.workdir / "suite-cache" / f"{h.hexdigest()[:24]}.json"
+        path = self.workdir / "suite-cache" / f"{suite_cache_key(self.config, ckpt)}.json"
         if path.exists():
             return SuiteResult.model_validate_json(path.read_text())
         result = self._run_suite(model, tasks, checker)
@@ -198,19 +212,23 @@ class GateRunner:
         import mlflow
 
         mlflow.set_tracking_uri(self.tracking_uri)
-        with mlflow.start_run(run_id=self._create_run()) as run:
+        nested = mlflow.active_run() is not None  # resuming a child run under the caller's
+        with mlflow.start_run(run_id=self._create_run(), nested=nested) as run:
             verdict = GateVerdict(
                 passed=all(g.passed for g in gates), run_id=run.info.run_id,
                 model_name=self.model_name, candidate_version=self.candidate_version,
                 champion_version=self.champion_version, gates=gates,
                 candidate=cand.summary(), champion=None if champ is None else champ.summary(),
-                extras=extras, promoted=all(g.passed for g in gates),
+                extras=extras, promoted=self.promote and all(g.passed for g in gates),
             )
             self._log_run(verdict, cand, champ)
         self._tag_version(verdict, run.info.experiment_id)
         # Promote last: an alias never moves without a complete record of why.
-        if verdict.passed:
-            registry.promote(self.tracking_uri, self.model_name, self.candidate_version)
+        if verdict.promoted:
+            registry.promote(
+                self.tracking_uri, self.model_name, self.candidate_version,
+                expected=self.champion_version,
+            )
         log.info("gate %s", format_table(verdict))
         return verdict
 
@@ -304,6 +322,24 @@ class GateRunner:
             self._downloads = None
 
 
+def checkpoint_hash(ckpt: Path) -> str:
+    """SHA-256 over every file of a checkpoint directory (relative path and content)."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in Path(ckpt).rglob("*") if p.is_file()):
+        h.update(f.relative_to(ckpt).as_posix().encode() + b"\0")
+        with open(f, "rb") as fh:
+            h.update(hashlib.file_digest(fh, "sha256").digest())
+    return h.hexdigest()
+
+
+def suite_cache_key(config: GateConfig, ckpt: Path) -> str:
+    """Cache key of a suite result: the suite config and the whole checkpoint (config.json too:
+    the same weights under another architecture config decode differently)."""
+    h = hashlib.sha256(config.suite.model_dump_json().encode())
+    h.update(checkpoint_hash(ckpt).encode())
+    return h.hexdigest()[:24]
+
+
 class _Clock:
     """Named wall-clock laps, for the verdict's extras (where does a gate's time go)."""
 
@@ -375,11 +411,17 @@ def run_gate(
     champion_version: int | None,
     config: GateConfig,
     workdir: Path,
+    promote: bool = True,
 ) -> GateVerdict:
-    """Gate ``candidate_version`` against ``champion_version`` (None: absolute gates only)."""
+    """Gate ``candidate_version`` against ``champion_version`` (None: absolute gates only).
+
+    ``promote=False`` records the verdict and leaves ``champion`` alone (the cycle promotes in its
+    deploy stage, compare-and-set under its lease); otherwise a pass promotes compare-and-set
+    against ``champion_version`` (``registry.ChampionMoved`` if the champion moved meanwhile).
+    """
     runner = GateRunner(
         tracking_uri=tracking_uri, model_name=model_name, candidate_version=candidate_version,
-        champion_version=champion_version, config=config, workdir=workdir,
+        champion_version=champion_version, config=config, workdir=workdir, promote=promote,
     )
     runner.setup()
     try:

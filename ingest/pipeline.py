@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,8 @@ from ingest.spans import SpanStore, atomic_write_bytes, manifest_record, span_id
 from ingest.transforms import FAILPOINT_ENV, PipelineSpec, build_pipeline, failpoint
 from rewards.config import RewardConfig
 from rewards.monitors import batch_monitors
+
+log = logging.getLogger(__name__)
 
 __all__ = ["FAILPOINT_ENV", "SpanJob", "SpanResult", "run", "run_config", "run_span"]
 
@@ -144,7 +147,13 @@ class SpanJob:
         for topic in TOPICS.values():
             out[topic] = {}
             for p, hw in high_watermarks(self.source.bootstrap, topic).items():
-                start = max(committed[topic].get(p, 0), self.state.ends.get(topic, {}).get(p, 0))
+                carried = self.state.ends.get(topic, {}).get(p, 0)
+                if carried and p not in committed[topic]:
+                    # setup() re-committed every manifest's offsets, so a group without a commit
+                    # here lost it: a memory-only broker restarted and the topic was recreated.
+                    log.warning("%s[%d]: no committed offset (broker restarted?): from 0", topic, p)
+                    carried = 0
+                start = max(committed[topic].get(p, 0), carried)
                 out[topic][p] = (start if start <= hw else 0, hw)  # topic recreated: start over
         return out
 

@@ -37,7 +37,7 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_experiment(config.experiment)
     with mlflow.start_run(run_name="bootstrap-champion"):
-        mlflow.set_tag("ratchet.stage", "bootstrap")
+        mlflow.set_tags({"ratchet.stage": "bootstrap", "ratchet.model": config.model_name})
         mlflow.log_dict(model_config.model_dump(), "model_config.json")
         start = time.perf_counter()
         out, cached = _warm_start_cached(model_config, seed=cfg.seed, steps=cfg.sft_steps)

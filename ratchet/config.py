@@ -58,6 +58,23 @@ class SimulatorConfig(_Config):
     seed: int = Field(0, ge=0, description="Seed of task draws and user behaviour.")
 
 
+class LockConfig(_Config):
+    """The per-model lease (runtime/lease.py): one cycle per model at a time, across machines."""
+
+    ttl_s: float = Field(
+        60.0, ge=3.0, le=86400.0,
+        description="Lease lifetime; renewed every ttl/3 while a cycle runs, expires if it dies.",
+    )
+    wait_s: float = Field(
+        90.0, ge=0.0, le=86400.0,
+        description="How long a second cycle waits for the lease before it exits with a message.",
+    )
+    settle_s: float = Field(
+        1.0, ge=0.0, le=60.0,
+        description="Delay between writing the lease tag and re-reading it (read-verify).",
+    )
+
+
 class RatchetConfig(_Config):
     """Everything a cycle needs; each stage reads only its own part."""
 
@@ -72,6 +89,7 @@ class RatchetConfig(_Config):
     gate: GateConfig = Field(default_factory=GateConfig)
     fleet: FleetConfig = Field(default_factory=FleetConfig)
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
+    lock: LockConfig = Field(default_factory=LockConfig)
 
 
 class ConfigError(ValueError):

@@ -1,9 +1,19 @@
-"""One cycle of the loop: ingest → train → gate → deploy, as one MLflow parent run.
+"""One cycle of the loop: ingest → train → gate → deploy, resumable, one per model at a time.
 
-Each stage is a nested run; the stages talk only through typed records: the reward span
-(ingest.pipeline.SpanResult, Parquet rows of ingest.schema.REWARD_SCHEMA), the checkpoint
-reference (runtime.registry.CheckpointRef) and the gate verdict (gating.gate.GateVerdict).
-The fully resolved config is logged into the parent run.
+A cycle holds the model's lease (runtime/lease.py) from start to end, and its progress is a small
+durable state machine (ratchet/cycle_state.py) stored beside the spans: a rerun after a crash
+resumes the unfinished cycle at its stage, with the same spans and the same candidate. The train
+stage takes every validated span that no gated candidate was trained on yet, so a span is
+consumed only once a verdict exists for a candidate trained on it. On start, runs that a dead
+cycle left RUNNING are marked KILLED (tag ``ratchet.killed_reason``) and a ``candidate`` alias
+without a verdict that this cycle will not gate is tagged abandoned and removed. Promotion happens
+in the deploy stage, compare-and-set: only if ``champion`` still is the version the candidate was
+gated against.
+
+Each attempt is one MLflow parent run with a nested run per stage; the stages talk only through
+typed records: the reward spans (ingest.pipeline.SpanResult, Parquet rows of
+ingest.schema.REWARD_SCHEMA), the checkpoint reference (runtime.registry.CheckpointRef) and the
+gate verdict (gating.gate.GateVerdict). The fully resolved config is logged into the parent run.
 
 Deliberately left out: starting services (runtime/services.py, ratchet/demo.py) and traffic
 (deploy/simulator.py). A cycle only reads what is already in Kafka.
@@ -19,12 +29,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ratchet.config import RatchetConfig
+from ratchet.cycle_state import CycleState, CycleStore, pause_point
 from runtime import registry
 
 if TYPE_CHECKING:
     from deploy.fleet import Fleet
+    from runtime.lease import ModelLease
 
 log = logging.getLogger(__name__)
+
+KILLED_REASON = "ratchet.killed_reason"
+ABANDONED = "ratchet.abandoned"
 
 
 @dataclass
@@ -33,7 +48,10 @@ class CycleResult:
 
     index: int
     run_id: str
+    cycle_id: str = ""
+    resumed_from: str | None = None
     span_rows: int = 0
+    span_ids: list[str] = field(default_factory=list)
     dead_letters: int = 0
     span_validated: bool = False
     champion_version: int | None = None
@@ -73,45 +91,68 @@ class Cycle:
         self.bootstrap = bootstrap
         self.workdir = workdir
         self.fleet = fleet
+        self.store = CycleStore(workdir / "spans")
+        self.lease: ModelLease | None = None
 
     def run(self, index: int) -> CycleResult:
+        """Resume the unfinished cycle, or start a new one; holds the model's lease throughout."""
+        from ratchet.bootstrap import ensure_champion
+        from runtime.lease import ModelLease
+
+        lock = self.config.lock
+        with ModelLease(
+            self.tracking_uri, self.config.model_name,
+            ttl_s=lock.ttl_s, wait_s=lock.wait_s, settle_s=lock.settle_s,
+        ) as lease:
+            self.lease = lease
+            try:
+                ensure_champion(self.config, tracking_uri=self.tracking_uri, workdir=self.workdir)
+                return self._run_locked(index)
+            finally:
+                self.lease = None
+
+    def _run_locked(self, index: int) -> CycleResult:
         import mlflow
 
         mlflow.set_tracking_uri(self.tracking_uri)
-        mlflow.set_experiment(self.config.experiment)
+        exp = mlflow.set_experiment(self.config.experiment)
+        self._mark_dead_runs(exp.experiment_id)
+        state = self.store.unfinished() or self.store.new()
+        resumed = state.stage if state.attempts else None
+        state.attempts += 1
         with mlflow.start_run(run_name=f"cycle-{index}") as parent:
             mlflow.log_dict(json.loads(self.config.model_dump_json()), "config/resolved.json")
-            mlflow.set_tag("ratchet.stage", "cycle")
-            result = CycleResult(index=index, run_id=parent.info.run_id)
+            mlflow.set_tags(self._tags("cycle", state))
+            if resumed:
+                mlflow.set_tag("ratchet.resumed_from", resumed)
+                log.info("resuming %s at stage %s", state.cycle_id, resumed)
+            state.runs["cycle"] = parent.info.run_id
+            self.store.save(state)
+            result = CycleResult(
+                index=index, run_id=parent.info.run_id, cycle_id=state.cycle_id,
+                resumed_from=resumed,
+            )
             try:
-                self._run_stages(result)
+                self._advance(state, result)
             finally:
                 mlflow.log_dict(asdict(result), "cycle_result.json")
                 mlflow.log_metrics({f"seconds_{k}": v for k, v in result.seconds.items()})
                 mlflow.set_tag("ratchet.outcome", _outcome(result))
         return result
 
-    def _run_stages(self, result: CycleResult) -> None:
-        span = self._timed(result, "ingest", self._ingest)
-        result.span_rows, result.dead_letters = span.rows, span.dead_letters
-        result.span_validated = span.validated
-        if not span.validated:
-            result.skipped = f"span {span.span_id} failed validation (quarantined)"
-            return
-        if span.rows < self.config.min_rows_to_train:
-            result.skipped = f"span has {span.rows} rows < min_rows_to_train"
-            return
-        result.champion_version = registry.resolve_alias(
-            self.tracking_uri, self.config.model_name, registry.CHAMPION
-        )
-        if result.champion_version is None:
-            raise RuntimeError(f"no '{registry.CHAMPION}' alias on {self.config.model_name}")
-        candidate = self._timed(result, "train", lambda: self._train(span, result))
-        result.candidate_version = candidate.version
-        verdict = self._timed(result, "gate", lambda: self._gate(candidate, result))
-        result.gate_passed, result.promoted = verdict.passed, verdict.promoted
-        if verdict.promoted and self.fleet is not None:
-            self._timed(result, "deploy", lambda: self._deploy(candidate))
+    def _advance(self, state: CycleState, result: CycleResult) -> None:
+        if state.stage == "started":
+            self._timed(result, "ingest", lambda: self._ingest(state, result))
+        if state.stage == "ingested":
+            self._adopt_registered(state)
+        self._settle_orphan_candidate(state)
+        if state.stage == "ingested":
+            self._timed(result, "train", lambda: self._train(state))
+        if state.stage == "trained":
+            self._timed(result, "gate", lambda: self._gate(state, result))
+        if state.stage == "gated":
+            self._timed(result, "deploy", lambda: self._deploy(state))
+        _fill(result, state)
 
     def _timed(self, result: CycleResult, stage: str, fn):
         start = time.perf_counter()
@@ -121,106 +162,267 @@ class Cycle:
             result.seconds[stage] = round(time.perf_counter() - start, 2)
             log.info("stage %s took %.1f s", stage, result.seconds[stage])
 
-    # -- stages ---------------------------------------------------------------------------
+    def _tags(self, stage: str, state: CycleState) -> dict[str, str]:
+        return {
+            "ratchet.stage": stage, "ratchet.model": self.config.model_name,
+            "ratchet.cycle_id": state.cycle_id,
+        }
 
-    def _ingest(self):
+    # -- recovery ---------------------------------------------------------------------------------
+
+    def _mark_dead_runs(self, experiment_id: str) -> list[str]:
+        """Runs of this model left RUNNING: their cycle is dead (we hold the lease) -> KILLED."""
+        from mlflow import MlflowClient
+
+        client = MlflowClient(self.tracking_uri)
+        running = client.search_runs(
+            [experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000
+        )
+        ours = {r.info.run_id for r in running
+                if r.data.tags.get("ratchet.model") == self.config.model_name}
+        ours |= {r.info.run_id for r in running if r.data.tags.get("mlflow.parentRunId") in ours}
+        for run_id in sorted(ours):
+            client.set_tag(run_id, KILLED_REASON, "its cycle process died (found RUNNING by the "
+                           "next cycle holding the model's lease)")
+            client.set_terminated(run_id, status="KILLED")
+            log.warning("marked run %s KILLED (left RUNNING by a dead cycle)", run_id)
+        return sorted(ours)
+
+    def _adopt_registered(self, state: CycleState) -> None:
+        """A train run killed after registering its candidate: take that version, don't retrain."""
+        train_run = state.runs.get("train")
+        if not train_run:
+            return
+        found = registry.versions_of_run(self.tracking_uri, self.config.model_name, train_run)
+        if not found:
+            return
+        state.candidate_version = found[-1]
+        registry.set_version_tags(
+            self.tracking_uri, self.config.model_name, state.candidate_version,
+            self._candidate_tags(state),
+        )
+        registry.set_alias(self.tracking_uri, self.config.model_name, registry.CANDIDATE,
+                           state.candidate_version)
+        state.stage = "trained"
+        self.store.save(state)
+        log.info("adopted v%d registered by killed train run %s", state.candidate_version,
+                 train_run)
+
+    def _settle_orphan_candidate(self, state: CycleState) -> None:
+        """``candidate`` on a version without a verdict that this cycle won't gate: abandoned."""
+        name = self.config.model_name
+        version = registry.resolve_alias(self.tracking_uri, name, registry.CANDIDATE)
+        if version is None or version == state.candidate_version:
+            return
+        tags = registry.version_tags(self.tracking_uri, name, version)
+        if "gate.verdict" in tags or ABANDONED in tags:
+            return
+        registry.set_version_tags(self.tracking_uri, name, version, {
+            ABANDONED: f"no verdict; its cycle died before the gate (seen by {state.cycle_id})"
+        })
+        registry.delete_alias(self.tracking_uri, name, registry.CANDIDATE)
+        log.warning("candidate v%d had no verdict: tagged abandoned", version)
+
+    # -- stages -----------------------------------------------------------------------------------
+
+    def _ingest(self, state: CycleState, result: CycleResult) -> None:
         import mlflow
 
         from ingest.pipeline import run_span
 
         cfg = self.config.ingest
         with mlflow.start_run(run_name="ingest", nested=True):
-            mlflow.set_tag("ratchet.stage", "ingest")
+            mlflow.set_tags(self._tags("ingest", state))
             span = run_span(
-                bootstrap=self.bootstrap,
-                group_id=cfg.group_id,
-                output_root=self.workdir / "spans",
-                config=cfg,
+                bootstrap=self.bootstrap, group_id=cfg.group_id,
+                output_root=self.workdir / "spans", config=cfg,
             )
-            mlflow.log_metrics(
-                {
-                    "rows": span.rows,
-                    "dead_letters": span.dead_letters,
-                    "completions_in": span.completions_in,
-                    "signals_in": span.signals_in,
-                    "validated": float(span.validated),
-                }
-            )
+            mlflow.log_metrics({
+                "rows": span.rows, "dead_letters": span.dead_letters,
+                "completions_in": span.completions_in, "signals_in": span.signals_in,
+                "validated": float(span.validated),
+            })
             mlflow.log_dict(span.validation_report, "validation_report.json")
-            mlflow.set_tag("span_id", span.span_id)
-            mlflow.set_tag("span_path", str(span.path))
+            mlflow.set_tags({"span_id": span.span_id, "span_path": str(span.path)})
             if not span.validated:
                 mlflow.set_tag("quarantined", "true")
-        return span
+            pause_point("ingest", self.workdir)
+        result.dead_letters, result.span_validated = span.dead_letters, span.validated
+        result.span_rows = span.rows
+        self._choose_spans(state, result, span)
 
-    def _train(self, span, result: CycleResult) -> registry.CheckpointRef:
+    def _choose_spans(self, state: CycleState, result: CycleResult, span) -> None:
+        """Fix the cycle's spans: every validated span not consumed yet (older ones included)."""
+        spans = self.store.unconsumed_spans()
+        rows = sum(spans.values())
+        if not span.validated:
+            state.stage = "skipped"
+            state.note = f"span {span.span_id} failed validation (quarantined)"
+        elif rows < self.config.min_rows_to_train:
+            state.stage = "skipped"
+            state.note = f"span has {rows} rows < min_rows_to_train ({len(spans)} unconsumed)"
+        else:
+            state.span_ids, state.span_rows = sorted(spans), dict(sorted(spans.items()))
+            state.champion_version = registry.resolve_alias(
+                self.tracking_uri, self.config.model_name, registry.CHAMPION
+            )
+            if state.champion_version is None:
+                raise RuntimeError(f"no '{registry.CHAMPION}' alias on {self.config.model_name}")
+            state.stage = "ingested"
+        if state.stage == "skipped":
+            result.skipped = state.note
+        self.store.save(state)
+
+    def _candidate_tags(self, state: CycleState) -> dict[str, str]:
+        return {
+            "ratchet.parent_version": str(state.champion_version),
+            "ratchet.span_id": ",".join(state.span_ids),
+            "ratchet.span_ids": ",".join(state.span_ids),
+            "ratchet.rows": str(state.rows),
+            "ratchet.cycle_id": state.cycle_id,
+        }
+
+    def _train(self, state: CycleState) -> None:
         import mlflow
-        import pyarrow.parquet as pq
 
         from ingest.lineage import log_span_input
         from trainer.recipe import run_training
 
         champion_dir = registry.download_checkpoint(
-            self.tracking_uri, self.config.model_name, result.champion_version,
+            self.tracking_uri, self.config.model_name, state.champion_version,
             self.workdir / "checkpoints",
         )
-        rows = pq.read_table(span.path)
-        out_dir = self.workdir / "candidates" / f"cycle-{result.index}"
+        rows = self._read_rows(state)
+        out_dir = self.workdir / "candidates" / state.cycle_id
         with mlflow.start_run(run_name="train", nested=True) as run:
-            result.train_run_id = run.info.run_id
-            mlflow.set_tag("ratchet.stage", "train")
-            mlflow.log_params({"champion_version": result.champion_version, "rows": rows.num_rows})
-            mlflow.set_tag("span_id", span.span_id)
-            if span.manifest is not None:  # lineage: checkpoint -> span -> offsets -> events
-                log_span_input(span.path, span.manifest)
+            state.runs["train"] = run.info.run_id
+            self.store.save(state)
+            mlflow.set_tags({**self._tags("train", state), "span_id": ",".join(state.span_ids),
+                             "span_ids": ",".join(state.span_ids)})
+            mlflow.log_params({
+                "champion_version": state.champion_version, "rows": rows.num_rows,
+                "span_ids": ",".join(state.span_ids)[:6000],
+            })
+            mlflow.log_dict(state.span_rows, "span_rows.json")
+            for span_id in state.span_ids:  # lineage: checkpoint -> span -> offsets -> events
+                log_span_input(*self._span_paths(span_id))
             metrics = run_training(
                 champion_dir, rows, self.config.trainer, out_dir,
-                current_version=result.champion_version,
+                current_version=state.champion_version,
             )
             mlflow.log_metrics({k: float(v) for k, v in metrics.items() if _is_number(v)})
-            return registry.log_checkpoint(
-                out_dir,
-                model_name=self.config.model_name,
-                alias=registry.CANDIDATE,
-                tags={
-                    "ratchet.parent_version": str(result.champion_version),
-                    "ratchet.span_id": span.span_id,
-                },
+            ref = registry.log_checkpoint(
+                out_dir, model_name=self.config.model_name, alias=registry.CANDIDATE,
+                tags=self._candidate_tags(state),
             )
+            pause_point("train", self.workdir)
+        state.candidate_version, state.stage = ref.version, "trained"
+        self.store.save(state)
 
-    def _gate(self, candidate: registry.CheckpointRef, result: CycleResult):
+    def _read_rows(self, state: CycleState):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from ingest.schema import upgrade_reward_table
+
+        files = self.store.span_files(state.span_ids)
+        rows = pa.concat_tables([upgrade_reward_table(pq.read_table(f)) for f in files])
+        if rows.num_rows != state.rows:
+            raise RuntimeError(f"{state.cycle_id}: spans hold {rows.num_rows} rows, the cycle "
+                               f"state records {state.rows}")
+        return rows
+
+    def _span_paths(self, span_id: str) -> tuple[Path, Path]:
+        [path] = self.store.span_files([span_id])
+        return path, self.store.spans.manifests / span_id
+
+    def _gate(self, state: CycleState, result: CycleResult) -> None:
         from gating.gate import run_gate
 
-        verdict = run_gate(
-            tracking_uri=self.tracking_uri,
-            model_name=self.config.model_name,
-            candidate_version=candidate.version,
-            champion_version=result.champion_version,
-            config=self.config.gate,
-            workdir=self.workdir / "gate",
-        )
-        result.gate_run_id = verdict.run_id
-        result.gate_tasks = verdict.candidate.n_tasks
-        change = next((g for g in verdict.gates if g.name == "pass_rate_change"), None)
-        if change is not None:
-            result.gate_ci_low, result.gate_ci_high = change.ci_low, change.ci_high
-        result.candidate_pass_rate = verdict.candidate.pass_rate
-        result.candidate_tokens = verdict.candidate.mean_completion_tokens
-        result.candidate_score = verdict.candidate.score
-        if verdict.champion is not None:
-            result.champion_pass_rate = verdict.champion.pass_rate
-        return verdict
+        pause_point("gate", self.workdir)
+        name, version = self.config.model_name, state.candidate_version
+        tags = registry.version_tags(self.tracking_uri, name, version)
+        if "gate.verdict" in tags and tags.get("gate.champion_version") == str(
+            state.champion_version
+        ):  # the verdict was recorded before a crash: don't gate twice
+            state.verdict = {"passed": tags["gate.verdict"] == "pass",
+                             "run_id": tags.get("gate.run_id"), "failed": tags.get("gate.failed")}
+        else:
+            verdict = run_gate(
+                tracking_uri=self.tracking_uri, model_name=name, candidate_version=version,
+                champion_version=state.champion_version, config=self.config.gate,
+                workdir=self.workdir / "gate", promote=False,
+            )
+            state.verdict = {"passed": verdict.passed, "run_id": verdict.run_id,
+                             "failed": ", ".join(verdict.failed_gates) or "none"}
+            result.gate_tasks = verdict.candidate.n_tasks
+            change = next((g for g in verdict.gates if g.name == "pass_rate_change"), None)
+            if change is not None:
+                result.gate_ci_low, result.gate_ci_high = change.ci_low, change.ci_high
+            result.candidate_pass_rate = verdict.candidate.pass_rate
+            result.candidate_tokens = verdict.candidate.mean_completion_tokens
+            result.candidate_score = verdict.candidate.score
+            if verdict.champion is not None:
+                result.champion_pass_rate = verdict.champion.pass_rate
+        state.stage = "gated"
+        self.store.save(state)
 
-    def _deploy(self, candidate: registry.CheckpointRef) -> None:
+    def _deploy(self, state: CycleState) -> None:
+        """Promote (compare-and-set, under the lease) a passing candidate, then reload the fleet."""
         import mlflow
 
         with mlflow.start_run(run_name="deploy", nested=True):
-            mlflow.set_tag("ratchet.stage", "deploy")
-            start = time.perf_counter()
-            self.fleet.rolling_reload(candidate.version)
-            mlflow.log_metrics(
-                {"reload_seconds": time.perf_counter() - start, "version": candidate.version}
-            )
+            mlflow.set_tags(self._tags("deploy", state))
+            pause_point("deploy", self.workdir)
+            promoted = False
+            if state.verdict and state.verdict["passed"]:
+                promoted = self._promote(state)
+            if promoted and self.fleet is not None:
+                start = time.perf_counter()
+                self.fleet.rolling_reload(state.candidate_version)
+                mlflow.log_metric("reload_seconds", time.perf_counter() - start)
+            mlflow.log_metrics({"version": state.candidate_version, "promoted": float(promoted)})
+        state.verdict = {**(state.verdict or {}), "promoted": promoted}
+        state.stage = "deployed"
+        self.store.save(state)
+
+    def _promote(self, state: CycleState) -> bool:
+        from mlflow import MlflowClient
+
+        name, version = self.config.model_name, state.candidate_version
+        if self.lease is not None:
+            self.lease.check()
+        try:
+            registry.promote(self.tracking_uri, name, version, expected=state.champion_version)
+        except registry.ChampionMoved as e:
+            log.error("promotion refused: %s", e)
+            registry.set_version_tags(self.tracking_uri, name, version,
+                                      {"ratchet.promotion": f"refused: {e}"})
+            state.note = f"promotion refused: {e}"
+            return False
+        registry.set_version_tags(self.tracking_uri, name, version, {
+            "ratchet.promotion": f"promoted over v{state.champion_version}",
+            "gate.promoted": "true",
+        })
+        if state.verdict.get("run_id"):
+            MlflowClient(self.tracking_uri).set_tag(state.verdict["run_id"], "gate.promoted",
+                                                    "true")
+        return True
+
+
+def _fill(result: CycleResult, state: CycleState) -> None:
+    result.span_ids = list(state.span_ids)
+    if state.span_ids:
+        result.span_rows = state.rows
+    result.champion_version = state.champion_version
+    result.candidate_version = state.candidate_version
+    result.train_run_id = state.runs.get("train")
+    if state.verdict:
+        result.gate_run_id = state.verdict.get("run_id")
+        result.gate_passed = bool(state.verdict.get("passed"))
+        result.promoted = bool(state.verdict.get("promoted"))
+    if state.stage == "skipped":
+        result.skipped = state.note
 
 
 def _outcome(result: CycleResult) -> str:

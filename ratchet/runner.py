@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -47,14 +48,27 @@ def services(
         yield Endpoints(bootstrap=bootstrap, tracking_uri=tracking_uri)
 
 
+LOCKED_EXIT = 75
+"""Exit status of `ratchet cycle` when another cycle holds the model's lease (EX_TEMPFAIL)."""
+
+
 def run_command(args: argparse.Namespace, config: RatchetConfig) -> int:
-    from ratchet.bootstrap import ensure_champion
+    from runtime.lease import LeaseHeld
+
+    try:
+        return _run_command(args, config)
+    except LeaseHeld as e:
+        print(f"ratchet {args.command}: {e}", file=sys.stderr)
+        return LOCKED_EXIT
+
+
+def _run_command(args: argparse.Namespace, config: RatchetConfig) -> int:
     from ratchet.cycle import Cycle
 
     workdir: Path = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
     with services(workdir, bootstrap=args.bootstrap, tracking_uri=args.tracking_uri) as ep:
-        ensure_champion(config, tracking_uri=ep.tracking_uri, workdir=workdir)
+        # The cycle bootstraps the champion itself, under the model's lease (no two champions).
         if args.command == "replay" and args.drain:
             # A finished recording: finalise every completion it holds (signals that never
             # came are defaulted), instead of waiting for traffic that will never arrive.

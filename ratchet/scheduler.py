@@ -3,6 +3,9 @@
 A cycle that fails is logged and the loop goes on at the next tick (a scheduled retraining loop
 must not die on one bad span). Ticks are anchored to the start time, so a slow cycle does not push
 every later one back; a cycle that overruns its slot makes the next start at once.
+Two schedulers on one model are safe: each cycle holds the model's lease (runtime/lease.py) and
+resumes an unfinished cycle first (ratchet/cycle.py); the second waits or its tick fails with a
+"locked by another cycle" message, and the loop goes on.
 """
 
 from __future__ import annotations

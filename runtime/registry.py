@@ -107,14 +107,48 @@ def set_alias(tracking_uri: str, model_name: str, alias: str, version: int) -> N
     _client(tracking_uri).set_registered_model_alias(model_name, alias, str(version))
 
 
-def promote(tracking_uri: str, model_name: str, version: int) -> int | None:
-    """Move ``champion`` to ``version``; the old champion becomes ``previous-champion``."""
+class ChampionMoved(RuntimeError):
+    """``promote(expected=...)`` found ``champion`` on another version than expected."""
+
+
+_UNSET = object()
+
+
+def promote(
+    tracking_uri: str, model_name: str, version: int, *, expected: object = _UNSET
+) -> int | None:
+    """Move ``champion`` to ``version``; the old champion becomes ``previous-champion``.
+
+    With ``expected`` (a version, or None for "no champion yet") this is compare-and-set: the
+    alias is re-read right before it moves and ``ChampionMoved`` is raised if it no longer points
+    at ``expected`` (a candidate gated against one champion never replaces another). MLflow has
+    no server-side CAS: the re-read and the write are two calls (see runtime/lease.py).
+    """
     old = resolve_alias(tracking_uri, model_name, CHAMPION)
+    if expected is not _UNSET and old != expected and old != version:
+        raise ChampionMoved(
+            f"{model_name}: champion is v{old}, not v{expected} that v{version} was gated against"
+        )
     client = _client(tracking_uri)
     if old is not None and old != version:
         client.set_registered_model_alias(model_name, PREVIOUS_CHAMPION, str(old))
     client.set_registered_model_alias(model_name, CHAMPION, str(version))
     return old
+
+
+def version_tags(tracking_uri: str, model_name: str, version: int) -> dict[str, str]:
+    mv = _client(tracking_uri).get_model_version(model_name, str(version))
+    return dict(mv.tags)
+
+
+def versions_of_run(tracking_uri: str, model_name: str, run_id: str) -> list[int]:
+    """Versions of ``model_name`` registered from run ``run_id`` (oldest first)."""
+    found = _client(tracking_uri).search_model_versions(f"run_id = '{run_id}'")
+    return sorted(int(mv.version) for mv in found if mv.name == model_name)
+
+
+def delete_alias(tracking_uri: str, model_name: str, alias: str) -> None:
+    _client(tracking_uri).delete_registered_model_alias(model_name, alias)
 
 
 def set_version_tags(

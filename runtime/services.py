@@ -222,9 +222,10 @@ class Broker(_Service):
         self.bootstrap = f"{HOST}:{port}"
 
     @classmethod
-    def start(cls, workdir: Path, *, timeout_s: float = 30.0) -> Broker:
-        """Start Tansu and wait until a kafka-python client can fetch cluster metadata."""
-        port = free_port()
+    def start(cls, workdir: Path, *, timeout_s: float = 30.0, port: int | None = None) -> Broker:
+        """Start Tansu (on ``port``, default a free one) and wait until a kafka-python client can
+        fetch cluster metadata. A restart on the same port starts empty (memory-only)."""
+        port = port or free_port()
         url = f"tcp://{HOST}:{port}"
         argv = [str(tansu_binary()), "broker", "--listener-url", url]
         argv += ["--advertised-listener-url", url]

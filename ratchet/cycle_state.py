@@ -1,0 +1,120 @@
+"""The cycle's durable state machine: which spans a cycle trains on and how far it got.
+
+One JSON file per cycle, ``<spans root>/_cycles/<cycle_id>.json``, written atomically (temp file,
+fsync, rename) beside the span manifests it refers to. Stages, in order::
+
+    started -> ingested -> trained -> gated -> deployed
+                   \\-> skipped (too few rows: the spans stay unconsumed for the next cycle)
+
+``ingested`` fixes the cycle's span ids: every committed, validated span with rows that no
+earlier cycle has consumed. A span is *consumed* only once a verdict exists for a candidate
+trained on it (stage ``gated`` or later), so a cycle killed at any stage is resumed at that stage
+with the same spans, and spans that were ingested but never trained go to the next cycle.
+At most one cycle is unfinished at a time (the per-model lease, runtime/lease.py, makes sure).
+
+Deliberately left out: running the stages (ratchet/cycle.py) and the span files themselves
+(ingest/spans.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ingest.spans import SpanStore, atomic_write_bytes
+
+CYCLES = "_cycles"
+STAGES = ("started", "ingested", "trained", "gated", "deployed")
+FINAL = ("deployed", "skipped")
+CONSUMING = ("gated", "deployed")
+PAUSE_ENV = "RATCHET_TEST_PAUSE_AT"
+"""Test-only hook: ``ingest`` | ``train`` | ``gate`` | ``deploy``. The cycle writes
+``<workdir>/paused-<stage>`` at that point of the stage and sleeps, so a test can SIGKILL it
+there (tests/integration/test_cycle_kill.py). Unset in production: then it costs nothing."""
+
+
+@dataclass
+class CycleState:
+    """What a cycle has done so far; enough to resume it at its stage."""
+
+    cycle_id: str
+    stage: str = "started"
+    span_ids: list[str] = field(default_factory=list)
+    span_rows: dict[str, int] = field(default_factory=dict)
+    champion_version: int | None = None
+    """The champion the candidate is trained from and gated against (promotion's CAS value)."""
+    candidate_version: int | None = None
+    runs: dict[str, str] = field(default_factory=dict)
+    """Stage -> MLflow run id of its latest attempt (``cycle`` is the parent run)."""
+    verdict: dict | None = None
+    """``passed``, ``run_id``, ``failed`` of the gate; ``promoted`` once the deploy stage ran."""
+    attempts: int = 0
+    note: str = ""
+    updated_at: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return sum(self.span_rows.values())
+
+    @property
+    def finished(self) -> bool:
+        return self.stage in FINAL
+
+
+class CycleStore:
+    """Cycle state files under ``<spans root>/_cycles``."""
+
+    def __init__(self, spans_root: Path) -> None:
+        self.spans = SpanStore(spans_root)
+        self.dir = Path(spans_root) / CYCLES
+
+    def all(self) -> list[CycleState]:
+        if not self.dir.is_dir():
+            return []
+        states = [CycleState(**json.loads(p.read_text())) for p in self.dir.glob("cycle-*.json")]
+        return sorted(states, key=lambda s: s.cycle_id)
+
+    def unfinished(self) -> CycleState | None:
+        open_ = [s for s in self.all() if not s.finished]
+        return open_[-1] if open_ else None
+
+    def new(self) -> CycleState:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        state = CycleState(cycle_id=f"cycle-{stamp}-{uuid.uuid4().hex[:6]}")
+        self.save(state)
+        return state
+
+    def save(self, state: CycleState) -> None:
+        state.updated_at = time.time()
+        data = json.dumps(asdict(state), indent=1).encode()
+        atomic_write_bytes(self.dir / f"{state.cycle_id}.json", data)
+
+    def consumed(self) -> set[str]:
+        """Span ids a candidate with a verdict was trained on."""
+        return {i for s in self.all() if s.stage in CONSUMING for i in s.span_ids}
+
+    def unconsumed_spans(self) -> dict[str, int]:
+        """Validated spans with rows that no gated candidate was trained on: id -> rows."""
+        done = self.consumed()
+        return {
+            m["span_id"]: int(m["rows"])
+            for m in self.spans.manifests_list()
+            if m["status"] == "ok" and m["rows"] > 0 and m["span_id"] not in done
+        }
+
+    def span_files(self, span_ids: list[str]) -> list[Path]:
+        by_id = {m["span_id"]: m for m in self.spans.manifests_list()}
+        return [self.spans.root / f for i in span_ids for f in by_id[i]["files"]]
+
+
+def pause_point(stage: str, workdir: Path) -> None:
+    """Test-only: if ``RATCHET_TEST_PAUSE_AT`` names ``stage``, write a marker and sleep."""
+    if os.environ.get(PAUSE_ENV) != stage:
+        return
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    (Path(workdir) / f"paused-{stage}").write_text(str(os.getpid()))
+    time.sleep(3600)

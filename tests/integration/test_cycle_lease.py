@@ -1,0 +1,90 @@
+"""The per-model lease and compare-and-set promotion against a real MLflow server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_second_holder_is_refused_with_a_clear_message_until_release(mlflow_server):
+    from runtime.lease import LeaseHeld, LeaseLost, ModelLease
+
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    first = ModelLease(mlflow_server.uri, name, ttl_s=30, settle_s=0.2)
+    second = ModelLease(mlflow_server.uri, name, ttl_s=30, wait_s=1.0, settle_s=0.2, poll_s=0.2)
+    with first:
+        with pytest.raises(LeaseHeld, match="locked by another cycle") as e:
+            second.acquire()
+        assert first.owner in str(e.value)
+        first.check()  # still ours
+    assert first.read() is None  # released
+    with second:
+        with pytest.raises(LeaseLost):
+            first.check()
+
+
+def test_lease_is_renewed_while_held_and_expires_when_not(mlflow_server):
+    from runtime.lease import ModelLease
+
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    lease = ModelLease(mlflow_server.uri, name, ttl_s=3.0, settle_s=0.1)
+    with lease:
+        first_expiry = lease.read()["expires"]
+        time.sleep(2.5)
+        assert lease.read()["expires"] > first_expiry  # the thread renewed it
+    # A holder that stops renewing (as if dead on another host) loses it after the TTL.
+    stale = ModelLease(mlflow_server.uri, name, ttl_s=3.0, owner="elsewhere:1:x")
+    stale._ensure_model()
+    stale._write()
+    waiter = ModelLease(mlflow_server.uri, name, ttl_s=30, wait_s=10, settle_s=0.1, poll_s=0.5)
+    start = time.monotonic()
+    with waiter:
+        assert 1.0 < time.monotonic() - start < 10
+
+
+def test_dead_holder_on_this_host_is_not_waited_for(mlflow_server):
+    from runtime.lease import ModelLease
+
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True)
+    import socket
+
+    holder = ModelLease(mlflow_server.uri, name, ttl_s=3600,
+                        owner=f"{socket.gethostname()}:{dead.stdout.strip()}:x")
+    holder._ensure_model()
+    holder._write()
+    with ModelLease(mlflow_server.uri, name, ttl_s=30, wait_s=0, settle_s=0.1) as lease:
+        assert lease.read()["owner"] == lease.owner
+
+
+def test_promotion_is_compare_and_set(mlflow_server, tmp_path):
+    import mlflow
+
+    from runtime import registry
+
+    name = f"cas-{uuid.uuid4().hex[:8]}"
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"w")
+    (ckpt / "config.json").write_text(json.dumps({}))
+    mlflow.set_tracking_uri(mlflow_server.uri)
+    mlflow.set_experiment("cas-test")
+    with mlflow.start_run():
+        v1, v2, v3 = (registry.log_checkpoint(ckpt, model_name=name).version for _ in range(3))
+    uri = mlflow_server.uri
+    registry.promote(uri, name, v1, expected=None)
+    assert registry.promote(uri, name, v2, expected=v1) == v1
+    # v3 was gated against v1, but v2 was promoted meanwhile: refused, nothing moves.
+    with pytest.raises(registry.ChampionMoved, match=f"champion is v{v2}"):
+        registry.promote(uri, name, v3, expected=v1)
+    assert registry.resolve_alias(uri, name, registry.CHAMPION) == v2
+    assert registry.resolve_alias(uri, name, registry.PREVIOUS_CHAMPION) == v1
+    assert registry.promote(uri, name, v2, expected=v1) == v2  # a retried promotion: no-op

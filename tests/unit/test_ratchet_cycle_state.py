@@ -1,0 +1,72 @@
+"""The cycle state machine's bookkeeping: which spans are consumed, which cycle is unfinished."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ratchet.cycle_state import PAUSE_ENV, CycleStore, pause_point
+
+
+def _span(root, span_id: str, rows: int, status: str = "ok") -> None:
+    d = root / "_manifests" / span_id
+    d.mkdir(parents=True)
+    files = [f"spans/date=2026-01-01/hour=00/{span_id}.parquet"]
+    (d / "manifest.json").write_text(json.dumps(
+        {"span_id": span_id, "rows": rows, "status": status, "files": files}
+    ))
+
+
+def test_a_span_is_consumed_only_once_a_gated_candidate_was_trained_on_it(tmp_path):
+    _span(tmp_path, "span-000001", 40)
+    _span(tmp_path, "span-000002", 0)
+    _span(tmp_path, "span-000003", 25, status="quarantined")
+    store = CycleStore(tmp_path)
+    assert store.unconsumed_spans() == {"span-000001": 40}
+
+    first = store.new()
+    first.span_ids, first.span_rows, first.stage = ["span-000001"], {"span-000001": 40}, "trained"
+    store.save(first)
+    # Trained but not gated (e.g. killed during the gate): not consumed, and still unfinished.
+    assert store.unconsumed_spans() == {"span-000001": 40}
+    assert store.unfinished().cycle_id == first.cycle_id
+
+    _span(tmp_path, "span-000004", 12)
+    first.stage = "gated"
+    store.save(first)
+    assert store.unconsumed_spans() == {"span-000004": 12}
+    first.stage = "deployed"
+    store.save(first)
+    assert store.unfinished() is None
+    assert [s.cycle_id for s in CycleStore(tmp_path).all()] == [first.cycle_id]  # persisted
+
+
+def test_skipped_cycle_leaves_its_spans_for_the_next(tmp_path):
+    _span(tmp_path, "span-000001", 5)
+    store = CycleStore(tmp_path)
+    skipped = store.new()
+    skipped.stage, skipped.note = "skipped", "span has 5 rows < min_rows_to_train"
+    store.save(skipped)
+    assert store.unfinished() is None
+    assert store.unconsumed_spans() == {"span-000001": 5}
+
+
+def test_pause_point_is_inert_unless_named(tmp_path, monkeypatch):
+    monkeypatch.delenv(PAUSE_ENV, raising=False)
+    pause_point("train", tmp_path)
+    assert not list(tmp_path.iterdir())
+    monkeypatch.setenv(PAUSE_ENV, "gate")
+    pause_point("train", tmp_path)
+    assert not list(tmp_path.iterdir())
+    class Paused(Exception):
+        pass
+
+    def sleep(seconds: float) -> None:
+        raise Paused(seconds)
+
+    monkeypatch.setattr("time.sleep", sleep)
+    with pytest.raises(Paused):
+        pause_point("gate", tmp_path)
+    assert (tmp_path / "paused-gate").read_text() == str(os.getpid())
