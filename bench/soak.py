@@ -190,6 +190,7 @@ def run(args: argparse.Namespace) -> dict:
     import shutil
 
     from deploy.fleet import Fleet
+    from deploy.simulator import SIMULATED_SKEW_S
     from ingest.kafka_io import ensure_topics
     from ratchet.bootstrap import ensure_champion
     from ratchet.config import RatchetConfig
