@@ -193,6 +193,21 @@ def _gate_panel(ax, rows: list[CycleRow]) -> None:
     ax.legend(fontsize=6)
 
 
+def _log_live(tracking_uri: str, experiment: str, run_id: str, stats) -> None:
+    """The live product metrics of the traffic before a cycle, on that cycle's run."""
+    from mlflow import MlflowClient
+
+    from ratchet.history import publish
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    for name, value in (("live.edit_persistence", stats.edit_persistence),
+                        ("live.dissatisfied_rate", stats.dissatisfied_rate),
+                        ("live.pass_rate", stats.pass_rate),
+                        ("live.mean_latency_ms", stats.mean_latency_ms)):
+        client.log_metric(run_id, name, float(value))
+    publish(tracking_uri, experiment)
+
+
 def demo_config(config: RatchetConfig) -> RatchetConfig:
     """The demo compresses time: the simulator has sent every delayed signal of a round (10
     minutes of event time in a second) before the cycle starts, but the server stamps completions
@@ -247,6 +262,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                 sim.drain()
                 traffic_s = time.perf_counter() - c0
                 result = cycle.run(i)
+                _log_live(ep.tracking_uri, config.experiment, result.run_id, stats)
                 stage_seconds.append({"traffic": round(traffic_s, 2), **result.seconds})
                 rows.append(CycleRow(
                     cycle=i, served_version=served, pass_rate_live=stats.pass_rate,
