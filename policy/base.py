@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    import torch
     from torch import Tensor, nn
 
 GateNorm = Literal["softmax_topk", "softmax_topk_renorm", "topk_softmax", "none"]
@@ -190,3 +191,17 @@ def teacher_forced_routes(policy: Policy, prompt_ids: list[int], response_ids: l
 
 __all__ = ["GateNorm", "MoESpec", "Policy", "Sampled", "TokenLogprobs", "TokenizerInfo",
            "chunked_logprobs", "teacher_forced_routes"]
+
+
+def left_pad(rows: list[list[int]], pad_id: int,
+             device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
+    """Left-padded ``(B, W)`` token ids and the mask of real tokens, for batched decoding."""
+    import torch
+
+    width = max(len(r) for r in rows)
+    tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        tokens[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r):] = True
+    return tokens.to(device), mask.to(device)

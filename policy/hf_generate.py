@@ -10,20 +10,9 @@ strings, streaming.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
-from policy.base import Sampled
+from policy.base import Sampled, left_pad
 from policy.toy.generate import sampling_logprobs
-
-
-def left_pad(rows: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
-    width = max(len(r) for r in rows)
-    tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.bool)
-    for i, r in enumerate(rows):
-        tokens[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-        mask[i, width - len(r):] = True
-    return tokens, mask
 
 
 def decode_loop(policy, prompts: list[list[int]], steps: int, temperature: float, top_p: float,

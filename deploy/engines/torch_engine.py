@@ -80,24 +80,20 @@ class _ToySession:
     rows are sampled with their own seeded generators."""
 
     def __init__(self, model, rows: list[list[int]]) -> None:
-        import torch
 
+        from policy.base import left_pad
         from policy.toy.model import KVCache
         from policy.toy.tokenizer import PAD
 
         self.model = model
         self.device = model.tok_emb.weight.device
-        width = max(len(r) for r in rows)
-        tokens = torch.full((len(rows), width), PAD, dtype=torch.long)
-        mask = torch.zeros(len(rows), width, dtype=torch.bool)
-        for i, r in enumerate(rows):
-            tokens[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-            mask[i, width - len(r) :] = True
+        tokens, mask = left_pad(rows, PAD, self.device)
         self.cache = KVCache.empty(model.config.n_layers)
-        out = model(tokens.to(self.device), pad_mask=mask.to(self.device), cache=self.cache)
+        out = model(tokens, pad_mask=mask, cache=self.cache)
         self.logits = out.logits[:, -1].float().cpu()
         self.last_routes = out.routed_experts[:, -1].cpu()
         routes = out.routed_experts.cpu()
+        width = tokens.shape[1]
         self.prompt_routes = [routes[i, width - len(r) :].tolist() for i, r in enumerate(rows)]
 
     def advance(self, next_ids: Tensor) -> None:

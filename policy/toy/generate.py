@@ -17,6 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from policy.base import left_pad
 from policy.toy.model import KVCache, MoETransformer
 from policy.toy.tokenizer import BOS, EOS, PAD, decode, encode
 
@@ -36,16 +37,6 @@ class Generation:
 def encode_prompt(prompt: str) -> list[int]:
     """The ids a prompt is fed as: BOS then its bytes (the trainer uses the same)."""
     return [BOS, *encode(prompt)]
-
-
-def _left_pad(rows: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
-    width = max(len(r) for r in rows)
-    tokens = torch.full((len(rows), width), PAD, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.bool)
-    for i, r in enumerate(rows):
-        tokens[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-        mask[i, width - len(r):] = True
-    return tokens.to(device), mask.to(device)
 
 
 def sampling_logprobs(logits: Tensor, temperature: float, top_p: float) -> Tensor:
@@ -111,7 +102,7 @@ def generate_ids(
 
 def _decode_loop(model: MoETransformer, rows: list[list[int]], steps: int, temperature: float,
                  top_p: float, gen: torch.Generator | None) -> tuple[list[tuple], list[list]]:
-    tokens, mask = _left_pad(rows, model.tok_emb.weight.device)
+    tokens, mask = left_pad(rows, PAD, model.tok_emb.weight.device)
     cache = KVCache.empty(model.config.n_layers)
     done = torch.zeros(len(rows), dtype=torch.bool, device=tokens.device)
     out: list[tuple[list, list, list]] = [([], [], []) for _ in rows]
