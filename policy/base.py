@@ -69,7 +69,10 @@ class TokenLogprobs:
     (B, T, L, k) long, the experts actually used (L = 0 for a dense model). router_probs: L tensors
     (B, T, E) float32. aux_loss: scalar, weighted (load balance + z-loss, the model's own
     coefficients); lb_loss / z_loss: unweighted. replay_replaced: replayed choices replaced by the
-    plausibility check.
+    plausibility check. logits: (B, T, V) float32 at temperature 1, only when asked for
+    (``return_logits``; costs B*T*V memory, and with gradients on the full logits stay alive for
+    backward: meant for small vocabularies, e.g. a top-p nucleus). hidden: (B, T, D) final hidden
+    states (the input of the output head), only with ``return_hidden``.
     """
 
     logprobs: Tensor
@@ -79,6 +82,8 @@ class TokenLogprobs:
     lb_loss: Tensor
     z_loss: Tensor
     replay_replaced: int = 0
+    logits: Tensor | None = None
+    hidden: Tensor | None = None
 
 
 @dataclass
@@ -116,9 +121,12 @@ class Policy(Protocol):
     def token_logprobs(
         self, input_ids: Tensor, targets: Tensor, pad_mask: Tensor, temperature: Tensor,
         *, replay_experts: Tensor | None = None, replay_min_ratio: float = 0.1,
+        return_logits: bool = False, return_hidden: bool = False,
     ) -> TokenLogprobs:
         """input_ids, targets (B, T) long; pad_mask (B, T) bool (True on real tokens, right
-        padding); temperature (B,); replay_experts (B, T, L, k) long, -1 = the router decides."""
+        padding); temperature (B,); replay_experts (B, T, L, k) long, -1 = the router decides;
+        ``return_logits`` / ``return_hidden`` fill :class:`TokenLogprobs`' ``logits`` (B*T*V
+        memory) / ``hidden``."""
         ...
 
     def encode_prompt(self, prompt: str) -> list[int]:

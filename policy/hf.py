@@ -208,6 +208,7 @@ class HFPolicy:
     def token_logprobs(
         self, input_ids: Tensor, targets: Tensor, pad_mask: Tensor, temperature: Tensor,
         *, replay_experts: Tensor | None = None, replay_min_ratio: float = 0.1,
+        return_logits: bool = False, return_hidden: bool = False,
     ) -> TokenLogprobs:
         b, t = input_ids.shape
         replay, spec = None, self.moe_spec
@@ -220,12 +221,14 @@ class HFPolicy:
         try:
             hidden = self.module.base_model(input_ids=input_ids, attention_mask=pad_mask.long(),
                                             use_cache=False).last_hidden_state
-            logp = chunked_logprobs(hidden, targets, temperature,
-                                    head=self.module.get_output_embeddings(),
+            head = self.module.get_output_embeddings()
+            logp = chunked_logprobs(hidden, targets, temperature, head=head,
                                     chunk=self.logprob_chunk)
             routed, probs = self._routing(b, t)
             aux, lb, zl = self._aux(pad_mask)
-            return TokenLogprobs(logp, routed, probs, aux, lb, zl, self._state.replaced)
+            logits = head(hidden).float() if return_logits else None  # B*T*V: small vocabs
+            return TokenLogprobs(logp, routed, probs, aux, lb, zl, self._state.replaced,
+                                 logits=logits, hidden=hidden if return_hidden else None)
         finally:
             self._state.reset()
 

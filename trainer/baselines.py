@@ -5,8 +5,9 @@ hard the prompt is. :class:`ValueBaseline` is a small value head (linear, or a o
 MLP) on the policy's prompt representation — the final hidden state (the input of ``lm_head``)
 mean-pooled over the prompt's positions, detached — regressed on the logged rewards for a few
 steps per batch with its own optimizer; it never sends gradients into the policy.
-:func:`capture_final_hidden` reads that hidden state with a forward pre-hook on ``lm_head``, so
-no model has to return it. Leave-one-out group means live in trainer/rl.py (``loo_baseline``).
+The recipe gets that hidden state from the Policy plug (``token_logprobs(return_hidden=True)``);
+:func:`capture_final_hidden` reads it from any module with an ``lm_head`` by a forward pre-hook.
+Leave-one-out group means live in trainer/rl.py (``loo_baseline``).
 
 Left out: per-token values (GAE) — rewards are per sequence.
 """

@@ -20,6 +20,12 @@ or the one recorded in the champion's metadata, ``anchor_kl_coef``); both KLs ar
 as k3 estimates (``kl_theta_ref_k3``, ``kl_theta_anchor_k3``). Broken or malformed completions
 stay in the data as negative examples.
 
+The champion, the reference and the anchor are loaded through the Policy plug
+(``policy.config.load_policy``: the toy or a Hugging Face model, by the directory's format); the
+value head reads the plug's final hidden states (``return_hidden``) and the nucleus its full
+logits (``return_logits``), so a top-p row needs a vocabulary of at most
+``NUCLEUS_MAX_VOCAB`` (the champion's nucleus is kept per token as a V-wide mask).
+
 Devices: ``config.device`` holds the policy, the reference and each batch (collated on the CPU,
 then moved); ``config.precision == "bf16"`` runs every forward pass under bf16 autocast. Reference
 logprobs are kept on the CPU (one copy per sample) and moved with their batch.
@@ -30,7 +36,6 @@ Parquet and registering the result in MLflow (the cycle does that).
 
 from __future__ import annotations
 
-import copy
 import time
 from pathlib import Path
 
@@ -38,11 +43,13 @@ import pyarrow as pa
 import torch
 from torch import Tensor
 
-from policy.toy.checkpoint import load_checkpoint, load_metadata, save_checkpoint
+from policy.base import Policy, TokenLogprobs
+from policy.config import load_policy
+from policy.toy.checkpoint import load_metadata, save_checkpoint
 from policy.toy.model import MoETransformer
 from runtime.progress import Progress
 from trainer import rl
-from trainer.baselines import ValueBaseline, capture_final_hidden, prompt_features
+from trainer.baselines import ValueBaseline, prompt_features
 from trainer.config import SequenceGSPO, TokenClip, TrainerConfig
 from trainer.data import Batch, Sample, collate, rows_to_samples
 from trainer.health import moe_health
@@ -62,15 +69,22 @@ def autocast(device: torch.device, precision: str):  # -> a context manager
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
-def policy_logprobs(model: MoETransformer, batch: Batch, *, replay: bool,
-                    replay_min_ratio: float) -> tuple[Tensor, object]:
-    """log pi(targets) (B, T) at each row's sampling temperature, and the model output.
-    Batches are right-padded (trainer/data.py), so attention needs no explicit mask."""
-    out = model(batch.tokens, pad_mask=batch.pad_mask, right_padded=True,
-                replay_experts=batch.replay if replay else None, replay_min_ratio=replay_min_ratio)
-    logits = out.logits.float() / batch.temperature.view(-1, 1, 1)
-    logp = torch.log_softmax(logits, -1).gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)
-    return logp, out
+NUCLEUS_MAX_VOCAB = 32768
+"""Largest vocabulary for which top-p rows are trained: the champion's nucleus is stored as a
+(response tokens, V) bool mask per row and pi_theta is renormalised over full (B, T, V) logits."""
+
+
+def policy_logprobs(policy: Policy, batch: Batch, *, replay: bool, replay_min_ratio: float,
+                    return_logits: bool = False, return_hidden: bool = False,
+                    ) -> tuple[Tensor, TokenLogprobs]:
+    """log pi(targets) (B, T) at each row's sampling temperature, and the policy's output
+    (routed experts, router probs, aux losses; logits / final hidden states when asked) —
+    through the Policy plug, toy or HF. Batches are right-padded (trainer/data.py)."""
+    out = policy.token_logprobs(batch.tokens, batch.targets, batch.pad_mask, batch.temperature,
+                                replay_experts=batch.replay if replay else None,
+                                replay_min_ratio=replay_min_ratio, return_logits=return_logits,
+                                return_hidden=return_hidden)
+    return out.logprobs, out
 
 
 def staleness_weights(versions: list[int], current_version: int, max_staleness: int,
@@ -103,10 +117,14 @@ class RLRecipe:
     def setup(self) -> None:
         torch.manual_seed(self.config.seed)
         self.device = resolve_device(self.config.device)
-        self.policy = load_checkpoint(self.champion_dir).to(self.device)
-        self.policy.set_expert_impl(self.config.expert_impl)
-        self.policy.train()
-        self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
+        # The Policy plug (toy or HF, by the directory's format); .module is the torch model.
+        self.plug = load_policy(self.champion_dir)
+        if self.config.backend.type == "deepspeed" and self.plug.type != "toy":
+            raise ValueError(f"backend.type='deepspeed' trains the toy policy only; "
+                             f"{self.champion_dir} is a '{self.plug.type}' policy")
+        self.policy = self._on_device(self.plug.module).train()
+        self.ref_plug = self._frozen(self.champion_dir)  # a copy with its own routing hooks
+        self.reference = self.ref_plug.module
         self._setup_samples()
         self._setup_reference_logprobs()
         self._setup_anchor()
@@ -115,6 +133,19 @@ class RLRecipe:
                                            all_kinds=[s.kind for s in self.samples])
         self.value: ValueBaseline | None = None  # built on first use (needs the hidden size)
         self.gen = torch.Generator().manual_seed(self.config.seed)
+
+    def _on_device(self, module):
+        """``module`` on the configured device; the toy also gets its expert implementation."""
+        module = module.to(self.device)
+        if isinstance(module, MoETransformer):
+            module.set_expert_impl(self.config.expert_impl)
+        return module
+
+    def _frozen(self, directory: Path) -> Policy:
+        """A frozen copy (eval, no gradients) of the policy in ``directory``, on the device."""
+        plug = load_policy(directory)
+        self._on_device(plug.module).eval().requires_grad_(False)
+        return plug
 
     def _setup_optimizer(self) -> None:
         cfg, backend = self.config, self.config.backend
@@ -157,9 +188,9 @@ class RLRecipe:
         return float(norm)
 
     def _setup_samples(self) -> None:
-        c = self.policy.config
-        samples, truncated = rows_to_samples(self.rows, vocab_size=c.vocab_size,
-                                             max_seq_len=c.max_seq_len)
+        samples, truncated = rows_to_samples(
+            self.rows, vocab_size=self.plug.tokenizer_info.vocab_size,
+            max_seq_len=self.plug.max_seq_len, encode_prompt=self.plug.encode_prompt)
         if self.current_version is None:
             meta = load_metadata(self.champion_dir).get("model_version")
             self.current_version = int(meta) if meta is not None else max(
@@ -186,6 +217,12 @@ class RLRecipe:
             "rows_top_p": sum(1 for s in self.samples if s.top_p < 1 and s.temperature > 0),
             "reward_mean": sum(s.reward for s in self.samples) / len(self.samples),
         }
+        vocab = self.plug.tokenizer_info.vocab_size
+        if self.counts["rows_top_p"] and vocab > NUCLEUS_MAX_VOCAB:
+            raise ValueError(f"{self.counts['rows_top_p']} rows were sampled with top_p < 1, but "
+                             f"the nucleus correction keeps (tokens, V) masks and V={vocab} > "
+                             f"NUCLEUS_MAX_VOCAB={NUCLEUS_MAX_VOCAB}; drop or re-sample those "
+                             f"rows with top_p=1")
         self._setup_advantage_groups()
 
     def _setup_advantage_groups(self) -> None:
@@ -215,23 +252,25 @@ class RLRecipe:
         logprob renormalised over it, and whether the logged token lies inside it."""
         self.nucleus: list[Tensor | None] = []
         self.inside: list[Tensor] = []
-        self.logp_ref = self._logprobs_of(self.reference, setting_nucleus=True)
+        self.logp_ref = self._logprobs_of(self.ref_plug, setting_nucleus=True)
         self.counts["tokens_outside_nucleus"] = int(sum(int((~x).sum()) for x in self.inside))
 
     @torch.no_grad()
-    def _logprobs_of(self, model, *, setting_nucleus: bool = False) -> list[Tensor]:
-        c = self.policy.config
+    def _logprobs_of(self, plug: Policy, *, setting_nucleus: bool = False) -> list[Tensor]:
         out_logp: list[Tensor] = []
         for start in range(0, len(self.samples), 128):
             chunk = self.samples[start:start + 128]
-            batch = collate(chunk, n_layers=c.n_layers, top_k=c.top_k)
+            batch = self._collate(chunk)
+            top_p = bool(self.counts["rows_top_p"])  # logits only where a nucleus is needed
             with autocast(self.device, self.config.precision):
-                logp, out = policy_logprobs(model, batch.to(self.device),
+                logp, out = policy_logprobs(plug, batch.to(self.device),
                                             replay=self.config.router_replay,
-                                            replay_min_ratio=self.config.replay_min_ratio)
-            logits, logp = out.logits.float().cpu(), logp.float().cpu()
+                                            replay_min_ratio=self.config.replay_min_ratio,
+                                            return_logits=top_p)
+            logits = out.logits.float().cpu() if top_p else None
+            logp = logp.float().cpu()
             if setting_nucleus:
-                keep = rl.nucleus_keep(logits, batch.temperature, batch.top_p)
+                keep = rl.nucleus_keep(logits, batch.temperature, batch.top_p) if top_p else None
                 for i, s in enumerate(chunk):
                     truncated = s.top_p < 1 and s.temperature > 0
                     self.nucleus.append(keep[i][batch.resp_mask[i]].clone() if truncated else None)
@@ -251,7 +290,8 @@ class RLRecipe:
         """(B, T, V) keep-mask of the champion's nucleus (all True off top-p rows), or None."""
         if all(self.nucleus[i] is None for i in idx):
             return None
-        keep = torch.ones(*batch.targets.shape, self.policy.config.vocab_size, dtype=torch.bool)
+        keep = torch.ones(*batch.targets.shape, self.plug.tokenizer_info.vocab_size,
+                          dtype=torch.bool)
         for row, i in enumerate(idx):
             if self.nucleus[i] is not None:
                 keep[row][batch.resp_mask[row]] = self.nucleus[i]
@@ -269,8 +309,7 @@ class RLRecipe:
             path = None  # a recorded anchor that is not on this machine
         same = path is None or path.resolve() == self.champion_dir.resolve()
         self.anchor_dir = self.champion_dir if same else path
-        self.logp_anchor = self.logp_ref if same else self._logprobs_of(
-            load_checkpoint(path).to(self.device).eval().requires_grad_(False))
+        self.logp_anchor = self.logp_ref if same else self._logprobs_of(self._frozen(path))
         self.counts["anchor_is_champion"] = int(same)
 
     # -- train ----------------------------------------------------------------------------
@@ -302,22 +341,24 @@ class RLRecipe:
         return every > 0 and step % every == 0
 
     def train_step(self, idx: list[int], *, measure_mismatch: bool = False) -> dict[str, float]:
-        cfg, mcfg = self.config, self.policy.config
+        cfg, spec = self.config, self.plug.moe_spec
         samples: list[Sample] = [self.samples[i] for i in idx]
-        batch = collate(samples, n_layers=mcfg.n_layers, top_k=mcfg.top_k)
+        batch = self._collate(samples)
         cpu_batch, dev = batch, self.device
         keep = self._nucleus_batch(idx, batch)
         batch = batch.to(dev)
         logp_ref = self._ref_batch(idx, cpu_batch, self.logp_ref).to(dev)
         logp_anchor = self._ref_batch(idx, cpu_batch, self.logp_anchor).to(dev)
-        with capture_final_hidden(self.policy) as hidden, autocast(dev, cfg.precision):
-            logp, out = policy_logprobs(self.policy, batch, replay=cfg.router_replay,
-                                        replay_min_ratio=cfg.replay_min_ratio)
+        with autocast(dev, cfg.precision):
+            logp, out = policy_logprobs(self.plug, batch, replay=cfg.router_replay,
+                                        replay_min_ratio=cfg.replay_min_ratio,
+                                        return_logits=keep is not None,
+                                        return_hidden=cfg.baseline in ("value_head", "auto"))
         inside = batch.resp_mask
         if keep is not None:  # pi_theta renormalised over the champion's nucleus
             logp, inside = rl.truncated_logprobs(out.logits.float(), batch.targets,
                                                  batch.temperature, keep.to(dev))
-        adv, base_metrics = self._advantages(idx, cpu_batch, hidden.get("hidden"))
+        adv, base_metrics = self._advantages(idx, cpu_batch, out.hidden)
         adv = adv.to(dev)
         pg_mask = batch.resp_mask & inside & ~batch.greedy.unsqueeze(1)
         loss, metrics = self._objective(logp, batch, adv, logp_ref, pg_mask, logp_anchor)
@@ -325,8 +366,9 @@ class RLRecipe:
         metrics["greedy_rows"] = float(rl.dist_sum(batch.greedy.sum()))
         grad_norm = self._backward_step(loss + out.aux_loss)
         if out.router_probs:  # DeepSpeed MoE layers do not expose their routing
-            metrics.update(moe_health(out.routed_experts, batch.pad_mask, mcfg.n_experts,
-                                      mcfg.capacity_factor, out.z_loss, out.lb_loss))
+            capacity = getattr(getattr(self.policy, "config", None), "capacity_factor", 1.25)
+            metrics.update(moe_health(out.routed_experts, batch.pad_mask, spec.n_experts,
+                                      capacity, out.z_loss, out.lb_loss))
         metrics.update(loss=float(loss.detach()), aux_loss=float(out.aux_loss.detach()),
                        grad_norm=float(grad_norm),
                        reward_mean=float(batch.rewards.mean()), adv_mean=float(adv.mean()),
@@ -338,6 +380,11 @@ class RLRecipe:
         if measure_mismatch:
             metrics["mismatch_kl_no_replay"] = self._mismatch_without_replay(batch)
         return metrics
+
+    def _collate(self, samples: list[Sample]) -> Batch:
+        spec = self.plug.moe_spec
+        return collate(samples, n_layers=spec.n_moe_layers, top_k=spec.top_k,
+                       pad_id=self.plug.tokenizer_info.pad_id)
 
     def _ref_batch(self, idx: list[int], batch: Batch, per_sample: list[Tensor]) -> Tensor:
         ref = torch.zeros_like(batch.logp_b)
@@ -403,7 +450,7 @@ class RLRecipe:
     @torch.no_grad()
     def _mismatch_without_replay(self, batch: Batch) -> float:
         with autocast(self.device, self.config.precision):
-            logp, _ = policy_logprobs(self.policy, batch, replay=False, replay_min_ratio=0.0)
+            logp, _ = policy_logprobs(self.plug, batch, replay=False, replay_min_ratio=0.0)
         return float(rl.masked_mean(batch.logp_b - logp, batch.resp_mask))
 
     # -- save / cleanup -------------------------------------------------------------------
@@ -414,17 +461,19 @@ class RLRecipe:
             "trainer_config": self.config.model_dump(mode="json"), "counts": self.counts,
             "steps": len(self.history),
         }
-        model = self.policy
         if self.ds is not None:  # gather experts (every rank takes part), rank 0 writes
             model = MoETransformer(self.policy.config)
             model.load_state_dict(self.ds.state_dict())
+            if self.rank != 0:
+                return Path(directory)
+            return save_checkpoint(model, Path(directory), metadata=meta)
         if self.rank != 0:
             return Path(directory)
-        return save_checkpoint(model, Path(directory), metadata=meta)
+        return self.plug.save(Path(directory), metadata=meta)  # the policy's own format
 
     def cleanup(self) -> None:
-        for name in ("policy", "reference", "opt", "samples", "logp_ref", "logp_anchor", "value",
-                     "nucleus", "inside"):
+        for name in ("policy", "reference", "plug", "ref_plug", "opt", "samples", "logp_ref",
+                     "logp_anchor", "value", "nucleus", "inside"):
             self.__dict__.pop(name, None)
 
 

@@ -47,12 +47,22 @@ class ToyPolicy:
     def token_logprobs(
         self, input_ids: Tensor, targets: Tensor, pad_mask: Tensor, temperature: Tensor,
         *, replay_experts: Tensor | None = None, replay_min_ratio: float = 0.1,
+        return_logits: bool = False, return_hidden: bool = False,
     ) -> TokenLogprobs:
-        out = self.module(input_ids, pad_mask=pad_mask, replay_experts=replay_experts,
-                          replay_min_ratio=replay_min_ratio, right_padded=True)
+        seen: dict[str, Tensor] = {}  # the input of lm_head = the final hidden state
+        handle = self.module.lm_head.register_forward_pre_hook(
+            lambda _m, args: seen.__setitem__("hidden", args[0])) if return_hidden else None
+        try:
+            out = self.module(input_ids, pad_mask=pad_mask, replay_experts=replay_experts,
+                              replay_min_ratio=replay_min_ratio, right_padded=True)
+        finally:
+            if handle is not None:
+                handle.remove()
         logp = chunked_logprobs(out.logits, targets, temperature, chunk=self.logprob_chunk)
         return TokenLogprobs(logp, out.routed_experts, out.router_probs, out.aux_loss,
-                             out.lb_loss, out.z_loss, out.replay_replaced)
+                             out.lb_loss, out.z_loss, out.replay_replaced,
+                             logits=out.logits.float() if return_logits else None,
+                             hidden=seen.get("hidden"))
 
     def encode_prompt(self, prompt: str) -> list[int]:
         from policy.toy.generate import encode_prompt

@@ -8,12 +8,13 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _rows(policy, n_tasks: int = 6, samples: int = 2, temperature: float = 1.0) -> pa.Table:
+def _rows(policy, n_tasks: int = 6, samples: int = 2, temperature: float = 1.0,
+          top_p: float = 1.0) -> pa.Table:
     from tasks.toy import check, generate_tasks
 
     tasks = generate_tasks(n_tasks, seed=0, split="train")
     ids = [policy.encode_prompt(t.prompt) for t in tasks for _ in range(samples)]
-    gens = policy.generate(ids, max_new_tokens=8, temperature=temperature, seed=0)
+    gens = policy.generate(ids, max_new_tokens=8, temperature=temperature, top_p=top_p, seed=0)
     tt = [t for t in tasks for _ in range(samples)]
     return pa.table({
         "prompt": [t.prompt for t in tt],
@@ -26,6 +27,7 @@ def _rows(policy, n_tasks: int = 6, samples: int = 2, temperature: float = 1.0) 
         "task_kind": [t.kind for t in tt],
         "model_version": [1] * len(gens),
         "temperature": [temperature] * len(gens),
+        "top_p": [top_p] * len(gens),
     })
 
 
@@ -91,3 +93,31 @@ def test_deepspeed_backend_refuses_an_hf_policy(tmp_path):
     with pytest.raises(ValueError, match="deepspeed.*'hf' policy"):
         recipe.setup()
     recipe.cleanup()
+
+
+def test_top_p_rows_and_the_value_head_on_an_hf_policy(tmp_path):
+    """Rows a tiny Qwen3-MoE sampled at T = 0.8, top_p = 0.7: pi_theta renormalised over the
+    champion's nucleus (the plug's full logits) equals the logged logprob before any update, and
+    the value head reads the plug's final hidden states."""
+    import math
+
+    from policy.config import HFPolicyConfig, TinyHFSpec, load_policy
+    from trainer.config import TrainerConfig
+    from trainer.recipe import RLRecipe
+
+    policy = load_policy(HFPolicyConfig(build=TinyHFSpec(family="qwen3_moe")), workdir=tmp_path)
+    policy.save(tmp_path / "champion", metadata={"model_version": 1})
+    rows = _rows(policy, temperature=0.8, top_p=0.7)
+    rows = rows.set_column(rows.schema.get_field_index("reward"), "reward",
+                           pa.array([1.0, -1.0, -1.0] * (rows.num_rows // 3)))
+    cfg = TrainerConfig(steps=1, batch_size=rows.num_rows, lr=1e-9, baseline="value_head")
+    recipe = RLRecipe(tmp_path / "champion", rows, cfg)
+    recipe.setup()
+    try:
+        assert recipe.counts["rows_top_p"] == rows.num_rows
+        assert recipe.counts["tokens_outside_nucleus"] == 0  # the champion sampled them itself
+        m = recipe.train_step(list(range(rows.num_rows)))
+        assert abs(m["kl_behaviour_k1"]) < 1e-4 and m["ratio_mean"] == pytest.approx(1, abs=1e-4)
+        assert math.isfinite(m["value_loss"]) and m["value_loss"] > 0
+    finally:
+        recipe.cleanup()

@@ -110,3 +110,16 @@ def test_first_champion_is_its_own_anchor(tiny_model, champion):
     recipe.train()
     m = recipe.history[0]
     assert m["kl_theta_anchor_k3"] == m["kl_theta_ref_k3"]
+
+
+def test_top_p_rows_with_a_vocabulary_too_large_for_the_nucleus_are_refused(
+        tiny_model, champion, monkeypatch):
+    import trainer.recipe
+
+    monkeypatch.setattr(trainer.recipe, "NUCLEUS_MAX_VOCAB", tiny_model.config.vocab_size - 1)
+    rows = _rows(tiny_model, temperature=0.8, top_p=0.7)
+    with pytest.raises(ValueError, match="top_p < 1.*NUCLEUS_MAX_VOCAB"):
+        RLRecipe(champion, rows, TrainerConfig(**TINY)).setup()
+    recipe = RLRecipe(champion, _rows(tiny_model, temperature=0.8), TrainerConfig(**TINY))
+    recipe.setup()  # top_p = 1 rows need no nucleus
+    assert recipe.counts["rows_top_p"] == 0
