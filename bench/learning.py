@@ -60,7 +60,8 @@ def run(steps: int, seeds: list[int], n_heldout: int, threads: int, config: dict
         per_seed.append({"seed": seed, "pass_after": after.pass_rate,
                          "logged_pass_after": logged_after,
                          "tokens_after": after.mean_tokens, "by_kind_after": after.by_kind,
-                         "train_seconds": seconds, "kl_k1_last": metrics["kl_k1"]})
+                         "train_seconds": seconds,
+                         "kl_theta_ref_k3_last": metrics["kl_theta_ref_k3"]})
         print(f"seed {seed}: held-out pass {before.pass_rate:.3f} -> {after.pass_rate:.3f}, "
               f"logged prompts {logged_before:.3f} -> {logged_after:.3f}, tokens "
               f"{before.mean_tokens:.2f} -> {after.mean_tokens:.2f}, {seconds:.0f} s", flush=True)

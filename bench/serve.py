@@ -1,38 +1,42 @@
-"""Serving cost of behaviour logging: one replica with and without it, in the same run.
+"""Serving throughput and latency at concurrency 1, 8 and 32, and the cost of behaviour logging.
 
-    python bench/serve.py --requests 1500 --concurrency 2 --max-tokens 8
+    python bench/serve.py                       # the committed figures
+    python bench/serve.py --requests-per-client 10 --max-tokens 8
 
 Starts a local broker and MLflow server, registers an untrained toy MoE, and starts two replicas
-of it: one logging every completion to Kafka (``RATCHET_LOG_BEHAVIOUR=true``), one not. The load
-alternates between them in blocks (A, B, A, B, ...), so drift of the machine hits both alike;
-requests are sent by ``--concurrency`` client threads, latency is measured at the client.
+of it (torch engine, dynamic batcher): one logging every completion to Kafka, one not
+(``RATCHET_LOG_BEHAVIOUR=false``). For each concurrency, an asyncio client sends OpenAI
+``/v1/completions`` requests in alternating blocks (A, B, A, B, ...), so drift of the shared
+machine hits both arms alike; latency is measured at the client.
 
-Prints the figures and writes ``bench/results/serve.json`` with ``rps_with``, ``rps_without``,
-``p50_ms_*``, ``p99_ms_*``, ``p99_overhead_ms`` (= p99 with − p99 without; goal < 1 ms), and the
-replica's own count of events sent to Kafka (every request of the logging replica must be there).
+Per concurrency it reports requests/s and p50/p99 per arm, and the logging overhead as a
+*paired* difference: block pairs (A_i, B_i) that ran back to back are resampled together
+(bootstrap, 2000 resamples, seed 0) to give a 95% CI of the p50 and p99 differences. Because
+end-to-end differences of a millisecond are within the noise of a shared 2-core machine, it also
+times the request path's own share of logging in-process (``log_path_us_*``: building the
+``Completion`` event and queueing it, with the real logger thread producing to the same broker,
+GIL contention included). Goal: p99 overhead < 1 ms.
 
-End-to-end differences of a few ms are within the noise of a shared 2-core machine, so the bench
-also times the request path's share of logging directly (``log_path_us_p50/p99``): building the
-``Completion`` event and queueing it, in-process, with the real logger thread producing to the
-same broker meanwhile (GIL contention included).
+Writes ``bench/results/serve.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import random
 import re
-import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 TOKEN = "bench-serve-token"
+PROMPT = "# evaluate\n12+7 = "
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -40,40 +44,86 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
-class Load:
-    """Blocks of requests from ``concurrency`` threads; latencies and busy time per target."""
+async def _block(client, url: str, n: int, concurrency: int, offset: int, max_tokens: int):
+    """``n`` requests from ``concurrency`` workers; returns (latencies_ms, busy seconds)."""
+    latencies: list[float] = []
+    counter = iter(range(offset, offset + n))
 
-    def __init__(self, concurrency: int, max_tokens: int) -> None:
-        import httpx
-
-        self.client = httpx.Client(timeout=60, limits=httpx.Limits(max_keepalive_connections=64))
-        self.pool = ThreadPoolExecutor(concurrency)
-        self.max_tokens = max_tokens
-        self.latencies: dict[str, list[float]] = {}
-        self.busy_s: dict[str, float] = {}
-
-    def _one(self, url: str, i: int) -> float:
-        start = time.perf_counter()
-        r = self.client.post(
-            f"{url}/v1/completions",
-            json={
-                "prompt": "# evaluate\n12+7 = ",
-                "max_tokens": self.max_tokens,
+    async def worker() -> None:
+        for i in counter:
+            body = {
+                "model": "bench",
+                "prompt": PROMPT,
+                "max_tokens": max_tokens,
                 "temperature": 1.0,
                 "seed": i,
-                "conversation_id": f"bench-{i}",
-                "user_id": f"u{i % 50}",
-                "task_kind": "arith",
-            },
-        )
-        r.raise_for_status()
-        return (time.perf_counter() - start) * 1000.0
+                "user": f"u{i % 50}",
+                "metadata": {"task_kind": "arith"},
+            }
+            start = time.perf_counter()
+            r = await client.post(
+                f"{url}/v1/completions", json=body, headers={"X-Conversation-Id": f"bench-{i}"}
+            )
+            r.raise_for_status()
+            latencies.append((time.perf_counter() - start) * 1000.0)
 
-    def block(self, name: str, url: str, n: int, offset: int) -> None:
-        start = time.perf_counter()
-        lat = list(self.pool.map(lambda i: self._one(url, i), range(offset, offset + n)))
-        self.busy_s[name] = self.busy_s.get(name, 0.0) + time.perf_counter() - start
-        self.latencies.setdefault(name, []).extend(lat)
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, time.perf_counter() - start
+
+
+async def measure(
+    targets: dict[str, str], concurrency: int, pairs: int, block: int, max_tokens: int
+) -> dict:
+    """Alternating blocks of ``block`` requests per arm, ``pairs`` times, after a warm-up."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        for url in targets.values():
+            await _block(client, url, max(block, 2 * concurrency), concurrency, 0, max_tokens)
+        blocks: dict[str, list[list[float]]] = {name: [] for name in targets}
+        busy = dict.fromkeys(targets, 0.0)
+        offset = 10_000
+        for p in range(pairs):
+            order = list(targets) if p % 2 == 0 else list(reversed(targets))
+            for name in order:
+                lat, secs = await _block(
+                    client, targets[name], block, concurrency, offset, max_tokens
+                )
+                blocks[name].append(lat)
+                busy[name] += secs
+                offset += block
+    return summarise(blocks, busy, concurrency)
+
+
+def summarise(blocks: dict[str, list[list[float]]], busy: dict[str, float], c: int) -> dict:
+    out: dict = {"concurrency": c}
+    for name, bl in blocks.items():
+        lat = [x for b in bl for x in b]
+        out[f"requests_{name}"] = len(lat)
+        out[f"rps_{name}"] = round(len(lat) / busy[name], 2)
+        out[f"p50_ms_{name}"] = round(percentile(lat, 50), 2)
+        out[f"p99_ms_{name}"] = round(percentile(lat, 99), 2)
+    for q in (50, 99):
+        diff, lo, hi = paired_diff(blocks["with"], blocks["without"], q)
+        out[f"p{q}_overhead_ms"] = round(diff, 2)
+        out[f"p{q}_overhead_ci95_ms"] = [round(lo, 2), round(hi, 2)]
+    return out
+
+
+def paired_diff(a: list[list[float]], b: list[list[float]], q: float, n_boot: int = 2000):
+    """Percentile ``q`` of A minus that of B, and a 95% bootstrap CI resampling block pairs."""
+
+    def stat(idx: list[int]) -> float:
+        return percentile([x for i in idx for x in a[i]], q) - percentile(
+            [x for i in idx for x in b[i]], q
+        )
+
+    rng = random.Random(0)
+    k = len(a)
+    boots = sorted(stat([rng.randrange(k) for _ in range(k)]) for _ in range(n_boot))
+    return stat(list(range(k))), boots[int(0.025 * n_boot)], boots[int(0.975 * n_boot) - 1]
 
 
 def sent_events(url: str) -> float:
@@ -90,6 +140,7 @@ def run(args: argparse.Namespace) -> dict:
     from runtime.services import Broker, MlflowServer
 
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    result: dict = {"max_tokens": args.max_tokens, "engine": "torch (max_batch 32, wait 2 ms)"}
     with MlflowServer.start(work / "mlflow") as mlflow_srv, Broker.start(work / "broker") as broker:
         version = register_untrained(mlflow_srv.uri, "bench-serve", seed=0, workdir=work)
         common = dict(
@@ -110,17 +161,19 @@ def run(args: argparse.Namespace) -> dict:
             ) as without_log,
         ):
             targets = {"with": with_log.urls[0], "without": without_log.urls[0]}
-            load = Load(args.concurrency, args.max_tokens)
-            for name, url in targets.items():  # warm-up, not measured
-                load.block(f"warmup-{name}", url, 50, 0)
-            offset, block = 0, args.block
-            while offset < args.requests:
-                for name, url in targets.items():
-                    load.block(name, url, min(block, args.requests - offset), offset)
-                offset += block
+            result["by_concurrency"] = []
+            for c in args.concurrency:
+                block = max(args.min_block, 2 * c)
+                pairs = max(args.pairs, (args.requests_per_client * c) // block)
+                row = asyncio.run(measure(targets, c, pairs, block, args.max_tokens))
+                print(json.dumps(row))
+                result["by_concurrency"].append(row)
             time.sleep(1.0)
-            logged = sent_events(targets["with"])
-        result = summarise(load, args, logged)
+            result["events_sent_by_logging_replica"] = int(sent_events(targets["with"]))
+            result["requests_to_logging_replica"] = sum(
+                r["requests_with"] + max(args.min_block, 2 * r["concurrency"])
+                for r in result["by_concurrency"]
+            )
         result.update(log_path_cost(broker.bootstrap, work, args.max_tokens))
     return result
 
@@ -128,40 +181,32 @@ def run(args: argparse.Namespace) -> dict:
 def log_path_cost(
     bootstrap: str, work: Path, max_tokens: int, n: int = 5000, interval_s: float = 0.002
 ) -> dict:
-    """Time ``_log_completion`` (the request thread's whole logging cost) ``n`` times, one every
-    ``interval_s`` (500/s: far above one replica's rate, so the logger thread stays busy)."""
+    """Time ``log_completion`` (the request path's whole logging cost) ``n`` times, one every
+    ``interval_s`` (500/s: above one replica's rate, so the logger thread stays busy)."""
     from datetime import UTC, datetime
 
-    from deploy.api import CompletionRequest
     from deploy.behaviour_log import BehaviourLogger
+    from deploy.completion_log import RequestContext, log_completion
+    from deploy.engines.base import SamplingRequest
+    from deploy.engines.torch_engine import TorchEngine, ToyStepModel
     from deploy.metrics import ServerMetrics
-    from deploy.routes.completions import _log_completion
     from deploy.spool import Spool
     from deploy.toy_models import build_untrained
-    from policy.toy.generate import generate
 
-    req = CompletionRequest(
-        prompt="# evaluate\n12+7 = ",
-        max_tokens=max_tokens,
-        seed=0,
-        conversation_id="c",
-        user_id="u",
-        task_kind="arith",
-    )
-    gen = generate(
-        build_untrained(0), [req.prompt], max_new_tokens=max_tokens, temperature=1.0, seed=0
-    )[0]
+    engine = TorchEngine(lambda: ToyStepModel(build_untrained(0), 1))
+    engine.start()
+    req = SamplingRequest(PROMPT, max_tokens, 1.0, seed=0)
+    served = asyncio.run(engine.generate([req]))[0]
+    engine.close()
     logger = BehaviourLogger(
         bootstrap=bootstrap, spool=Spool(work / "micro-spool", max_bytes=1 << 30)
     )
     metrics = ServerMetrics(replica="micro")
-    created = datetime.now(UTC)
+    ctx = RequestContext("c", "u", "arith", "bench-serve", datetime.now(UTC))
     costs = []
     for i in range(n):
         start = time.perf_counter_ns()
-        _log_completion(
-            logger, metrics, "bench-serve", 1, req, gen, f"cmpl-micro-{i}", created, 10.0
-        )
+        log_completion(logger, metrics, ctx, req, served, f"cmpl-micro-{i}")
         costs.append((time.perf_counter_ns() - start) / 1000.0)
         time.sleep(interval_s)
     flushed = logger.flush(timeout_s=60)
@@ -176,36 +221,22 @@ def log_path_cost(
     }
 
 
-def summarise(load: Load, args: argparse.Namespace, logged: float) -> dict:
-    out: dict = {
-        "requests_per_arm": args.requests,
-        "concurrency": args.concurrency,
-        "max_tokens": args.max_tokens,
-    }
-    for name in ("with", "without"):
-        lat = load.latencies[name]
-        out[f"rps_{name}"] = round(len(lat) / load.busy_s[name], 2)
-        out[f"p50_ms_{name}"] = round(percentile(lat, 50), 3)
-        out[f"p99_ms_{name}"] = round(percentile(lat, 99), 3)
-        out[f"mean_ms_{name}"] = round(statistics.fmean(lat), 3)
-    out["p99_overhead_ms"] = round(out["p99_ms_with"] - out["p99_ms_without"], 3)
-    out["p50_overhead_ms"] = round(out["p50_ms_with"] - out["p50_ms_without"], 3)
-    out["events_sent_by_logging_replica"] = int(logged)
-    out["events_expected"] = args.requests + 50
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=1500, help="Measured requests per arm.")
-    parser.add_argument("--concurrency", type=int, default=1, help="Client threads.")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument(
+        "--requests-per-client",
+        type=int,
+        default=12,
+        help="Measured requests per client and arm (at least --pairs blocks).",
+    )
+    parser.add_argument("--pairs", type=int, default=10, help="Least block pairs per level.")
+    parser.add_argument("--min-block", type=int, default=16, help="Least requests per block.")
     parser.add_argument("--max-tokens", type=int, default=8, help="Tokens per completion.")
-    parser.add_argument("--block", type=int, default=25, help="Requests per alternating block.")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "serve.json")
     args = parser.parse_args()
     result = run(args)
-    for key, value in result.items():
-        print(f"{key:>34}: {value}")
+    print(json.dumps(result, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

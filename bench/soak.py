@@ -44,13 +44,15 @@ SIGNAL_COLUMNS = ("edit_persistence_30", "edit_persistence_120", "edit_persisten
 
 
 def _config(args: argparse.Namespace) -> dict:
+    from deploy.simulator import SIMULATED_SKEW_S
+
     return {
         "model_name": "soak-toy",
         "champion": {"sft_steps": 60, "seed": 0},
         "min_rows_to_train": 8,
         "gate": {"suite": {"size": 16, "max_new_tokens": 16}},
         "trainer": {"seed": 0, "steps": 2, "batch_size": 32},
-        "ingest": {"drain": True},
+        "ingest": {"drain": True, "parse": {"max_future_skew_s": SIMULATED_SKEW_S}},
         "lock": {"ttl_s": 20.0, "wait_s": 120.0, "settle_s": 0.3},
         "simulator": {"requests_per_round": args.requests, "concurrency": 4, "seed": args.seed},
     }
@@ -188,6 +190,7 @@ def run(args: argparse.Namespace) -> dict:
     import shutil
 
     from deploy.fleet import Fleet
+    from deploy.simulator import SIMULATED_SKEW_S
     from ingest.kafka_io import ensure_topics
     from ratchet.bootstrap import ensure_champion
     from ratchet.config import RatchetConfig
@@ -211,12 +214,13 @@ def run(args: argparse.Namespace) -> dict:
         ensure_champion(config, tracking_uri=server.uri, workdir=work / "ctl")
         fleet = Fleet.start(n_replicas=1, tracking_uri=server.uri, model_name=config.model_name,
                             bootstrap=broker.bootstrap, workdir=work / "fleet",
-                            admin_token=config.fleet.admin_token)
-        sim = _recording_simulator(urls=fleet.urls, bootstrap=broker.bootstrap, speed=600.0,
-                                   seed=args.seed)
+                            admin_token=config.fleet.admin_token,
+                            signal_max_skew_s=SIMULATED_SKEW_S)
+        sim = _recording_simulator(urls=fleet.urls, api_key=fleet.create_api_key("soak"),
+                                   speed=600.0, seed=args.seed)
         argv = [sys.executable, "-m", "ratchet.cli", "loop", "--config", str(work / "config.json"),
                 "--workdir", str(work / "ctl"), "--bootstrap", broker.bootstrap,
-                "--tracking-uri", server.uri, "--every", "1s", "--max-cycles", "1"]
+                "--tracking-uri", server.uri, "--every", "60s", "--max-cycles", "1"]
         for k in range(args.cycles):
             stats = sim.run_round(args.requests, concurrency=4)
             sim.drain()
@@ -230,7 +234,7 @@ def run(args: argparse.Namespace) -> dict:
         _controller(argv, work / "controller.log", rng, False)  # consume what is left
         figures = _ledger(server.uri, config.model_name, work / "ctl" / "spans", sim.ids, signals)
         sim.drain()
-        figures["signals_send_failed"] = sim._scheduler.failed
+        figures["signals_send_failed"] = len(sim._scheduler.failed)
     finally:
         if sim is not None:
             sim.close()

@@ -1,8 +1,17 @@
-"""Training throughput of the toy MoE against a dense model of equal active parameters, on CPU.
+"""Training throughput on CPU: the toy MoE (loop and grouped-GEMM experts), a dense model of equal
+active parameters, and a tiny Hugging Face Qwen3-MoE of about the toy's size.
 
-Both models see the same batches (task prompts + reference answers, right-padded) for the same
-number of optimizer steps; runs alternate MoE / dense in rounds so that load from other processes
-hits both alike, and the figure is the ratio of median tokens/s. Goal: moe_over_dense >= 0.7.
+All see the same batches (task prompts + reference answers, right-padded) for the same number of
+optimizer steps; runs alternate between the models in rounds so that load from other processes
+hits all alike, and each figure is the median tokens/s. Goal: moe_over_dense >= 0.7.
+
+- ``moe``: the toy with the per-expert loop (the CPU default); ``moe_grouped``: the same model
+  with ``F.grouped_mm`` experts (the CUDA default); ``dense``: ``MoEConfig(ffn="dense")``.
+- ``hf_qwen3moe``: ``Qwen3MoeForCausalLM`` from a config (random init, no download) shaped like
+  the toy (vocab 259, d 128, 3 layers, 4 heads, 4 experts top-2; SwiGLU experts of width 176 so
+  the parameter count matches). Its step is the same SFT step (cross-entropy on answer tokens plus
+  the router's load-balance loss, AdamW), not the RL recipe, which takes only the toy on this
+  branch (the HF policy plug is policy/hf.py's job).
 
     .venv/bin/python bench/train_cpu.py [--rounds 5 --steps 6 --threads 2]
 
@@ -19,55 +28,116 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "train_cpu.json"
+HF_AUX_COEF = 0.01  # the toy's aux_loss_coef
 
 
-def _measure(model, opt, batches, sft_step) -> tuple[float, float, int]:
+def tiny_qwen3moe():
+    """The toy-shaped Qwen3-MoE (see the module docstring)."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    from policy.toy.tokenizer import BOS, EOS, PAD, VOCAB_SIZE
+
+    cfg = Qwen3MoeConfig(
+        vocab_size=VOCAB_SIZE, hidden_size=128, intermediate_size=352, moe_intermediate_size=176,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, head_dim=32,
+        num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=192,
+        output_router_logits=True, router_aux_loss_coef=HF_AUX_COEF, tie_word_embeddings=False,
+        bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
+    return Qwen3MoeForCausalLM(cfg)
+
+
+def hf_sft_step(model, opt, tasks) -> float:
+    """The toy's SFT step for an HF causal LM: CE on answer tokens + weighted router aux loss."""
+    import torch
+    import torch.nn.functional as F
+
+    from trainer.sft import task_batch
+
+    inputs, targets, mask = task_batch(tasks)
+    out = model(input_ids=inputs)  # right padding: causal attention alone is exact for real rows
+    ce = F.cross_entropy(out.logits[mask].float(), targets[mask])
+    loss = ce + HF_AUX_COEF * out.aux_loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return float(ce.detach())
+
+
+def _measure(model, opt, batches, step) -> tuple[float, float, int]:
     tokens = 0
     wall, cpu = time.perf_counter(), time.process_time()
     for tasks in batches:
-        sft_step(model, opt, tasks)
+        step(model, opt, tasks)
         tokens += sum(len(t.prompt) + len(t.reference) + 2 for t in tasks)
     return time.perf_counter() - wall, time.process_time() - cpu, tokens
 
 
-def run(rounds: int, steps: int, batch_size: int, threads: int) -> dict:
+def _models(threads: int) -> dict:
     import torch
 
     from policy.toy.model import MoEConfig, MoETransformer
-    from tasks.toy import generate_tasks
     from trainer.sft import sft_step
 
     torch.set_num_threads(threads)
     base = MoEConfig.model_validate_json(
         (Path(__file__).parents[1] / "trainer" / "configs" / "toy.json").read_text())
     models = {}
-    for name, cfg in (("moe", base), ("dense", base.model_copy(update={"ffn": "dense"}))):
+    for name, cfg, impl in (("moe", base, "loop"), ("moe_grouped", base, "grouped"),
+                            ("dense", base.model_copy(update={"ffn": "dense"}), "auto")):
         torch.manual_seed(0)
-        m = MoETransformer(cfg).train()
-        models[name] = (m, torch.optim.AdamW(m.parameters(), lr=1e-3))
+        m = MoETransformer(cfg).set_expert_impl(impl).train()
+        models[name] = (m, torch.optim.AdamW(m.parameters(), lr=1e-3), sft_step)
+    torch.manual_seed(0)
+    hf = tiny_qwen3moe().train()
+    models["hf_qwen3moe"] = (hf, torch.optim.AdamW(hf.parameters(), lr=1e-3), hf_sft_step)
+    return models
+
+
+def run(rounds: int, steps: int, batch_size: int, threads: int) -> dict:
+    from tasks.toy import generate_tasks
+
+    models = _models(threads)
     tasks = generate_tasks(batch_size * steps, seed=0, split="train")
     batches = [tasks[i * batch_size:(i + 1) * batch_size] for i in range(steps)]
-    for m, opt in models.values():  # warm-up
-        sft_step(m, opt, batches[0])
-    tps: dict[str, list[float]] = {"moe": [], "dense": []}
-    cpu_tps: dict[str, list[float]] = {"moe": [], "dense": []}
+    for m, opt, step in models.values():  # warm-up
+        step(m, opt, batches[0])
+    tps: dict[str, list[float]] = {k: [] for k in models}
+    cpu_tps: dict[str, list[float]] = {k: [] for k in models}
     for _ in range(rounds):
-        for name, (m, opt) in models.items():
-            wall, cpu, n = _measure(m, opt, batches, sft_step)
+        for name, (m, opt, step) in models.items():
+            wall, cpu, n = _measure(m, opt, batches, step)
             tps[name].append(n / wall)
             cpu_tps[name].append(n / cpu)
     med = {k: statistics.median(v) for k, v in tps.items()}
     cpu_med = {k: statistics.median(v) for k, v in cpu_tps.items()}
+    moe, hf = models["moe"][0], models["hf_qwen3moe"][0]
     return {
         "moe_tokens_per_s": med["moe"], "dense_tokens_per_s": med["dense"],
         "moe_over_dense": med["moe"] / med["dense"],
         "moe_over_dense_cpu_time": cpu_med["moe"] / cpu_med["dense"],
-        "moe_params_total": models["moe"][0].num_params(),
-        "moe_params_active": models["moe"][0].num_params(active=True),
+        "moe_grouped_tokens_per_s": med["moe_grouped"],
+        "grouped_over_loop": med["moe_grouped"] / med["moe"],
+        "grouped_over_loop_cpu_time": cpu_med["moe_grouped"] / cpu_med["moe"],
+        "hf_qwen3moe_tokens_per_s": med["hf_qwen3moe"],
+        "hf_qwen3moe_over_toy_moe": med["hf_qwen3moe"] / med["moe"],
+        "hf_qwen3moe_params_total": sum(p.numel() for p in hf.parameters()),
+        "hf_qwen3moe_params_active": _hf_active(hf),
+        "hf_qwen3moe_experts_implementation": hf.config._experts_implementation,
+        "hf_qwen3moe_step": "SFT step (CE on answer tokens + router aux loss), same batches as "
+        "the toy; the RL recipe takes only the toy on this branch",
+        "moe_params_total": moe.num_params(),
+        "moe_params_active": moe.num_params(active=True),
         "dense_params": models["dense"][0].num_params(),
         "rounds": rounds, "steps_per_round": steps, "batch_size": batch_size, "threads": threads,
         "load_average_1m": _loadavg(),
     }
+
+
+def _hf_active(model) -> int:
+    k, e = model.config.num_experts_per_tok, model.config.num_experts
+    return sum(p.numel() * k // e if ".experts." in n else p.numel()
+               for n, p in model.named_parameters())
 
 
 def _loadavg() -> float:
@@ -85,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     result = run(args.rounds, args.steps, args.batch_size, args.threads)
     for k, v in result.items():
-        print(f"{k:28s} {v:.3f}" if isinstance(v, float) else f"{k:28s} {v}")
+        print(f"{k:36s} {v:.3f}" if isinstance(v, float) else f"{k:36s} {v}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
 

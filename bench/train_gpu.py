@@ -1,82 +1,208 @@
-"""Training throughput and MFU of the GPU-sized MoE (trainer/configs/gpu_h100.json) on one GPU.
+"""Training throughput and MFU on one GPU: an HF-family MoE sized for an H100, and the toy MoE.
 
-bf16 autocast, fused AdamW, random byte sequences of full length (throughput does not depend on
-the data). MFU = achieved model FLOPs / peak bf16 dense FLOPs, with model FLOPs per token =
-6 x active parameters + 12 x layers x d_model x seq_len (attention scores and values, Kaplan /
-PaLM convention). Goal >= 40% on an H100.
+Models, random init (no download): ``olmoe`` is OLMoE-1B-7B-shaped (d 2048, 64 experts top-8,
+expert width 1024, vocab 50304) with 4 of its 16 layers; ``qwen3moe`` is Qwen3-30B-A3B-shaped
+(d 2048, 128 experts top-8, expert width 768, GQA 32/4 heads, vocab 151936) with 4 of its 48
+layers; ``toy`` is trainer/configs/gpu_h100.json (this repo's MoE, grouped-GEMM experts). Built
+from ``transformers`` config classes (SDPA attention, grouped_mm experts). Training: fused AdamW,
+random tokens of full length (throughput does not depend on the data), next-token loss plus the
+router's load-balance loss. Precision: the toy runs bf16 autocast over fp32 weights; the HF models
+hold bf16 weights (``--hf-weights``), because transformers' grouped_mm casts its input to the
+weights' dtype, so fp32 weights would run the experts in fp32 (torch's slow fallback, a host sync).
 
-    .venv/bin/python bench/train_gpu.py [--batch 16 --steps 20 --peak-tflops 989]
+MFU = 6 x N_active x tokens/s / peak, with N_active the parameters one token multiplies (top-k of
+the experts, the LM head; not the input embeddings, a lookup) and the peak the H100 SXM bf16 dense
+figure, 989 TFLOP/s (``--peak-tflops`` for another GPU). ``mfu_incl_attention`` adds the
+attention term 12 x layers x d_attn x seq_len per token (PaLM's convention). Goal >= 40%.
 
-Writes bench/results/train_gpu.json (or, without CUDA, a record saying it was skipped).
+    .venv/bin/python bench/train_gpu.py [--models olmoe,toy --batch 8 --seq 2048 --steps 10]
+    .venv/bin/python bench/train_gpu.py --smoke      # tiny shapes on the CPU: the code path only
+
+Writes bench/results/train_gpu.json (top level: the first HF model's ``model``, ``tokens_per_s``,
+``mfu``; every model under ``runs``). Without CUDA it says so and writes nothing; ``--smoke``
+never writes. Left out: torch.compile by default (``--compile``), activation checkpointing, FP8.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "train_gpu.json"
-CONFIG = Path(__file__).parents[1] / "trainer" / "configs" / "gpu_h100.json"
+TOY_CONFIG = Path(__file__).parents[1] / "trainer" / "configs" / "gpu_h100.json"
+H100_SXM_BF16_DENSE_TFLOPS = 989.0
+
+HF_SHAPES: dict[str, tuple[str, dict]] = {
+    "olmoe": ("olmoe", dict(
+        hidden_size=2048, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=16,
+        num_key_value_heads=16, num_experts=64, num_experts_per_tok=8, vocab_size=50304,
+        max_position_embeddings=4096)),
+    "qwen3moe": ("qwen3_moe", dict(
+        hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+        num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+        num_experts=128, num_experts_per_tok=8, vocab_size=151936, norm_topk_prob=True,
+        max_position_embeddings=4096)),
+}
+SMOKE_OVERRIDES = dict(hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=16, num_experts=8, num_experts_per_tok=2, vocab_size=512)
 
 
-def model_flops_per_token(active_params: int, n_layers: int, d_model: int, seq_len: int) -> float:
-    return 6.0 * active_params + 12.0 * n_layers * d_model * seq_len
+def hf_moe(name: str, smoke: bool = False):
+    """A random-init HF MoE causal LM of the named shape (``HF_SHAPES``)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model_type, shape = HF_SHAPES[name]
+    if smoke:
+        shape = {**shape, **{k: v for k, v in SMOKE_OVERRIDES.items() if k in shape},
+                 "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}
+    cfg = AutoConfig.for_model(model_type, **shape, output_router_logits=True)
+    return AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
 
 
-def run(batch: int, steps: int, warmup: int, peak_tflops: float, compile_model: bool) -> dict:
+def hf_active_params(model) -> int:
+    """Parameters one token multiplies: experts count top_k / n_experts, input embeddings not."""
+    cfg = model.config
+    k, e = cfg.num_experts_per_tok, cfg.num_experts
+    total = 0
+    for name, p in model.named_parameters():
+        if p is model.get_input_embeddings().weight:
+            continue
+        total += p.numel() * k // e if ".experts." in name else p.numel()
+    return total
+
+
+def toy_active_params(model) -> int:
+    embeddings = model.tok_emb.weight.numel() + model.pos_emb.weight.numel()
+    return model.num_params(active=True) - embeddings
+
+
+def _step_fn(kind: str, model, opt, device, vocab: int):
     import torch
+    import torch.nn.functional as F
 
-    from policy.toy.model import MoEConfig, MoETransformer
-
-    if not torch.cuda.is_available():
-        return {"skipped": "no CUDA device available"}
-    cfg = MoEConfig.model_validate_json(CONFIG.read_text())
-    torch.manual_seed(0)
-    model = MoETransformer(cfg).cuda().train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    step_fn = torch.compile(model) if compile_model else model
-    t = cfg.max_seq_len
-    x = torch.randint(0, 256, (batch, t), device="cuda")
-    for i in range(warmup + steps):
-        if i == warmup:
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = step_fn(x[:, :-1])
-            loss = torch.nn.functional.cross_entropy(
-                out.logits.reshape(-1, cfg.vocab_size), x[:, 1:].reshape(-1)) + out.aux_loss
+    def step(x):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            if kind == "hf":
+                loss = model(input_ids=x, labels=x).loss  # includes router_aux_loss_coef x aux
+            else:
+                out = model(x[:, :-1])
+                loss = F.cross_entropy(out.logits.reshape(-1, vocab), x[:, 1:].reshape(-1))
+                loss = loss + out.aux_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    torch.cuda.synchronize()
+    return step
+
+
+def measure(name: str, *, batch: int, seq: int, steps: int, warmup: int, peak_tflops: float,
+            compile_model: bool, smoke: bool, hf_weights: str = "bf16") -> dict:
+    """Train ``name`` for warmup + steps steps; tokens/s over the timed steps and MFU."""
+    import torch
+
+    device = torch.device("cpu" if smoke else "cuda")
+    torch.manual_seed(0)
+    if name == "toy":
+        from policy.toy.model import MoEConfig, MoETransformer
+
+        cfg = MoEConfig.model_validate_json(TOY_CONFIG.read_text())
+        if smoke:
+            cfg = cfg.model_copy(update=dict(d_model=64, n_layers=2, d_ff=64, n_heads=4))
+        seq = min(seq, cfg.max_seq_len)
+        model, kind, vocab = MoETransformer(cfg), "toy", cfg.vocab_size
+        n_active, layers, d_attn = toy_active_params(model), cfg.n_layers, cfg.d_model
+    else:
+        model, kind = hf_moe(name, smoke), "hf"
+        c = model.config
+        vocab, n_active, layers = c.vocab_size, hf_active_params(model), c.num_hidden_layers
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        d_attn = c.num_attention_heads * head_dim
+    if kind == "hf" and hf_weights == "bf16" and not smoke:
+        model = model.to(torch.bfloat16)
+    model = model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    run = torch.compile(model) if compile_model else model
+    step = _step_fn(kind, run, opt, device, vocab)
+    x = torch.randint(0, min(vocab, 256 if kind == "toy" else vocab), (batch, seq), device=device)
+    for _ in range(warmup):
+        step(x)
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step(x)
+    _sync(device)
     seconds = time.perf_counter() - start
-    tokens = steps * batch * (t - 1)
-    tps = tokens / seconds
-    flops = model_flops_per_token(model.num_params(active=True), cfg.n_layers, cfg.d_model, t - 1)
+    tokens_per_step = batch * (seq - 1 if kind == "toy" else seq)
+    tps = steps * tokens_per_step / seconds
+    peak = peak_tflops * 1e12
     return {
-        "device": torch.cuda.get_device_name(), "tokens_per_s": tps,
-        "mfu": tps * flops / (peak_tflops * 1e12), "peak_tflops": peak_tflops,
-        "params_total": model.num_params(), "params_active": model.num_params(active=True),
-        "batch": batch, "seq_len": t - 1, "steps": steps, "compiled": compile_model,
-        "max_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "model": name if kind == "toy" else f"{name} ({model.config.model_type}, "
+        f"{layers} layers, random init)",
+        "tokens_per_s": tps, "mfu": 6.0 * n_active * tps / peak,
+        "mfu_incl_attention": (6.0 * n_active + 12.0 * layers * d_attn * seq) * tps / peak,
+        "params_total": sum(p.numel() for p in model.parameters()), "params_active": n_active,
+        "batch": batch, "seq_len": seq, "steps": steps, "warmup": warmup,
+        "compiled": compile_model, "max_memory_gib": _max_memory_gib(device),
+        "weights": str(next(model.parameters()).dtype).removeprefix("torch."),
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _max_memory_gib(device) -> float | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--models", default="olmoe,toy", help="comma list of olmoe, qwen3moe, toy")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=2048, help="sequence length (toy: its max)")
+    p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--peak-tflops", type=float, default=989.0, help="H100 SXM bf16 dense")
+    p.add_argument("--peak-tflops", type=float, default=H100_SXM_BF16_DENSE_TFLOPS,
+                   help="bf16 dense peak of the GPU (default: H100 SXM, 989)")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--hf-weights", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU; writes nothing")
     args = p.parse_args(argv)
-    result = run(args.batch, args.steps, args.warmup, args.peak_tflops, args.compile)
-    print(json.dumps(result, indent=2))
+    import torch
+
+    if not args.smoke and not torch.cuda.is_available():
+        print("train_gpu: skipped, no CUDA device (torch.cuda.is_available() is False); "
+              "nothing written. --smoke runs the code path on the CPU.", file=sys.stderr)
+        return 0
+    kw = dict(batch=2, seq=32, steps=1, warmup=1) if args.smoke else dict(
+        batch=args.batch, seq=args.seq, steps=args.steps, warmup=args.warmup)
+    runs = [measure(m.strip(), peak_tflops=args.peak_tflops, compile_model=args.compile,
+                    smoke=args.smoke, hf_weights=args.hf_weights, **kw)
+            for m in args.models.split(",")]
+    for r in runs:
+        print(f"{r['model']:48s} {r['tokens_per_s']:12.0f} tok/s  MFU {r['mfu']:.1%} "
+              f"(incl. attention {r['mfu_incl_attention']:.1%})")
+    if args.smoke:
+        return 0
+    head = next((r for r in runs if r["model"] != "toy"), runs[0])
+    result = {"model": head["model"], "tokens_per_s": head["tokens_per_s"], "mfu": head["mfu"],
+              "peak_tflops": args.peak_tflops, "peak": "H100 SXM bf16 dense 989 TFLOP/s"
+              if args.peak_tflops == H100_SXM_BF16_DENSE_TFLOPS else "user-given",
+              "device": torch.cuda.get_device_name(),
+              "precision": "bf16 autocast; each run's weights dtype under runs",
+              "runs": runs}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -61,7 +61,7 @@ class BehaviourLogger:
         self.spool = spool
         self.send_timeout_s = send_timeout_s
         self.stats = LoggerStats()
-        self._queue: queue.Queue[tuple[str, bytes, KafkaEvent]] = queue.Queue(queue_max)
+        self._queue: queue.Queue[tuple[str, bytes, KafkaEvent, int | None]] = queue.Queue(queue_max)
         self._stop = threading.Event()
         self._producer = None
         self._retry_at = 0.0
@@ -71,10 +71,16 @@ class BehaviourLogger:
         self._thread.start()
 
     # -- request side -------------------------------------------------------------------------
-    def submit(self, topic: str, key: str, event: KafkaEvent) -> bool:
-        """Queue one event without blocking; False if the queue was full (counted as dropped)."""
+    def submit(
+        self, topic: str, key: str, event: KafkaEvent, timestamp_ms: int | None = None
+    ) -> bool:
+        """Queue one event without blocking; False if the queue was full (counted as dropped).
+
+        ``timestamp_ms`` sets the Kafka record's timestamp (signals: their event time); None lets
+        the producer stamp the send time.
+        """
         try:
-            self._queue.put_nowait((topic, key.encode(), event))
+            self._queue.put_nowait((topic, key.encode(), event, timestamp_ms))
         except queue.Full:
             self.stats.dropped_queue_full += 1
             return False
@@ -132,7 +138,10 @@ class BehaviourLogger:
                 items.append(self._queue.get_nowait())
         except queue.Empty:
             pass
-        return [(topic, key, event.to_json()) for topic, key, event in items]
+        return [
+            (topic, key, event.to_json()) + (() if ts is None else (ts,))
+            for topic, key, event, ts in items
+        ]
 
     def _to_spool(self, records: list[Record]) -> None:
         written = self.spool.append(records)
@@ -190,8 +199,12 @@ class BehaviourLogger:
 
         futures = []
         try:
-            for topic, key, value in records:
-                futures.append(self._producer.send(topic, key=key, value=value))
+            for topic, key, value, *ts in records:
+                futures.append(
+                    self._producer.send(
+                        topic, key=key, value=value, timestamp_ms=ts[0] if ts else None
+                    )
+                )
             self._producer.flush(timeout=self.send_timeout_s + 2.0)
         except KafkaError as exc:
             self._down(exc)

@@ -1,4 +1,5 @@
-"""FastAPI dependencies as ``Annotated`` aliases: settings, model host, logger, metrics, admin.
+"""FastAPI dependencies as ``Annotated`` aliases: settings, model host, engine, logger, metrics,
+admin.
 
 Everything lives on ``app.state`` (set by deploy.server.create_app), so nothing is global and two
 apps in one process do not share state.
@@ -15,6 +16,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from deploy.behaviour_log import BehaviourLogger
+from deploy.engines.base import Engine
 from deploy.metrics import ServerMetrics
 from deploy.model_host import ModelHost
 from deploy.settings import ServerSettings
@@ -38,6 +40,10 @@ def get_metrics(request: Request) -> ServerMetrics:
     return request.app.state.metrics
 
 
+def get_engine(request: Request) -> Engine:
+    return request.app.state.engine
+
+
 def require_admin(
     settings: Annotated[ServerSettings, Depends(get_settings)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -59,3 +65,4 @@ HostDep = Annotated[ModelHost, Depends(get_host)]
 LoggerDep = Annotated[BehaviourLogger | None, Depends(get_logger)]
 MetricsDep = Annotated[ServerMetrics, Depends(get_metrics)]
 AdminDep = Annotated[None, Depends(require_admin)]
+EngineDep = Annotated[Engine, Depends(get_engine)]

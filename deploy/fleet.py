@@ -62,6 +62,8 @@ class Fleet:
     admin_token: str
     workdir: Path
     reload_log: list[ReloadResult] = field(default_factory=list)
+    api_keys_path: Path | None = None
+    """Client-key store shared by the replicas (default ``workdir/api_keys.json``)."""
 
     @property
     def urls(self) -> list[str]:
@@ -83,13 +85,26 @@ class Fleet:
         name: str = "replica",
         ready_timeout_s: float = 180.0,
         extra_env: dict[str, str] | None = None,
+        signal_max_skew_s: float | None = None,
+        port: int | None = None,
+        api_keys_path: Path | None = None,
     ) -> Fleet:
-        """Start ``n_replicas`` replicas of ``model_name`` (``version`` pinned, else ``alias``)."""
+        """Start ``n_replicas`` replicas of ``model_name`` (``version`` pinned, else ``alias``).
+
+        The replicas share one client-key store, ``api_keys_path`` (default
+        ``workdir/api_keys.json``; give two fleets the same one to share keys).
+        ``signal_max_skew_s``: how far a signal's ``created`` may be from the receive time (a
+        simulator compressing time needs more than its longest delay). ``port``: bind the single
+        replica there instead of a free port.
+        """
         if n_replicas < 1:
             raise ValueError(f"n_replicas must be >= 1, got {n_replicas}")
+        if port is not None and n_replicas != 1:
+            raise ValueError("port can only be given for a single replica")
         workdir = Path(workdir).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
-        fleet = cls([], admin_token, workdir)
+        keys = Path(api_keys_path or workdir / "api_keys.json").resolve()
+        fleet = cls([], admin_token, workdir, api_keys_path=keys)
         try:
             for i in range(n_replicas):
                 env = {
@@ -100,16 +115,28 @@ class Fleet:
                     "RATCHET_LOCAL_MODE": "true" if local_mode else "false",
                     "RATCHET_SPOOL_DIR": str(workdir / "spool"),
                     "RATCHET_CACHE_DIR": str(workdir / "model-cache"),
+                    "RATCHET_API_KEYS_PATH": str(keys),
+                    **(
+                        {"RATCHET_SIGNAL_MAX_SKEW_S": str(signal_max_skew_s)}
+                        if signal_max_skew_s is not None
+                        else {}
+                    ),
                     **({"RATCHET_KAFKA_BOOTSTRAP": bootstrap} if bootstrap else {}),
                     **({"RATCHET_VERSION": str(version)} if version else {}),
                     **(extra_env or {}),
                 }
-                fleet.replicas.append(_spawn(f"{name}-{i}", workdir, env))
+                fleet.replicas.append(_spawn(f"{name}-{i}", workdir, env, port=port))
             fleet.wait_ready(timeout_s=ready_timeout_s)
         except BaseException:
             fleet.stop()
             raise
         return fleet
+
+    def create_api_key(self, name: str) -> str:
+        """A new client key of the signals API, valid on every replica of this fleet."""
+        from deploy.api_keys import ApiKeyStore
+
+        return ApiKeyStore(self.api_keys_path or self.workdir / "api_keys.json").create(name)[1]
 
     # -- readiness ----------------------------------------------------------------------------
     def wait_ready(self, *, timeout_s: float = 180.0, version: int | None = None) -> None:
@@ -170,9 +197,13 @@ class Fleet:
 
 
 def _spawn(
-    replica_id: str, workdir: Path, env: dict[str, str], module: str = "deploy.serve_main"
+    replica_id: str,
+    workdir: Path,
+    env: dict[str, str],
+    module: str = "deploy.serve_main",
+    port: int | None = None,
 ) -> Replica:
-    port = free_port()
+    port = port or free_port()
     log_path = workdir / f"{replica_id}.log"
     full_env = {
         **os.environ,

@@ -38,6 +38,13 @@ class _LiveCollector(Collector):
         )
         version.add_metric([self.replica], current.version if current else 0)
         yield version
+        failed = GaugeMetricFamily(
+            "ratchet_model_load_failed",
+            "1 while the last load or reload failed (the error is in /readyz).",
+            labels=["replica"],
+        )
+        failed.add_metric([self.replica], 1 if self.host.load_error else 0)
+        yield failed
         if self.logger is None:
             return
         s = self.logger.stats
@@ -91,6 +98,10 @@ class ServerMetrics:
             registry=r,
         )
         self.reloads = Counter("ratchet_model_reloads", "Model reloads.", ["result"], registry=r)
+        self.signals = Counter(
+            "ratchet_signals", "Signals API calls by kind and result.", ["kind", "result"],
+            registry=r,
+        )
 
     def attach(self, logger: BehaviourLogger | None, host: ModelHost) -> None:
         self.registry.register(_LiveCollector(logger, host, self.replica))

@@ -1,9 +1,13 @@
 """The model a replica serves, loaded by registry version, swapped atomically on reload.
 
-``ModelHost.load(version)`` downloads the checkpoint directory from MLflow
-(runtime.registry.download_checkpoint), builds the model from safetensors (never unpickles), and
-only then replaces the served model — a request holds a reference to the ``ServedModel`` it started
-with, so a swap never disturbs a request in flight.
+``ModelHost.load(version)`` checks that the version exists (LookupError if not), downloads the
+checkpoint directory from MLflow (runtime.registry.download_checkpoint), builds the model from
+safetensors (never unpickles), checks it — every tensor the shape ``config.json`` implies
+(strict load) and every floating-point weight finite — and only then replaces the served model.
+A version that fails the checks is refused with ``ModelLoadError``: the previous model keeps
+serving and the error stays in ``load_error`` (``/readyz``, ``/metrics``) until a load succeeds.
+A request holds a reference to the ``ServedModel`` it started with, so a swap never disturbs a
+request in flight.
 
 Deliberately left out: deciding which version to serve (the fleet, the rollout controller).
 """
@@ -19,6 +23,10 @@ from runtime import registry
 
 if TYPE_CHECKING:
     from policy.toy.model import MoETransformer
+
+
+class ModelLoadError(ValueError):
+    """A checkpoint that downloads but must not be served (mis-shaped or non-finite weights)."""
 
 
 @dataclass(frozen=True)
@@ -52,17 +60,53 @@ class ModelHost:
         return version
 
     def load(self, version: int) -> ServedModel:
-        """Download and build ``version`` fully, then swap it in; returns the new served model."""
-        from policy.toy.checkpoint import load_checkpoint
+        """Download, build and check ``version``, then swap it in; returns the new served model.
 
+        Raises LookupError (no such version) or ModelLoadError (refused); either way the previous
+        model keeps serving and ``load_error`` names the version and the reason.
+        """
         with self._load_lock:
             if self._current is not None and self._current.version == version:
                 return self._current
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            directory = registry.download_checkpoint(
-                self.tracking_uri, self.model_name, version, self.cache_dir
-            )
-            served = ServedModel(load_checkpoint(directory), version)
+            try:
+                served = ServedModel(self._build(version), version)
+            except Exception as exc:
+                self.load_error = f"version {version}: {type(exc).__name__}: {exc}"[:2000]
+                raise
             self._current = served
             self.load_error = None
             return served
+
+    def _build(self, version: int) -> MoETransformer:
+        if not registry.version_exists(self.tracking_uri, self.model_name, version):
+            raise LookupError(f"version {version} of model {self.model_name!r} does not exist")
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        directory = registry.download_checkpoint(
+            self.tracking_uri, self.model_name, version, self.cache_dir
+        )
+        return load_checked(directory)
+
+
+def load_checked(directory: Path) -> MoETransformer:
+    """Build the checkpoint in ``directory``; ModelLoadError if its weights cannot be served."""
+    import torch
+    from safetensors import SafetensorError
+
+    from policy.toy.checkpoint import load_checkpoint
+
+    try:
+        model = load_checkpoint(directory)
+    except (RuntimeError, ValueError, KeyError, SafetensorError) as exc:  # shape, keys, config
+        first = str(exc).strip().splitlines()
+        raise ModelLoadError(
+            f"weights do not match config.json: {' '.join(first[:4])[:600]}"
+        ) from exc
+    bad = [
+        name
+        for name, t in model.state_dict().items()
+        if t.is_floating_point() and not bool(torch.isfinite(t).all())
+    ]
+    if bad:
+        more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
+        raise ModelLoadError(f"non-finite weights in {', '.join(bad[:3])}{more}")
+    return model

@@ -1,10 +1,18 @@
 """A router in front of two replica groups, stable and canary: weighted, sticky per conversation.
 
-A conversation's bucket is a hash of its id in [0, 1); it goes to the canary iff the bucket is below
+Both OpenAI endpoints (``/v1/completions``, ``/v1/chat/completions``) are proxied, streams
+included; the conversation id is the ``X-Conversation-Id`` header, else ``metadata.conversation_id``
+(or the legacy body field), else a generated one that is forwarded. A conversation's bucket is a
+hash of its id in [0, 1); it goes to the canary iff the bucket is below
 the canary weight. Raising the weight only moves conversations *to* the canary, so a conversation
 never flips back and forth during a rollout, and the split is deterministic for a given weight.
 Within a group, requests go round-robin. Every routed request is written to a ``RequestLedger``
 (event time, arm, ok, latency) that the rollout controller reads per window via ``/admin/stats``.
+
+Signals (``/v1/feedback``, ``/v1/edits``, ``/v1/followups``) go to the replica that served the
+response they name: the router remembers ``response id -> replica`` from each completion it
+routes (bounded), and for an id it does not know (served before a router restart, or streamed)
+it asks each replica in turn until one does not answer 404.
 
 ``create_router_app(...)`` builds the app; ``RouterSettings`` + ``python -m deploy.router`` run it;
 ``RouterClient`` is what the rollout controller talks to.
@@ -19,18 +27,21 @@ import hashlib
 import json
 import threading
 import time
+import uuid
 from collections import deque
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 import httpx
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, Response, status
+from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from starlette.background import BackgroundTask
 
 from deploy.judge import ArmSamples
-from deploy.settings import DEFAULT_ADMIN_TOKEN
+from deploy.settings import DEFAULT_ADMIN_TOKEN, MIN_PUBLIC_TOKEN_CHARS, is_loopback
 
 Arm = Literal["stable", "canary"]
 
@@ -84,12 +95,34 @@ class GroupsBody(BaseModel):
     canary_urls: list[str] = Field(default_factory=list, description="Replica URLs of the canary.")
 
 
+class _ResponseOwners:
+    """Bounded ``response_id -> replica url`` of completions routed here (oldest forgotten)."""
+
+    def __init__(self, max_entries: int = 200_000) -> None:
+        from collections import OrderedDict
+
+        self._items: OrderedDict[str, str] = OrderedDict()
+        self._max = max_entries
+        self._lock = threading.Lock()
+
+    def record(self, response_id: str, url: str) -> None:
+        with self._lock:
+            self._items[response_id] = url
+            while len(self._items) > self._max:
+                self._items.popitem(last=False)
+
+    def get(self, response_id: str) -> str | None:
+        with self._lock:
+            return self._items.get(response_id)
+
+
 class _State:
     def __init__(self, stable: list[str], canary: list[str], weight: float, token: str) -> None:
         self.groups: dict[Arm, list[str]] = {"stable": list(stable), "canary": list(canary)}
         self.canary_weight = weight
         self.token = token
         self.ledger = RequestLedger()
+        self.owners = _ResponseOwners()
         self.counts: dict[tuple[Arm, int], int] = {}
         self._rr = {"stable": 0, "canary": 0}
 
@@ -132,35 +165,131 @@ public = APIRouter()
 admin = APIRouter(prefix="/admin")
 
 
-@public.post("/v1/completions")
-async def route_completion(request: Request, state: StateDep) -> Response:
+def _conversation_id(request: Request, body: bytes) -> str:
+    """Header ``X-Conversation-Id``, else ``metadata.conversation_id`` or the legacy body field,
+    else a generated id (forwarded to the replica, which returns it to the client)."""
+    header = request.headers.get("x-conversation-id")
+    if header:
+        return header
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        meta = data.get("metadata")
+        value = (meta.get("conversation_id") if isinstance(meta, dict) else None) or data.get(
+            "conversation_id"
+        )
+        if isinstance(value, str) and value:
+            return value
+    return f"conv-{uuid.uuid4().hex}"
+
+
+def _wants_stream(body: bytes) -> bool:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("stream") is True
+
+
+async def _forward(request: Request, state: _State, path: str) -> Response:
     body = await request.body()
-    try:
-        conversation_id = str(json.loads(body)["conversation_id"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, "body must be JSON with a conversation_id"
-        ) from exc
+    conversation_id = _conversation_id(request, body)
     arm, url = state.pick(conversation_id)
+    headers = {"content-type": "application/json", "x-conversation-id": conversation_id}
+    if auth := request.headers.get("authorization"):
+        headers["authorization"] = auth
     when, start = datetime.now(UTC), time.perf_counter()
+    client: httpx.AsyncClient = request.app.state.client
     try:
-        upstream = await request.app.state.client.post(
-            f"{url}/v1/completions", content=body, headers={"content-type": "application/json"}
+        upstream = await client.send(
+            client.build_request("POST", f"{url}{path}", content=body, headers=headers),
+            stream=True,
         )
     except httpx.TransportError:
         state.ledger.record(when, arm, False, (time.perf_counter() - start) * 1000.0)
         state.counts[(arm, 502)] = state.counts.get((arm, 502), 0) + 1
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"{arm} upstream unreachable") from None
+    key = (arm, upstream.status_code)
+    state.counts[key] = state.counts.get(key, 0) + 1
+    out_headers = {"x-ratchet-arm": arm}
+    for name in ("x-conversation-id", "x-ratchet-response-ids", "x-ratchet-replica"):
+        if name in upstream.headers:
+            out_headers[name] = upstream.headers[name]
+    media = upstream.headers.get("content-type")
+    if upstream.status_code == 200:
+        _remember_owners(state, upstream, url)
+    if upstream.status_code == 200 and _wants_stream(body):
+        state.ledger.record(when, arm, True, (time.perf_counter() - start) * 1000.0)
+        return StreamingResponse(
+            upstream.aiter_raw(),
+            200,
+            media_type=media,
+            headers=out_headers,
+            background=BackgroundTask(upstream.aclose),
+        )
+    content = await upstream.aread()
+    await upstream.aclose()
     latency_ms = (time.perf_counter() - start) * 1000.0
     if upstream.status_code < 400 or upstream.status_code >= 500:  # 4xx: the caller's fault
         state.ledger.record(when, arm, upstream.status_code < 500, latency_ms)
-    key = (arm, upstream.status_code)
-    state.counts[key] = state.counts.get(key, 0) + 1
+    return Response(content, upstream.status_code, media_type=media, headers=out_headers)
+
+
+def _remember_owners(state: _State, upstream: httpx.Response, url: str) -> None:
+    """Which replica served each response id (the replica's X-Ratchet-Response-Ids header, so
+    streams count too), for routing signals back to it."""
+    ids = upstream.headers.get("x-ratchet-response-ids")
+    if not ids:
+        return
+    for response_id in ids.split(","):
+        state.owners.record(response_id, url)
+
+
+@public.post("/v1/completions")
+async def route_completion(request: Request, state: StateDep) -> Response:
+    return await _forward(request, state, "/v1/completions")
+
+
+@public.post("/v1/chat/completions")
+async def route_chat_completion(request: Request, state: StateDep) -> Response:
+    return await _forward(request, state, "/v1/chat/completions")
+
+
+@public.post("/v1/feedback")
+@public.post("/v1/edits")
+@public.post("/v1/followups")
+async def route_signal(request: Request, state: StateDep) -> Response:
+    """Forward a signal (body and API key unchanged) to the replica that served its response."""
+    body = await request.body()
+    try:
+        response_id = str(json.loads(body)["response_id"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, "response_id: body must be JSON with one"
+        ) from exc
+    headers = {"content-type": "application/json"}
+    if auth := request.headers.get("authorization"):
+        headers["authorization"] = auth
+    owner = state.owners.get(response_id)
+    candidates = [owner] if owner else state.groups["stable"] + state.groups["canary"]
+    upstream = None
+    for url in candidates:
+        try:
+            upstream = await request.app.state.client.post(
+                f"{url}{request.url.path}", content=body, headers=headers
+            )
+        except httpx.TransportError:
+            continue
+        if upstream.status_code != 404:
+            state.owners.record(response_id, url)
+            break
+    if upstream is None:
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, "no replica reachable")
     return Response(
-        upstream.content,
-        upstream.status_code,
-        media_type=upstream.headers.get("content-type"),
-        headers={"x-ratchet-arm": arm},
+        upstream.content, upstream.status_code, media_type=upstream.headers.get("content-type"),
+        headers={k: v for k, v in upstream.headers.items() if k.lower() == "www-authenticate"},
     )
 
 
@@ -256,8 +385,16 @@ class RouterSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _refuse_default_token(self) -> RouterSettings:
-        if self.admin_token.get_secret_value() == DEFAULT_ADMIN_TOKEN and not self.local_mode:
+        token = self.admin_token.get_secret_value()
+        if token == DEFAULT_ADMIN_TOKEN and not self.local_mode:
             raise ValueError("admin_token is the default; set RATCHET_ROUTER_ADMIN_TOKEN")
+        if not is_loopback(self.host) and (
+            token == DEFAULT_ADMIN_TOKEN or len(token) < MIN_PUBLIC_TOKEN_CHARS
+        ):
+            raise ValueError(
+                f"admin_token must be a non-default secret of at least {MIN_PUBLIC_TOKEN_CHARS} "
+                f"characters when host={self.host!r} is not loopback"
+            )
         return self
 
 

@@ -3,7 +3,10 @@
 At start-up a background thread resolves the configured alias (or pinned version) in the MLflow
 registry, downloads the checkpoint and builds the model; ``/readyz`` answers 503 until then, and the
 thread retries while the registry or the alias is not there yet. Requests are served by
-deploy/routes/, behaviour events go through deploy/behaviour_log.py.
+deploy/routes/ (the OpenAI-compatible API in deploy/routes/completions.py) and sampled by the
+engine the settings name (deploy/engines/); behaviour events go through deploy/behaviour_log.py.
+Signals about served responses (deploy/routes/signals.py) are checked against
+``app.state.responses`` and authenticated by the client keys in ``app.state.api_keys``.
 
 Run one replica with ``python -m deploy.serve_main`` (reads ``RATCHET_*`` variables).
 
@@ -19,10 +22,14 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from deploy import errors
+from deploy.api_keys import ApiKeyStore
 from deploy.behaviour_log import BehaviourLogger
+from deploy.engines import make_engine
 from deploy.metrics import MetricsMiddleware, ServerMetrics
 from deploy.model_host import ModelHost
-from deploy.routes import admin, completions, health, metrics
+from deploy.responses import ResponseMemory
+from deploy.routes import admin, completions, health, keys, metrics, signals
 from deploy.settings import ServerSettings
 from deploy.spool import Spool
 
@@ -44,12 +51,17 @@ class _InitialLoad:
         while not self.stop.is_set() and self.host.current is None:
             try:
                 version = self.settings.version or self.host.resolve(self.settings.alias)
-                self.host.load(version)
-                log.info("replica %s serves version %d", self.settings.replica_id, version)
-                return
             except (LookupError, MlflowException, OSError) as exc:
                 self.host.load_error = f"{type(exc).__name__}: {exc}"
-                log.warning("initial load failed (%s); retrying in %.1fs", exc, delay)
+                log.warning("no version to load (%s); retrying in %.1fs", exc, delay)
+            else:
+                try:
+                    self.host.load(version)
+                    log.info("replica %s serves version %d", self.settings.replica_id, version)
+                    return
+                except Exception:  # noqa: BLE001  (recorded in host.load_error, shown in /readyz)
+                    log.warning("loading version %d failed (%s); retrying in %.1fs",
+                                version, self.host.load_error, delay)
             self.stop.wait(delay)
             delay = min(delay * 2, 5.0)
 
@@ -64,10 +76,12 @@ def create_app(settings: ServerSettings) -> FastAPI:
         torch.set_num_threads(settings.torch_threads)
         loader = _InitialLoad(app.state.host, settings)
         loader.thread.start()
+        app.state.engine.start()
         try:
             yield
         finally:
             loader.stop.set()
+            app.state.engine.close()
             if app.state.behaviour_logger is not None:
                 app.state.behaviour_logger.close()
 
@@ -83,11 +97,17 @@ def create_app(settings: ServerSettings) -> FastAPI:
         model_name=settings.model_name,
         cache_dir=settings.cache_dir,
     )
+    app.state.engine = make_engine(settings.engine, app.state.host)
     app.state.behaviour_logger = _make_logger(settings)
     app.state.metrics = ServerMetrics(replica=settings.replica_id)
     app.state.metrics.attach(app.state.behaviour_logger, app.state.host)
-    for module in (completions, health, admin, metrics):
+    app.state.api_keys = ApiKeyStore(settings.api_keys_path)
+    app.state.responses = ResponseMemory(
+        max_entries=settings.response_memory, max_age_s=settings.signal_max_age_s
+    )
+    for module in (completions, signals, health, admin, keys, metrics):
         app.include_router(module.router)
+    errors.install(app)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app
 

@@ -1,8 +1,9 @@
 """Settings of one serving replica, read from ``RATCHET_*`` environment variables.
 
 One typed model (pydantic-settings) with a docstring, bounds and a default on every field. It
-refuses a default admin token unless ``local_mode`` is on, so a replica reachable from anywhere
-cannot be reloaded by whoever reads this file.
+refuses a default admin token unless ``local_mode`` is on, and a default or short (< 16 characters)
+one whenever the bind address is not loopback — ``local_mode`` included — so a replica reachable
+from other machines cannot be reloaded by whoever reads this file or guesses a short token.
 
 Deliberately left out: the fleet's own settings (deploy/fleet.py takes plain arguments) and the
 router's (deploy/router.py). Importing this module imports neither torch nor mlflow.
@@ -10,12 +11,65 @@ router's (deploy/router.py). Importing this module imports neither torch nor mlf
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_ADMIN_TOKEN = "changethis"
+MIN_PUBLIC_TOKEN_CHARS = 16
+"""Shortest admin token accepted on a non-loopback bind address."""
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` is a loopback address (or ``localhost``): only this machine can connect."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name other than localhost may resolve to anything
+        return False
+
+
+class TorchEngineConfig(BaseModel):
+    """The embedded engine (deploy/engines/torch_engine.py): the served checkpoint in this
+    process, with a dynamic batcher across callers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["torch"] = "torch"
+    max_batch: int = Field(
+        default=32, ge=1, le=256, description="Most sequences decoded together in one batch."
+    )
+    max_wait_ms: float = Field(
+        default=2.0,
+        ge=0.0,
+        le=1000.0,
+        description="How long the batcher waits for more requests after the first one arrives.",
+    )
+
+
+class VllmEngineConfig(BaseModel):
+    """An external vLLM OpenAI server (deploy/engines/vllm_engine.py; contract in ENGINES.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["vllm"] = "vllm"
+    url: str = Field(min_length=1, description="Base URL of the vLLM server, e.g. http://127.0.0.1:8100.")
+    served_model: str = Field(
+        min_length=1, description="The model name vLLM serves (its --served-model-name or path)."
+    )
+    timeout_s: float = Field(default=120.0, gt=0.0, description="Per-request timeout.")
+    teacher_forced_experts: bool = Field(
+        default=True,
+        description="Recompute routed experts with a teacher-forced pass of the checkpoint this "
+        "replica loaded (vLLM's CPU build does not return them); off: source 'none'.",
+    )
+
+
+EngineConfig = Annotated[TorchEngineConfig | VllmEngineConfig, Field(discriminator="type")]
 
 
 class ServerSettings(BaseSettings):
@@ -88,8 +142,35 @@ class ServerSettings(BaseSettings):
         default=Path("runs/model-cache"),
         description="Where downloaded checkpoints are kept (one folder per version).",
     )
+    engine: EngineConfig = Field(
+        default_factory=TorchEngineConfig,
+        description="Which engine samples: 'torch' (embedded, default) or 'vllm' (external); "
+        'from the environment as JSON, e.g. RATCHET_ENGINE=\'{"type": "torch", "max_batch": 16}\'.',
+    )
     torch_threads: int = Field(
         default=1, ge=1, le=64, description="torch intra-op threads of this replica."
+    )
+    api_keys_path: Path = Field(
+        default=Path("runs/api_keys.json"),
+        description="Hashed client API keys of the signals API (deploy/api_keys.py); shared by "
+        "the replicas of a fleet.",
+    )
+    response_memory: int = Field(
+        default=100_000,
+        ge=1,
+        le=10_000_000,
+        description="Served responses remembered for signals; older ones are forgotten first.",
+    )
+    signal_max_age_s: float = Field(
+        default=3600.0,
+        gt=0.0,
+        description="A signal about a response served longer ago than this is refused (404).",
+    )
+    signal_max_skew_s: float = Field(
+        default=300.0,
+        ge=0.0,
+        description="A client-supplied signal ``created`` may differ from the receive time by at "
+        "most this (a simulator compressing time needs more than its longest delay).",
     )
     test_extra_latency_ms: dict[int, float] = Field(
         default_factory=dict,
@@ -107,4 +188,16 @@ class ServerSettings(BaseSettings):
             )
         if not self.admin_token.get_secret_value():
             raise ValueError("admin_token must not be empty")
+        return self
+
+    @model_validator(mode="after")
+    def _refuse_weak_token_off_loopback(self) -> ServerSettings:
+        if is_loopback(self.host):
+            return self
+        token = self.admin_token.get_secret_value()
+        if token == DEFAULT_ADMIN_TOKEN or len(token) < MIN_PUBLIC_TOKEN_CHARS:
+            raise ValueError(
+                f"admin_token must be a non-default secret of at least {MIN_PUBLIC_TOKEN_CHARS} "
+                f"characters when host={self.host!r} is not loopback (local_mode does not allow it)"
+            )
         return self

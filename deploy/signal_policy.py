@@ -6,7 +6,9 @@ how slow and how long it was, the delayed signals the user will emit:
 - edit persistence at 30/120/300/600 s: a correct answer mostly stays (high score, decaying
   slowly), a wrong, malformed or empty one is reverted (low score, falling fast);
 - a follow-up message: a wrong answer often draws a dissatisfied one, a slow or long correct one
-  sometimes does, otherwise sometimes a neutral one;
+  sometimes does, otherwise sometimes a neutral one; its text is drawn from the paraphrase bank
+  of deploy/followup_texts.py (many wordings per intent, including neutral "no"), and its
+  ``dissatisfied`` flag is the intent's ground truth (ingest only compares it with its detector);
 - sometimes explicit feedback (accept a correct answer, reject a wrong one, with a little noise);
 
 each with a delay in event time. No I/O and no clock: the caller owns the random generator.
@@ -22,17 +24,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from deploy import followup_texts
 from ingest.schema import EDIT_WINDOWS_S
 
-DISSATISFIED_WRONG = (
-    "That's wrong, the tests fail.",
-    "No, that doesn't work. Try again.",
-    "This answer is incorrect.",
-    "That gives the wrong result for my inputs.",
-)
-DISSATISFIED_SLOW = ("That took far too long.", "Why is this so slow?")
-DISSATISFIED_LONG = ("Too long — just give me the expression.", "Please be concise.")
-NEUTRAL = ("Thanks. Next one:", "ok", "Great, that works.", "Now do the same for lists.")
+WRONG_INTENTS = ("wrong", "wrong", "wrong", "misread", "error")
+"""Complaint intents after a wrong answer (weighted by repetition); a malformed one draws
+``error``."""
 
 
 class SignalPolicy(BaseModel):
@@ -128,19 +125,28 @@ def edit_persistence_scores(
     return scores
 
 
-def followup(outcome: Outcome, policy: SignalPolicy, rng: random.Random) -> tuple[str, bool] | None:
-    """(text, dissatisfied) of the user's next message, or None if they say nothing."""
+def followup_intent(outcome: Outcome, policy: SignalPolicy, rng: random.Random) -> str | None:
+    """Intent of the user's next message (deploy/followup_texts.py), or None if they say nothing."""
     if not outcome.passed:
         if rng.random() < policy.p_dissatisfied_wrong:
-            return rng.choice(DISSATISFIED_WRONG), True
+            return "error" if outcome.malformed else rng.choice(WRONG_INTENTS)
     else:
         if outcome.latency_ms > policy.slow_latency_ms and rng.random() < policy.p_annoyed_slow:
-            return rng.choice(DISSATISFIED_SLOW), True
+            return "slow"
         if outcome.completion_tokens > policy.long_tokens and rng.random() < policy.p_annoyed_long:
-            return rng.choice(DISSATISFIED_LONG), True
+            return "long"
     if rng.random() < policy.p_neutral_followup:
-        return rng.choice(NEUTRAL), False
+        return rng.choice(followup_texts.NEUTRAL)
     return None
+
+
+def followup(outcome: Outcome, policy: SignalPolicy, rng: random.Random) -> tuple[str, bool] | None:
+    """(text, dissatisfied) of the user's next message, or None if they say nothing: the text is
+    drawn from the paraphrase bank, ``dissatisfied`` is the intent's ground truth."""
+    intent = followup_intent(outcome, policy, rng)
+    if intent is None:
+        return None
+    return followup_texts.draw(intent, rng), followup_texts.dissatisfied(intent)
 
 
 def feedback(outcome: Outcome, policy: SignalPolicy, rng: random.Random) -> str | None:

@@ -2,13 +2,17 @@
 
 ``UserSimulator.run_round(n)`` sends ``n`` tasks (``tasks.toy.generate_tasks(..., "train")``)
 round-robin over the given URLs (replicas or a router), judges each answer with
-``tasks.toy.check``, and lets deploy/signal_policy.py decide the user's reaction. Each signal's
-event time is the completion's ``created`` + its delay; it is *sent* to Kafka ``delay / speed``
-wall seconds after the answer arrived (``speed=600`` makes ten event-minutes cost one second), by
-one scheduler thread. ``drain()`` waits until every scheduled signal has been sent.
+``tasks.toy.check``, and lets deploy/signal_policy.py decide the user's reaction. The reaction goes
+where an IDE plugin's would: the signals API (deploy/routes/signals.py) of the URL that served the
+completion, over HTTP with a client API key. Each signal's ``created`` is the completion's
+``created`` + its delay; it is *posted* ``delay / speed`` wall seconds after the answer arrived
+(``speed=600`` makes ten event-minutes cost one second), by a few sender threads. Edits are sent
+as text (``edited_texts``: the served text with a share of its characters rewritten so that the
+API's persistence equals the policy's planned score, to within one character); the planned score
+is sent as such only for an empty response. ``drain()`` waits until every signal was posted.
 
-Deliberately left out: the signal policy itself (pure, in deploy/signal_policy.py) and reading
-anything back from Kafka.
+Deliberately left out: the signal policy itself (pure, in deploy/signal_policy.py), retries of
+refused signals (counted in ``signals_failed``), and reading anything back from Kafka.
 """
 
 from __future__ import annotations
@@ -20,16 +24,15 @@ import random
 import statistics
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Self
 
 import httpx
 
 from deploy.signal_policy import Outcome, PlannedSignal, SignalPolicy, plan_signals
-from ingest.schema import TOPICS, EditPersistence, Feedback, Followup
+from runtime.progress import Progress
 from tasks.toy import Task, check, generate_tasks
 
 log = logging.getLogger(__name__)
@@ -58,38 +61,42 @@ class _Served:
     latency_ms: float
     arrived: float
     """time.monotonic() when the answer arrived; signals are due relative to it."""
+    url: str
+    """Where the completion was served (replica or router); its signals go there too."""
 
 
 class _SignalScheduler:
-    """Sends events at their due wall time, in due order, from one thread.
+    """Posts signals to the signals API at their due wall time, in due order, from ``senders``
+    threads (a signal carries its own ``created``, so two in flight at once need no order).
 
-    Each record's Kafka timestamp is the signal's event time: in simulated time the user acts
-    at that moment, and ingest checks event time against the record timestamp (a 600 s signal
-    sent one wall second after its completion would otherwise look 599 s in the future).
+    Each signal goes to the URL (replica or router) that served its completion, with the client
+    API key, and carries ``created`` = the completion's time + the signal's delay: in simulated
+    time the user acts at that moment (the replica accepts it within its ``signal_max_skew_s``
+    and stamps the Kafka record with it).
     """
 
-    def __init__(self, bootstrap: str) -> None:
-        from kafka import KafkaProducer
-
-        from ingest.kafka_io import ensure_topics
-
-        ensure_topics(bootstrap)
-        self._bootstrap = bootstrap
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-        self.failed = 0
-        """Signals that could not be sent after every retry (counted, logged)."""
-        self._heap: list[tuple[float, int, object]] = []
+    def __init__(self, api_key: str, timeout_s: float, senders: int = 4) -> None:
+        self._client = httpx.Client(
+            timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"}
+        )
+        self._heap: list[tuple[float, int, tuple[str, dict]]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stop = False
         self._sending = 0
         self.sent = 0
-        self._thread = threading.Thread(target=self._run, name="signal-scheduler", daemon=True)
-        self._thread.start()
+        self.failed: list[tuple[str, int, str]] = []
+        """(path, status, body) of every signal the API refused (status 0: unreachable)."""
+        self._threads = [
+            threading.Thread(target=self._run, name=f"signal-sender-{i}", daemon=True)
+            for i in range(senders)
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    def schedule(self, due: float, event) -> None:
+    def schedule(self, due: float, url: str, body: dict) -> None:
         with self._cond:
-            heapq.heappush(self._heap, (due, next(self._seq), event))
+            heapq.heappush(self._heap, (due, next(self._seq), (url, body)))
             self._cond.notify()
 
     def _run(self) -> None:
@@ -100,39 +107,25 @@ class _SignalScheduler:
                     self._cond.wait(timeout)
                 if self._stop and not self._heap:
                     return
-                _, _, event = heapq.heappop(self._heap)
+                _, _, (url, body) = heapq.heappop(self._heap)
                 self._sending += 1
-            self._send(event)
+            ok = self._post(url, body)
             with self._cond:
                 self._sending -= 1
-                self.sent += 1
+                self.sent += ok
                 self._cond.notify_all()
 
-    def _send(self, event, attempts: int = 5) -> None:
-        """Send one signal and wait for its ack. A kafka-python producer that lived through a
-        restart of the (memory-only) broker times out on every later send (measured against
-        Tansu), so a failed send gets a fresh producer and is retried; a copy that did land is
-        dropped by ingest's de-duplication on event id."""
-        from kafka import KafkaProducer
-        from kafka.errors import KafkaError
-
-        for _ in range(attempts):
-            try:
-                self._producer.send(
-                    TOPICS[event.kind],
-                    key=event.response_id.encode(),
-                    value=event.to_json(),
-                    timestamp_ms=int(event.event_time.timestamp() * 1000),
-                ).get(timeout=10)
-                return
-            except KafkaError:
-                self._producer.close(timeout=0)
-                self._producer = KafkaProducer(
-                    bootstrap_servers=self._bootstrap, acks="all", linger_ms=5
-                )
-        self.failed += 1
-        log.error("signal %s of %s not sent after %d attempts", event.kind, event.response_id,
-                  attempts)
+    def _post(self, url: str, body: dict) -> bool:
+        path = _PATHS[body.pop("_kind")]
+        try:
+            resp = self._client.post(f"{url}{path}", json=body)
+        except httpx.TransportError as exc:
+            self.failed.append((path, 0, repr(exc)))
+            return False
+        if resp.status_code != 202:
+            self.failed.append((path, resp.status_code, resp.text[:500]))
+            return False
+        return True
 
     def drain(self, timeout_s: float | None) -> bool:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -142,26 +135,35 @@ class _SignalScheduler:
                 if left is not None and left <= 0:
                     return False
                 self._cond.wait(0.05 if left is None else min(left, 0.05))
-        self._producer.flush()
         return True
 
     def close(self) -> None:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        self._thread.join()
-        self._producer.flush()
-        self._producer.close()
+        for thread in self._threads:
+            thread.join()
+        self._client.close()
+
+
+SIMULATED_SKEW_S = 900.0
+"""How far a compressed-time signal's ``created`` can run ahead of the wall clock: the longest
+delay (the 600 s edit checkpoint, posted about a second after its completion at speed 600) plus a
+margin. Replicas (``signal_max_skew_s``) and ingest (``parse.max_future_skew_s``) that take this
+simulator's traffic must allow it; production keeps their tighter defaults."""
+
+_PATHS = {"edit_persistence": "/v1/edits", "followup": "/v1/followups", "feedback": "/v1/feedback"}
 
 
 class UserSimulator:
-    """Users sending tasks to ``urls`` and reacting in Kafka; randomness from ``seed``."""
+    """Users sending tasks to ``urls`` and reacting through the signals API (with ``api_key``);
+    randomness from ``seed``."""
 
     def __init__(
         self,
         *,
         urls: list[str],
-        bootstrap: str,
+        api_key: str,
         speed: float,
         seed: int,
         policy: SignalPolicy | None = None,
@@ -184,7 +186,7 @@ class UserSimulator:
         self._rng = random.Random(seed)
         self._round = 0
         self._client = httpx.Client(timeout=request_timeout_s)
-        self._scheduler = _SignalScheduler(bootstrap)
+        self._scheduler = _SignalScheduler(api_key, request_timeout_s)
 
     def run_round(self, n_requests: int, concurrency: int = 4) -> RoundStats:
         """Send ``n_requests`` train tasks with ``concurrency`` callers; schedule their signals."""
@@ -192,8 +194,12 @@ class UserSimulator:
         tasks = generate_tasks(n_requests, seed=self._rng.randrange(2**31), split="train")
         seeds = [self._rng.randrange(2**31) for _ in tasks]
         users = [f"user-{self._rng.randrange(self.n_users)}" for _ in tasks]
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            results = list(pool.map(self._call, range(n_requests), tasks, seeds, users))
+        results = []
+        with ThreadPoolExecutor(max_workers=concurrency) as pool, \
+                Progress("traffic", total=n_requests, unit="req") as progress:
+            for result in pool.map(self._call, range(n_requests), tasks, seeds, users):
+                results.append(result)
+                progress.update()
         served = [r for r in results if r is not None]
         return self._judge(served, errors=n_requests - len(served))
 
@@ -201,8 +207,18 @@ class UserSimulator:
         """Wait until every scheduled signal has been sent; False on timeout."""
         return self._scheduler.drain(timeout_s)
 
+    @property
+    def signals_sent(self) -> int:
+        """Signals the API accepted (202)."""
+        return self._scheduler.sent
+
+    @property
+    def signals_failed(self) -> list[tuple[str, int, str]]:
+        """(path, status, body) of each signal the API refused; status 0: unreachable."""
+        return list(self._scheduler.failed)
+
     def close(self) -> None:
-        """Send what is still scheduled (waiting for it), then close the producer."""
+        """Send what is still scheduled (waiting for it), then close the HTTP clients."""
         self._scheduler.drain(None)
         self._scheduler.close()
         self._client.close()
@@ -215,46 +231,62 @@ class UserSimulator:
 
     # -- one request --------------------------------------------------------------------------
     def _call(self, i: int, task: Task, seed: int, user: str) -> _Served | None:
+        """One OpenAI ``/v1/completions`` request; the answer in the fields ``_judge`` reads."""
         url = self.urls[i % len(self.urls)]
         body = {
+            "model": "ratchet",
             "prompt": task.prompt,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "top_p": 1.0,
             "seed": seed,
-            "conversation_id": f"conv-{self.seed}-{self._round}-{i}",
-            "user_id": user,
-            "task_kind": task.kind,
+            "user": user,
+            "metadata": {"task_kind": task.kind},
         }
+        headers = {"X-Conversation-Id": f"conv-{self.seed}-{self._round}-{i}"}
         start = time.perf_counter()
         try:
-            resp = self._client.post(f"{url}/v1/completions", json=body)
+            resp = self._client.post(f"{url}/v1/completions", json=body, headers=headers)
         except httpx.TransportError:
             return None
         if resp.status_code != 200:
             return None
-        return _Served(task, resp.json(), (time.perf_counter() - start) * 1000.0, time.monotonic())
+        latency_ms = (time.perf_counter() - start) * 1000.0
+        data = resp.json()
+        created = resp.headers.get("x-ratchet-created")
+        answer = {
+            "id": data["id"],
+            "text": data["choices"][0]["text"],
+            "latency_ms": latency_ms,
+            "usage": {"output_tokens": data["usage"]["completion_tokens"]},
+            "created": created or datetime.fromtimestamp(data["created"], UTC).isoformat(),
+        }
+        return _Served(task, answer, latency_ms, time.monotonic(), url)
 
     # -- judging and scheduling ---------------------------------------------------------------
     def _judge(self, served: list[_Served], errors: int) -> RoundStats:
         passed, persist, dissatisfied, scheduled = [], [], [], 0
         for s in served:
-            result = check(s.task, s.response["text"])
+            text = _text(s.response)
+            result = check(s.task, text)
             outcome = Outcome(
                 result.passed,
                 result.malformed,
                 result.no_edit,
-                s.response["latency_ms"],
-                s.response["usage"]["output_tokens"],
+                s.response.get("latency_ms", s.latency_ms),
+                _output_tokens(s.response),
             )
             plan = plan_signals(outcome, self.policy, self._rng)
-            created = datetime.fromisoformat(s.response["created"])
+            created = _created(s.response)
+            edits = edited_texts(text, {p.window_s: p.score for p in plan if p.window_s}, self._rng)
             for signal in plan:
-                event = _event(signal, s.response["id"], created)
-                self._scheduler.schedule(s.arrived + signal.delay_s / self.speed, event)
+                body = _body(signal, s.response["id"], created, edits.get(signal.window_s))
+                self._scheduler.schedule(s.arrived + signal.delay_s / self.speed, s.url, body)
             scheduled += len(plan)
             passed.append(result.passed)
-            persist.append(next(p.score for p in plan if p.window_s == 600))
+            persist.append(edits[600][1] if 600 in edits else next(
+                p.score for p in plan if p.window_s == 600
+            ))
             dissatisfied.append(any(p.dissatisfied for p in plan if p.kind == "followup"))
         return RoundStats(
             requests=len(served) + errors,
@@ -263,7 +295,7 @@ class UserSimulator:
             edit_persistence=_mean(persist),
             dissatisfied_rate=_mean(dissatisfied),
             mean_latency_ms=_mean([s.latency_ms for s in served]),
-            mean_completion_tokens=_mean([s.response["usage"]["output_tokens"] for s in served]),
+            mean_completion_tokens=_mean([_output_tokens(s.response) for s in served]),
             signals_scheduled=scheduled,
         )
 
@@ -272,14 +304,69 @@ def _mean(values: list) -> float:
     return float(statistics.fmean(values)) if values else 0.0
 
 
-def _event(signal: PlannedSignal, response_id: str, created: datetime):
+def _text(response: dict) -> str:
+    """The served text: ratchet's own shape (``text``) or OpenAI's (``choices[0].text``)."""
+    if "text" in response:
+        return response["text"]
+    choice = response["choices"][0]
+    return choice.get("text") or (choice.get("message") or {}).get("content") or ""
+
+
+def _output_tokens(response: dict) -> int:
+    usage = response["usage"]
+    return int(usage.get("output_tokens", usage.get("completion_tokens", 0)))
+
+
+def _created(response: dict) -> datetime:
+    created = response["created"]
+    if isinstance(created, int | float):  # OpenAI: whole seconds since the epoch
+        return datetime.fromtimestamp(created, UTC)
+    return datetime.fromisoformat(created)
+
+
+def edited_texts(
+    served: str, scores: dict[int, float], rng: random.Random
+) -> dict[int, tuple[str, float]]:
+    """Per window, the text as the user left it and its persistence (rapidfuzz, as the API).
+
+    Edits accumulate: the characters rewritten by a window stay rewritten later. A share ``1 -
+    score`` of the characters (rounded) is replaced by characters absent from ``served``, so the
+    normalised Levenshtein distance is exactly that share. An empty response cannot be edited
+    into a given score: it gets no entry (the planned score is sent instead).
+    """
+    from rapidfuzz.distance import Levenshtein
+
+    if not served:
+        return {}
+    fresh = [c for c in _REPLACEMENTS if c not in served] or ["\u2063"]
+    order = list(range(len(served)))
+    rng.shuffle(order)
+    out = {}
+    for window, score in sorted(scores.items()):
+        k = round((1.0 - score) * len(served))
+        chars = list(served)
+        for i in order[:k]:
+            chars[i] = fresh[i % len(fresh)]
+        text = "".join(chars)
+        out[window] = (text, float(Levenshtein.normalized_similarity(served, text)))
+    return out
+
+
+_REPLACEMENTS = "qzjxkvwQZJXKVW#@$~`^|"
+
+
+def _body(
+    signal: PlannedSignal, response_id: str, created: datetime, edit: tuple[str, float] | None
+) -> dict:
     common = {
-        "event_id": uuid.uuid4().hex,
+        "_kind": signal.kind,
         "response_id": response_id,
-        "event_time": created + timedelta(seconds=signal.delay_s),
+        "created": (created + timedelta(seconds=signal.delay_s)).isoformat(),
     }
     if signal.kind == "edit_persistence":
-        return EditPersistence(**common, window_s=signal.window_s, score=signal.score)
+        if edit is None:
+            return {**common, "window_s": signal.window_s, "score": signal.score}
+        return {**common, "window_s": signal.window_s, "text": edit[0]}
     if signal.kind == "followup":
-        return Followup(**common, text=signal.text, dissatisfied=signal.dissatisfied)
-    return Feedback(**common, label=signal.label)
+        return {**common, "text": signal.text, "dissatisfied": signal.dissatisfied}
+    return {**common, "label": signal.label}

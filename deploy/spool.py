@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-Record = tuple[str, bytes, bytes]
-"""(topic, key, value) of one Kafka record."""
+Record = tuple[str, bytes, bytes] | tuple[str, bytes, bytes, int]
+"""(topic, key, value) of one Kafka record, optionally with its timestamp in ms."""
 
 _SEGMENT_BYTES = 4 * 1024 * 1024
 
@@ -33,14 +33,16 @@ class SpoolBatch:
 
 
 def _encode(record: Record) -> bytes:
-    topic, key, value = record
-    line = "\t".join((topic, base64.b64encode(key).decode(), base64.b64encode(value).decode()))
+    topic, key, value, *ts = record
+    fields = [topic, base64.b64encode(key).decode(), base64.b64encode(value).decode()]
+    line = "\t".join(fields + [str(int(t)) for t in ts])
     return line.encode() + b"\n"
 
 
 def _decode(line: bytes) -> Record:
-    topic, key, value = line.rstrip(b"\n").decode().split("\t")
-    return topic, base64.b64decode(key), base64.b64decode(value)
+    topic, key, value, *ts = line.rstrip(b"\n").decode().split("\t")
+    record = (topic, base64.b64decode(key), base64.b64decode(value))
+    return record + (int(ts[0]),) if ts else record
 
 
 class Spool:

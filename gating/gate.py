@@ -68,6 +68,8 @@ class GateRunner:
         self.load_error: str | None = None
         self.tracking_uri = tracking_uri
         self.model_name = model_name
+        self.started_ms = int(time.time() * 1000)
+        """When the gate began (download included): the gate run's start time in MLflow."""
         self.candidate_version = candidate_version
         self.champion_version = champion_version
         self.config = config
@@ -210,11 +212,8 @@ class GateRunner:
         import mlflow
 
         mlflow.set_tracking_uri(self.tracking_uri)
-        nested = mlflow.active_run() is not None
-        with mlflow.start_run(
-            run_name=f"gate-v{self.candidate_version}", nested=nested,
-            experiment_id=None if nested else self._experiment_id(),
-        ) as run:
+        nested = mlflow.active_run() is not None  # resuming a child run under the caller's
+        with mlflow.start_run(run_id=self._create_run(), nested=nested) as run:
             verdict = GateVerdict(
                 passed=all(g.passed for g in gates), run_id=run.info.run_id,
                 model_name=self.model_name, candidate_version=self.candidate_version,
@@ -232,6 +231,22 @@ class GateRunner:
             )
         log.info("gate %s", format_table(verdict))
         return verdict
+
+    def _create_run(self) -> str:
+        """The gate run, started when the gate began (so its duration in the UI is the gate's
+        real one), nested under the caller's active run if there is one."""
+        import mlflow
+        from mlflow import MlflowClient
+
+        parent = mlflow.active_run()
+        tags = {"mlflow.runName": f"gate-v{self.candidate_version}"}
+        if parent is not None:
+            tags["mlflow.parentRunId"] = parent.info.run_id
+        experiment_id = parent.info.experiment_id if parent else self._experiment_id()
+        run = MlflowClient(tracking_uri=self.tracking_uri).create_run(
+            experiment_id, start_time=self.started_ms, tags=tags,
+            run_name=tags["mlflow.runName"])
+        return run.info.run_id
 
     def _experiment_id(self) -> str:
         from mlflow import MlflowClient
@@ -254,7 +269,10 @@ class GateRunner:
             **{f"gate.{g.name}": PASS if g.passed else FAIL for g in v.gates},
         })
         mlflow.log_metrics(_gate_metrics(v))
-        mlflow.set_tag("mlflow.note.content", f"```\n{format_table(v)}\n```")
+        mlflow.log_param("gate.ci_level", self.config.bootstrap.confidence)
+        lineage = self._lineage()
+        mlflow.set_tags(lineage)
+        mlflow.set_tag("mlflow.note.content", _note(v, self.config.bootstrap.confidence, lineage))
         mlflow.log_text(v.model_dump_json(indent=2), "gate/verdict.json")
         mlflow.log_text(format_table(v), "gate/report.txt")
         if self.config.report_html:
@@ -267,11 +285,12 @@ class GateRunner:
         status = PASS if v.passed else FAIL
         champ = "none (bootstrap)" if v.champion_version is None else f"v{v.champion_version}"
         failed = ", ".join(v.failed_gates) or "none"
-        link = f"{self.tracking_uri}/#/experiments/{experiment_id}/runs/{v.run_id}"
+        # Relative to the tracking server: the link survives a new host or port.
+        link = f"#/experiments/{experiment_id}/runs/{v.run_id}"
         description = (
             f"Gate {status.upper()} vs champion {champ}; failed gates: {failed}. "
             f"Pass rate {v.candidate.pass_rate:.3f}, mean tokens "
-            f"{v.candidate.mean_completion_tokens:.2f}. Gate run {v.run_id}: {link}"
+            f"{v.candidate.mean_completion_tokens:.2f}. [Gate run {v.run_id}]({link})"
             f"{' (promoted to champion)' if v.promoted else ''}"
         )
         tags = {
@@ -282,6 +301,19 @@ class GateRunner:
         registry.set_version_tags(
             self.tracking_uri, self.model_name, v.candidate_version, tags, description
         )
+
+    def _lineage(self) -> dict[str, str]:
+        """Which span and which training run produced the candidate (from its version)."""
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri=self.tracking_uri)
+        mv = client.get_model_version(self.model_name, str(self.candidate_version))
+        out = {k: v for k, v in (mv.tags or {}).items()
+               if k in ("ratchet.span_id", "ratchet.parent_version")}
+        if mv.run_id:
+            out["ratchet.train_run_id"] = mv.run_id
+            out["ratchet.train_experiment_id"] = client.get_run(mv.run_id).info.experiment_id
+        return out
 
     def cleanup(self) -> None:
         self.candidate = self.champion = None
@@ -319,6 +351,34 @@ class _Clock:
         now = time.perf_counter()
         self.laps[name] = now - self._last
         self._last = now
+
+
+COMPARATORS = {
+    ">=": "the measured value must be at least the threshold (a floor)",
+    "<=": "the measured value must be at most the threshold (a ceiling)",
+    "ci_high >=": "no regression: fails only if the whole CI of candidate minus champion lies "
+                  "below the threshold (the upper bound must reach it)",
+    "ci_low <=": "no regression: fails only if the whole CI of candidate minus champion lies "
+                 "above the threshold (the lower bound must reach it)",
+    "ci_low >=": "evidence of improvement: the lower CI bound of the change must clear it",
+}
+"""What each kind of comparison in the gate table means (shown in the gate run's note)."""
+
+
+def _note(v: GateVerdict, confidence: float, lineage: dict[str, str]) -> str:
+    """The gate run's description in the MLflow UI: table, CI level, comparators, lineage."""
+    lines = [f"**Gate {'PASS' if v.passed else 'FAIL'}**: candidate v{v.candidate_version} vs "
+             f"champion {'none' if v.champion_version is None else f'v{v.champion_version}'}. "
+             f"Intervals are {confidence:.0%} two-sided paired-bootstrap CIs.", "",
+             f"```\n{format_table(v)}\n```", "", "Comparators:"]
+    used = {g.comparator for g in v.gates}
+    lines += [f"- `{k}`: {meaning}" for k, meaning in COMPARATORS.items() if k in used]
+    if lineage:
+        lines += ["", "Lineage: " + ", ".join(f"{k} = `{val}`" for k, val in lineage.items())]
+        if "ratchet.train_run_id" in lineage:
+            exp, run = lineage["ratchet.train_experiment_id"], lineage["ratchet.train_run_id"]
+            lines.append(f"[training run](#/experiments/{exp}/runs/{run})")
+    return "\n".join(lines)
 
 
 def status_of(g: GateResult) -> str:

@@ -13,13 +13,42 @@ from gating.records import GateVerdict
 from gating.report import format_table
 
 
+class GateLookupError(LookupError):
+    """The server cannot be reached or has no such version; the message is one line."""
+
+
+REACH_TIMEOUT_S = 5.0
+
+
+def check_reachable(tracking_uri: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Fail in seconds (not after MLflow's minutes of retries) when the server is not there."""
+    import urllib.error
+    import urllib.request
+
+    if not tracking_uri.startswith(("http://", "https://")):
+        return  # a file or database store: nothing to reach
+    try:
+        with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=timeout_s):
+            pass
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise GateLookupError(f"MLflow at {tracking_uri} is not reachable ({reason})") from None
+
+
 def load_verdict(tracking_uri: str, model_name: str, version: int) -> GateVerdict | None:
     """The verdict recorded for ``version``, or None if it was never gated."""
+    check_reachable(tracking_uri)  # before importing mlflow: a refusal costs no import
     import mlflow
     from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
 
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-    mv = client.get_model_version(model_name, str(version))
+    try:
+        mv = client.get_model_version(model_name, str(version))
+    except MlflowException as e:
+        if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise GateLookupError(f"{model_name} has no version {version}") from None
+        raise
     run_id = mv.tags.get("gate.run_id") if mv.tags else None
     if run_id is None:
         return None

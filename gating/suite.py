@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from gating.config import SuiteConfig
 from gating.records import SuiteResult, TaskOutcome
+from runtime.progress import Progress
 from tasks.toy import CheckResult, Task, check, generate_tasks
 
 if TYPE_CHECKING:
@@ -89,8 +90,10 @@ def run_suite(
     load = [[0] * cfg.n_experts for _ in range(cfg.n_layers)] if routed else []
     room = prompt_room(cfg.max_seq_len, max_new_tokens)
     outcomes: list[TaskOutcome] = []
+    progress = Progress(f"gate suite ({len(tasks)} tasks)", total=len(tasks), unit="task")
     for i in range(0, len(tasks), batch_size):
         batch = tasks[i : i + batch_size]
+        progress.update(len(batch))
         gens = generate(
             model, [fit_prompt(t.prompt, room) for t in batch], max_new_tokens=max_new_tokens,
             temperature=0.0, top_p=1.0, seed=seed,
@@ -107,4 +110,5 @@ def run_suite(
                 finish_reason=gen.finish_reason, answer=gen.text[:200], detail=result.detail[:200],
                 token_ids=list(gen.token_ids),
             ))
+    progress.close()
     return SuiteResult(tasks=outcomes, expert_load=load, seconds=time.perf_counter() - start)

@@ -52,20 +52,40 @@ class ParseConfig(BaseModel):
         1_048_576, ge=1024, le=64 * 1_048_576, description="Larger payloads are 'too_large'."
     )
     max_future_skew_s: float = Field(
-        300.0, ge=0.0, description="Event time later than the record timestamp by more: future."
+        300.0,
+        ge=0.0,
+        description="Event time later than ingest's own clock (or than the record timestamp) by "
+        "more: 'future_timestamp'. No event can move the watermark further ahead of the clock.",
     )
     max_age_s: float = Field(
         7 * 86400.0,
         gt=0.0,
         description="Event time older than the record timestamp by more: stale.",
     )
+    max_latency_ms: float = Field(
+        600_000.0,
+        gt=0.0,
+        description="A completion's latency_ms or time_to_first_token_ms above this: "
+        "'out_of_range' (per event, so one bad row never fails a whole span).",
+    )
+    min_logprob: float = Field(
+        -1e4,
+        lt=0.0,
+        description="A response logprob below this (finite, but lost in float32): 'out_of_range'.",
+    )
+
+
+SignalKind = Literal["edit_persistence", "followup", "feedback"]
 
 
 class JoinConfig(BaseModel):
     """Join windows per signal kind, in event time after the completion, and allowed lateness.
 
-    The watermark is the largest event time seen less ``allowed_lateness_s``. A completion is
-    final once every window has closed against it (or every signal has arrived).
+    A signal joins if its event time is at most the completion's time + window + grace. The
+    watermark is the largest event time seen (never beyond ingest's clock) less
+    ``allowed_lateness_s``. A completion is final once each expected signal has arrived or its
+    window has closed against the watermark, and every other window has closed (or all of them
+    when ``expected_signals`` lists every kind).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -75,6 +95,20 @@ class JoinConfig(BaseModel):
     )
     followup_window_s: float = Field(900.0, gt=0.0, description="Window for a follow-up.")
     feedback_window_s: float = Field(1800.0, gt=0.0, description="Window for explicit feedback.")
+    edit_persistence_grace_s: float = Field(
+        60.0,
+        ge=0.0,
+        description="Grace after the persistence window: the last checkpoint is due exactly at "
+        "the window's end, and a checkpoint measured a moment late still joins.",
+    )
+    followup_grace_s: float = Field(0.0, ge=0.0, description="Grace after the follow-up window.")
+    feedback_grace_s: float = Field(0.0, ge=0.0, description="Grace after the feedback window.")
+    expected_signals: tuple[SignalKind, ...] = Field(
+        ("edit_persistence",),
+        description="Signals every completion is expected to get (persistence: all checkpoints). "
+        "Once these have arrived the completion is final; others that have not come by then "
+        "take their default, and arrive late if at all.",
+    )
     allowed_lateness_s: float = Field(
         60.0, ge=0.0, description="How far behind the largest event time the watermark trails."
     )
@@ -86,7 +120,11 @@ class JoinConfig(BaseModel):
 
     def horizon_s(self) -> float:
         """The longest window: a signal whose completion has not come by then is unknown."""
-        return max(self.edit_persistence_window_s, self.followup_window_s, self.feedback_window_s)
+        return max(
+            self.edit_persistence_window_s + self.edit_persistence_grace_s,
+            self.followup_window_s + self.followup_grace_s,
+            self.feedback_window_s + self.feedback_grace_s,
+        )
 
 
 class ValidationConfig(BaseModel):

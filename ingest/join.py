@@ -5,11 +5,14 @@ earlier one, and decides:
 
 - duplicates (same ``event_id``) are removed, keeping the copy with the smallest
   (topic, partition, offset), so arrival order changes nothing;
-- the completion is *final* once every signal window ``[t, t + window_kind]`` has closed against
-  the watermark (largest event time seen less the allowed lateness), or once every signal has
-  arrived, or when draining; it then becomes one reward row. The follow-up window also closes
-  at the conversation's next completion (a ``next_completion`` marker item, made by the
-  pipeline from the completions of each conversation);
+- a signal joins if its event time is within ``[t, t + window_kind + grace_kind]`` (the grace
+  lets a checkpoint due exactly at the window's end, or measured a moment late, join);
+- the completion is *final* once each *expected* signal kind has arrived (persistence: every
+  checkpoint) or its window has closed against the watermark (largest event time seen less
+  the allowed lateness), and, unless every kind is expected, without waiting for the others;
+  or once every window has closed, or when draining; it then becomes one reward row. The
+  follow-up window also closes at the conversation's next completion (a ``next_completion``
+  marker item, made by the pipeline from the completions of each conversation);
 - otherwise everything is carried to the next span (pending);
 - a signal for an already finalised response id, or outside its window, is *late*;
 - a signal with no completion past the join horizon is dead-lettered ``unknown_response_id``;
@@ -27,6 +30,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
+from ingest.followup import followup_columns
 from ingest.parse import EventItem, dead_letter
 from ingest.schema import EDIT_WINDOWS_S, SCHEMA_VERSION, DeadLetter
 from rewards.config import RewardConfig
@@ -37,9 +41,13 @@ NEXT = "next_completion"
 """Kind of the marker item that carries the time of the conversation's next completion."""
 
 
+SIGNAL_KINDS = ("edit_persistence", "followup", "feedback")
+
+
 @dataclass(frozen=True)
 class Windows:
-    """Join windows per signal kind and the horizon, in microseconds of event time."""
+    """Join windows per signal kind (each including its grace) and the horizon, in microseconds
+    of event time."""
 
     edit_persistence_us: int
     followup_us: int
@@ -57,8 +65,16 @@ class Windows:
         }[kind]
 
     @classmethod
-    def from_seconds(cls, edit_persistence: float, followup: float, feedback: float) -> Windows:
-        return cls(int(edit_persistence * US), int(followup * US), int(feedback * US))
+    def from_seconds(
+        cls,
+        edit_persistence: float,
+        followup: float,
+        feedback: float,
+        grace: tuple[float, float, float] = (0.0, 0.0, 0.0),
+    ) -> Windows:
+        """Windows of the given lengths, each extended by its grace (same order)."""
+        lengths = (edit_persistence, followup, feedback)
+        return cls(*(int(round((w + g) * US)) for w, g in zip(lengths, grace, strict=True)))
 
 
 @dataclass
@@ -121,6 +137,7 @@ def join_group(
     windows: Windows,
     reward_config: RewardConfig,
     drain: bool = False,
+    expected: Iterable[str] = SIGNAL_KINDS,
 ) -> JoinOutcome:
     """Decide the fate of every event of ``response_id`` (see the module docstring)."""
     items = list(items)
@@ -153,7 +170,7 @@ def join_group(
     in_window = [s for s in signals if s.event_time_us <= ends[s.kind]]
     outside = [s for s in signals if s.event_time_us > ends[s.kind]]
     closed = max(ends.values()) <= watermark_us
-    if not (drain or closed or _complete(in_window)):
+    if not (drain or closed or _complete(in_window, set(expected), ends, watermark_us)):
         out.pending = [completion, *signals]
         return out
     out.late = [dead_letter(s, "late_signal", f"outside the {s.kind} window") for s in outside]
@@ -162,19 +179,28 @@ def join_group(
     return out
 
 
-def _complete(signals: list[EventItem]) -> bool:
-    """Every signal kind (all persistence checkpoints) has arrived."""
+def _complete(
+    signals: list[EventItem], expected: set[str], ends: Mapping[str, int], watermark_us: int
+) -> bool:
+    """Every expected signal kind has arrived (persistence: every checkpoint) or can no longer
+    arrive in its window; kinds that are not expected are not waited for."""
     kinds = {s.kind for s in signals}
-    if not {"followup", "feedback"} <= kinds:
-        return False
-    windows = {s.window_s for s in signals if s.kind == "edit_persistence"}
-    return windows >= set(EDIT_WINDOWS_S)
+    checkpoints = {s.window_s for s in signals if s.kind == "edit_persistence"}
+    arrived = {
+        "edit_persistence": checkpoints >= set(EDIT_WINDOWS_S),
+        "followup": "followup" in kinds,
+        "feedback": "feedback" in kinds,
+    }
+    return all(arrived[k] or ends[k] <= watermark_us for k in expected)
 
 
-def _pick_signals(signals: list[EventItem]) -> tuple[dict[int, float], bool | None, str | None]:
-    """Persistence per checkpoint and feedback: the latest; follow-up: the first."""
+def _pick_signals(
+    signals: list[EventItem],
+) -> tuple[dict[int, float], bytes | None, str | None]:
+    """Persistence per checkpoint and feedback: the latest; follow-up: the first (its payload,
+    for the detector)."""
     persistence: dict[int, tuple[tuple[int, str], float]] = {}
-    followup: tuple[tuple[int, str], bool] | None = None
+    followup: tuple[tuple[int, str], bytes] | None = None
     feedback: tuple[tuple[int, str], str] | None = None
     for s in signals:
         order = (s.event_time_us, s.event_id)
@@ -184,7 +210,7 @@ def _pick_signals(signals: list[EventItem]) -> tuple[dict[int, float], bool | No
                 persistence[w] = (order, s.signal)
         elif s.kind == "followup":
             if followup is None or order < followup[0]:
-                followup = (order, s.signal == 1.0)
+                followup = (order, s.value)
         elif s.kind == "feedback":
             if feedback is None or order > feedback[0]:
                 feedback = (order, "accept" if s.signal == 1.0 else "reject")
@@ -200,7 +226,9 @@ def reward_row(
 ) -> dict[str, Any]:
     """One ``REWARD_SCHEMA`` row (``event_time`` as microseconds since the epoch, UTC)."""
     c = from_json(completion.value)
-    persistence, dissatisfied, label = _pick_signals(signals)
+    persistence, followup, label = _pick_signals(signals)
+    fu = followup_columns(followup, c["prompt"], c["response_text"])
+    dissatisfied = fu["followup_dissatisfied"]  # the detector's decision, never the flag
     n_tokens = len(c["response_token_ids"])
     reward, components, defaulted = compute_reward(
         RowSignals(
@@ -238,6 +266,7 @@ def reward_row(
         "reward": float(reward),
         "reward_components": list(components.items()),
         "defaulted_signals": defaulted,
+        **fu,
     }
     for w in EDIT_WINDOWS_S:
         row[f"edit_persistence_{w}"] = persistence.get(w)

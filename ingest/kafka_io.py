@@ -79,9 +79,15 @@ def ensure_topics(bootstrap: str, partitions: int = 4, topics: Iterable[str] | N
 class EventProducer:
     """Produces events with ``acks=all``: key = response_id, value = the event's JSON."""
 
-    def __init__(self, bootstrap: str, *, linger_ms: int = 5) -> None:
+    def __init__(
+        self, bootstrap: str, *, linger_ms: int = 5, max_request_size: int = 1_048_576
+    ) -> None:
         self._producer = KafkaProducer(
-            bootstrap_servers=bootstrap, acks="all", linger_ms=linger_ms, retries=5
+            bootstrap_servers=bootstrap,
+            acks="all",
+            linger_ms=linger_ms,
+            retries=5,
+            max_request_size=max_request_size,
         )
 
     def send(self, event: _Keyed) -> None:
@@ -89,9 +95,19 @@ class EventProducer:
         topic = TOPICS[event.kind]  # type: ignore[attr-defined]
         self._producer.send(topic, key=event.response_id.encode(), value=event.to_json())
 
-    def send_raw(self, topic: str, key: bytes | None, value: bytes, partition: int | None = None):
-        """Send raw bytes (tests, replays, dead letters)."""
-        return self._producer.send(topic, key=key, value=value, partition=partition)
+    def send_raw(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ):
+        """Send raw bytes (tests, replays, dead letters); ``timestamp_ms`` sets the record's
+        timestamp (default: the broker client's clock now)."""
+        return self._producer.send(
+            topic, key=key, value=value, partition=partition, timestamp_ms=timestamp_ms
+        )
 
     def flush(self, timeout_s: float = 60.0) -> None:
         self._producer.flush(timeout=timeout_s)

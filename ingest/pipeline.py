@@ -5,20 +5,24 @@ One call of ``run_span`` makes one span:
 1. ``setup``: create missing topics, ``recover`` what an earlier crashed run left (finish its
    after-commit steps, delete un-manifested files), load the carried state of the last span,
    and fix the read ranges: for every topic partition ``[last end or committed, high-water)``.
-2. ``run``: a Beam pipeline (DirectRunner unless told otherwise) that reads the ranges with a
-   Splittable DoFn (``OffsetRestrictionTracker``, one restriction per partition range),
-   classifies every record (good events keyed by response id, dead letters with a reason),
-   groups by response id together with the carried events, joins signals in event time against
-   the watermark, computes rewards, and stages rows / pending / late / dead letters.
+2. ``run``: a Beam pipeline (in-process FnApiRunner unless told otherwise: ``LOCAL_RUNNER``)
+   that reads the ranges with a Splittable DoFn (``OffsetRestrictionTracker``, one restriction
+   per partition range), classifies every record (good events keyed by response id, dead
+   letters with a reason), groups by response id together with the carried events, joins
+   signals in event time against the watermark, computes rewards, and stages rows / pending /
+   late / dead letters.
 3. ``commit``: validates the rows with Great Expectations (a failing span is quarantined),
    writes the rows as hive-partitioned Parquet and then the manifest (the commit point), then
    publishes dead letters and late signals and commits the Kafka offsets (each marked done in
-   the manifest folder, so ``recover`` can finish them after a crash).
+   the manifest folder, so ``recover`` can finish them after a crash). A quarantined span's
+   offsets are committed too: its rows are kept, and ``ratchet spans release ID`` re-admits it.
 
 Every event's reward is written exactly once in effect: rows are only visible through
 manifests, a manifest carries the offsets it covers, and the next span starts where the last
-manifest ended. Dead letters and late signals are published at least once (keyed by their
-source position, so consumers can deduplicate).
+manifest ended. Dead letters and late signals are published once: keyed by their source
+position, each confirmed by the broker, and a retry after a crash skips what an earlier
+attempt already put on the topic (``_publish``). A dead letter carries a payload prefix with
+the payload's size and sha256, so it always fits in a Kafka record.
 
 Deliberately left out: the Beam steps themselves (ingest/transforms.py), the reward maths
 (rewards/), the join rules (ingest/join.py), classification (ingest/parse.py) and storage
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,9 +53,9 @@ from ingest.config import (
     ValidationConfig,
 )
 from ingest.join import US, Windows
-from ingest.parse import EventItem
+from ingest.parse import EventItem, fit
 from ingest.schema import REWARD_SCHEMA, TOPICS, DeadLetter
-from ingest.spans import SpanStore, manifest_record, span_id_for
+from ingest.spans import SpanStore, atomic_write_bytes, manifest_record, span_id_for
 from ingest.transforms import FAILPOINT_ENV, PipelineSpec, build_pipeline, failpoint
 from rewards.config import RewardConfig
 from rewards.monitors import batch_monitors
@@ -107,7 +112,7 @@ class SpanJob:
         self.parse = parse
         self.validation = validation
         self.drain = drain
-        self.beam_args = beam_args or ["--runner=DirectRunner"]
+        self.beam_args = local_runner_args(beam_args)
 
     # setup ------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -117,6 +122,7 @@ class SpanJob:
 
             ensure_topics(self.source.bootstrap, self.source.partitions)
         self.recover()
+        self.now_ms = int(time.time() * 1000)
         self.state = self.store.load_state()
         self.span_id = span_id_for(self.state.seq + 1)
         self.offsets = self._ranges()
@@ -186,11 +192,18 @@ class SpanJob:
                 self.join.edit_persistence_window_s,
                 self.join.followup_window_s,
                 self.join.feedback_window_s,
+                grace=(
+                    self.join.edit_persistence_grace_s,
+                    self.join.followup_grace_s,
+                    self.join.feedback_grace_s,
+                ),
             ),
             allowed_lateness_us=int(self.join.allowed_lateness_s * US),
             parse=self.parse,
             reward_config=self.reward_config,
             drain=self.drain,
+            now_ms=self.now_ms,
+            expected_signals=tuple(self.join.expected_signals),
         )
 
     # commit -----------------------------------------------------------------------------------
@@ -200,7 +213,9 @@ class SpanJob:
         table = staged.rows()
         ok, report = self._validate(table)
         dead, late, pending = staged.dead_letters(), staged.late(), staged.pending()
-        stats = batch_monitors(table, dead_letters=len(dead))
+        stats = batch_monitors(
+            table, dead_letters=len(dead), expected_signals=self.join.expected_signals
+        )
         rel = self.store.write_rows(self.span_id, table, quarantined=not ok)
         failpoint("mid_write")
         max_t, watermark = staged.watermark(self.state.max_event_time_us)
@@ -305,19 +320,55 @@ class SpanJob:
         }
 
     def _publish(self, span_id: str) -> None:
-        """Send the span's dead letters and late signals to Kafka (once marked, never again)."""
+        """Send the span's dead letters and late signals to Kafka (once marked, never again).
+
+        Idempotent across retries: the first attempt records where the two topics ended; a retry
+        skips every letter already on them since then (same key and value). Every send is
+        confirmed before the span is marked published.
+        """
         if self.store.has_mark(span_id, "published"):
             return
         if isinstance(self.source, KafkaSource):
             from ingest.kafka_io import EventProducer
             from ingest.schema import DEAD_LETTER_TOPIC, LATE_TOPIC
 
+            topics = {"dead_letters": DEAD_LETTER_TOPIC, "late": LATE_TOPIC}
+            sent = self._already_published(span_id, list(topics.values()))
             with EventProducer(self.source.bootstrap) as producer:
-                for name, topic in (("dead_letters", DEAD_LETTER_TOPIC), ("late", LATE_TOPIC)):
+                futures = []
+                for name, topic in topics.items():
                     for d in self.store.dead_letters(span_id, name):
                         key = f"{d.topic}:{d.partition}:{d.offset}".encode()
-                        producer.send_raw(topic, key, d.to_json())
+                        value = fit(d).to_json()
+                        if (topic, key, value) in sent:
+                            continue
+                        futures.append(producer.send_raw(topic, key, value))
+                        if len(futures) == 1:
+                            producer.flush()
+                            failpoint("mid_publish")
+                producer.flush()
+                for f in futures:
+                    f.get(timeout=60)  # raises if the broker refused one
         self.store.mark(span_id, "published")
+
+    def _already_published(self, span_id: str, topics: list[str]) -> set[tuple[str, bytes, bytes]]:
+        """``(topic, key, value)`` sent since this span's first publish attempt began."""
+        from ingest.kafka_io import high_watermarks, read_range
+
+        marks_path = self.store.manifests / span_id / "publish_from.json"
+        if not marks_path.exists():
+            marks = {t: high_watermarks(self.source.bootstrap, t) for t in topics}
+            atomic_write_bytes(marks_path, json.dumps(marks).encode())
+            return set()
+        marks = json.loads(marks_path.read_text())
+        sent = set()
+        for topic in topics:
+            since = {int(p): o for p, o in marks.get(topic, {}).items()}
+            for p, end in high_watermarks(self.source.bootstrap, topic).items():
+                start = since.get(p, 0)
+                for _, key, value, _ in read_range(self.source.bootstrap, topic, p, start, end):
+                    sent.add((topic, key, value))
+        return sent
 
     def _commit_offsets(self, span_id: str) -> None:
         if self.store.has_mark(span_id, "committed"):
@@ -387,6 +438,21 @@ class _Staged:
             return prev_max, None
         max_t, wm = json.loads(lines[0])
         return max_t, wm
+
+
+LOCAL_RUNNER = "--runner=FnApiRunner"
+"""Beam's in-process runner. ``DirectRunner`` in Beam 2.77 is a switch that first tries Prism,
+which downloads its binary from GitHub on every run (then falls back to this one); naming the
+runner the switch would land on does the same work with no network call."""
+
+
+def local_runner_args(beam_args: list[str] | None) -> list[str]:
+    """Beam arguments with the runner made explicit: none or ``DirectRunner`` -> ``FnApiRunner``
+    (same in-process execution, no Prism download); any other runner is kept."""
+    args = [a for a in beam_args or [] if a not in ("--runner=DirectRunner", "--runner=direct")]
+    if not any(a.startswith("--runner") for a in args):
+        args.append(LOCAL_RUNNER)
+    return args
 
 
 def _counters(result: Any) -> dict[str, int]:
@@ -459,7 +525,8 @@ def run_config(config: IngestConfig, beam_args: list[str] | None = None) -> Span
 def run(argv: list[str] | None = None) -> SpanResult:
     """Command line: ``python -m ingest.pipeline (--config FILE | --bootstrap B --output-root D)``.
 
-    Unknown arguments are passed to Beam (default ``--runner=DirectRunner``).
+    Unknown arguments are passed to Beam (default ``--runner=FnApiRunner``; ``DirectRunner`` is
+    mapped to it, see ``LOCAL_RUNNER``).
     """
     parser = argparse.ArgumentParser(prog="ingest", description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, help="IngestConfig as JSON.")
@@ -478,8 +545,6 @@ def run(argv: list[str] | None = None) -> SpanResult:
         )
     else:
         parser.error("give --config, or --bootstrap and --output-root")
-    if not any(a.startswith("--runner") for a in beam_args):
-        beam_args.append("--runner=DirectRunner")
     result = run_config(config, beam_args)
     print(json.dumps(_summary(result)))
     return result

@@ -40,7 +40,7 @@ LATE_TOPIC = "ratchet.late_signals"
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     schema_version: Literal[1, 2] = SCHEMA_VERSION
     event_id: str = Field(min_length=1, max_length=128, description="Unique id of this event.")
@@ -54,7 +54,7 @@ class _Event(BaseModel):
 
 
 class SamplingParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     temperature: float = Field(ge=0.0, le=10.0)
     top_p: float = Field(gt=0.0, le=1.0)
@@ -155,6 +155,12 @@ class Feedback(_Event):
 
     kind: Literal["feedback"] = "feedback"
     label: Literal["accept", "reject"]
+    rating: int | None = Field(
+        default=None, ge=1, le=5, description="Optional 1-5 rating from the signals API (v2)."
+    )
+    comment: str | None = Field(
+        default=None, max_length=2000, description="Optional comment from the signals API (v2)."
+    )
 
 
 Signal = Annotated[EditPersistence | Followup | Feedback, Field(discriminator="kind")]
@@ -183,7 +189,13 @@ class DeadLetter(BaseModel):
     topic: str
     partition: int
     offset: int
-    payload: str = Field(description="The raw value, decoded with replacement characters.")
+    payload: str = Field(
+        description="The raw value's prefix (at most ingest.parse.PAYLOAD_PREFIX_CHARS), decoded "
+        "with replacement characters."
+    )
+    payload_bytes: int | None = Field(None, ge=0, description="Size of the raw value in bytes.")
+    payload_sha256: str | None = Field(None, description="sha256 of the raw value (hex).")
+    payload_truncated: bool = Field(False, description="``payload`` is a prefix of the value.")
 
     def to_json(self) -> bytes:
         return json.dumps(self.model_dump()).encode()

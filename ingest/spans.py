@@ -21,6 +21,8 @@ the offset range per topic partition, schema version, row counts, state for the 
 validation results. Offsets are committed to Kafka only after that; ``recover`` finishes the
 after-commit steps of a span whose process died, and deletes Parquet files of spans that never
 got a manifest. Readers use ``span_files`` / ``read_spans``, which list manifested files only.
+A quarantined span keeps all its rows (its offsets are committed like any other span's), and
+``release`` re-admits it after review (``ratchet spans release ID``).
 
 Deliberately left out: computing the rows (ingest/pipeline.py) and validating them.
 """
@@ -206,6 +208,32 @@ class SpanStore:
                     removed.append(str(path.relative_to(self.root)))
         shutil.rmtree(self.root / STAGING, ignore_errors=True)
         return removed
+
+    def release(self, span_id: str, note: str = "") -> dict[str, Any]:
+        """Re-admit a quarantined span after an operator reviewed it: its file moves to
+        ``spans/`` (same partition) and its manifest becomes ``ok`` with a ``released`` record
+        (when, note, the original files; the failed validation report is kept).
+
+        Crash-safe: the copy is written first, then the manifest (the commit point), then the
+        quarantined file is removed; a rerun finishes the job. Raises ``ValueError`` for a span
+        that is not quarantined, ``FileNotFoundError`` for an unknown one.
+        """
+        path = self.manifests / span_id / "manifest.json"
+        m = json.loads(path.read_text())
+        if m["status"] != "quarantined":
+            raise ValueError(f"{span_id} has status {m['status']!r}, not 'quarantined'")
+        moved = []
+        for rel in m["files"]:
+            dst = SPANS + rel[len(QUARANTINE) :] if rel.startswith(QUARANTINE + "/") else rel
+            atomic_write_bytes(self.root / dst, (self.root / rel).read_bytes())
+            moved.append(dst)
+        released = {"at": datetime.now(UTC).isoformat(), "note": note, "from": m["files"]}
+        new = {**m, "status": "ok", "files": moved, "released": released}
+        atomic_write_bytes(path, json.dumps(new, indent=1).encode())
+        for rel in m["files"]:
+            if rel not in moved:
+                (self.root / rel).unlink(missing_ok=True)
+        return new
 
     def span_files(self, status: str = "ok") -> list[Path]:
         """Parquet files of committed spans with ``status`` ('ok' or 'quarantined')."""

@@ -38,8 +38,8 @@ from ingest.schema import REWARD_SCHEMA, DeadLetter
 from rewards.config import RewardConfig
 
 FAILPOINT_ENV = "RATCHET_INGEST_FAILPOINT"
-"""Crash-test hook: set to a step name ('mid_read', 'mid_write', 'after_write',
-'after_commit') and the ingest process SIGKILLs itself there. Unset in normal runs."""
+"""Crash-test hook: set to a step name ('mid_read', 'mid_write', 'after_write', 'after_commit',
+'mid_publish') and the ingest process SIGKILLs itself there. Unset in normal runs."""
 
 READ_BATCH = 2000
 ROWS_PER_TABLE = 4096
@@ -143,8 +143,8 @@ class ReadFileRanges(beam.DoFn):
 class ClassifyRecords(beam.DoFn):
     """Record batches -> ``(response_id, [item, ...])``; dead letters and event times tagged."""
 
-    def __init__(self, parse: ParseConfig) -> None:
-        self.limits = parse.model_dump()
+    def __init__(self, parse: ParseConfig, now_ms: int) -> None:
+        self.limits = {**parse.model_dump(), "now_ms": now_ms}
         self.completions = Metrics.counter("ingest", "completions_in")
         self.signals = Metrics.counter("ingest", "signals_in")
         self.bad = Metrics.counter("ingest", "bad_records")
@@ -192,11 +192,13 @@ class JoinSignals(beam.DoFn):
         reward_config: RewardConfig,
         finalized: dict[str, int],
         drain: bool,
+        expected: tuple[str, ...],
     ) -> None:
         self.windows = windows
         self.reward_config = reward_config
         self.finalized = finalized
         self.drain = drain
+        self.expected = expected
         self.duplicates = Metrics.counter("ingest", "duplicates")
 
     def start_bundle(self) -> None:
@@ -217,6 +219,7 @@ class JoinSignals(beam.DoFn):
             windows=self.windows,
             reward_config=self.reward_config,
             drain=self.drain,
+            expected=self.expected,
         )
         if out.duplicates:
             self.duplicates.inc(out.duplicates)
@@ -264,13 +267,17 @@ class PipelineSpec:
     parse: ParseConfig
     reward_config: RewardConfig
     drain: bool
+    now_ms: int
+    """Ingest's own clock for this span: bounds event times and the watermark."""
+    expected_signals: tuple[str, ...]
 
 
 def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
     """Add the ingest steps to ``p``; outputs land in ``spec.staging``."""
     read = ReadKafkaRanges(spec.bootstrap) if spec.source == "kafka" else ReadFileRanges()
     batches = p | "PartitionRanges" >> beam.Create(spec.ranges) | "ReadRanges" >> beam.ParDo(read)
-    parsed = batches | "Classify" >> beam.ParDo(ClassifyRecords(spec.parse)).with_outputs(
+    classify = ClassifyRecords(spec.parse, spec.now_ms)
+    parsed = batches | "Classify" >> beam.ParDo(classify).with_outputs(
         "dead", "times", "conv", main="events"
     )
     carried = p | "CarriedEvents" >> beam.Create([(k, [tuple(i)]) for k, i in spec.carried])
@@ -285,7 +292,7 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
     )
     prev = spec.prev_max_event_time_us
     watermark = parsed.times | "Watermark" >> beam.CombineGlobally(
-        _WatermarkFn(prev, spec.allowed_lateness_us, spec.drain)
+        _WatermarkFn(prev, spec.allowed_lateness_us, spec.drain, spec.now_ms * 1000)
     )
     joined = (
         (parsed.events, carried, next_markers)
@@ -293,7 +300,9 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
         | "GroupByResponseId" >> beam.GroupByKey()
         | "JoinSignals"
         >> beam.ParDo(
-            JoinSignals(spec.windows, spec.reward_config, spec.finalized, spec.drain),
+            JoinSignals(
+                spec.windows, spec.reward_config, spec.finalized, spec.drain, spec.expected_signals
+            ),
             watermark=beam.pvalue.AsSingleton(watermark),
         ).with_outputs("pending", "late", "dead", "finalized", main="rows")
     )
@@ -360,12 +369,14 @@ class _WatermarkFn(beam.CombineFn):
 
     Output: ``[max_event_time_us, watermark_us]`` where watermark = max - allowed lateness, or
     a far-future value when draining. With no events at all, both come from the carried max.
+    The max never passes ``now_us`` (ingest's clock), whatever a record claims.
     """
 
-    def __init__(self, prev_max: int | None, lateness_us: int, drain: bool) -> None:
+    def __init__(self, prev_max: int | None, lateness_us: int, drain: bool, now_us: int) -> None:
         self.prev_max = prev_max
         self.lateness_us = lateness_us
         self.drain = drain
+        self.now_us = now_us
 
     def create_accumulator(self) -> int | None:
         return self.prev_max
@@ -378,6 +389,7 @@ class _WatermarkFn(beam.CombineFn):
         return max(vals) if vals else None
 
     def extract_output(self, acc: int | None) -> list[int | None]:
+        acc = None if acc is None else min(acc, self.now_us)
         if self.drain:
             return [acc, 2**62]
         return [acc, -(2**62) if acc is None else acc - self.lateness_us]

@@ -51,6 +51,7 @@ def _frame(table: pa.Table):
         "edit_persistence_600",
         "followup_dissatisfied",
         "feedback_accept",
+        "dissatisfied_score",
     ]
     flat = table.select(cols)
     df = flat.to_pandas()
@@ -62,6 +63,9 @@ def _frame(table: pa.Table):
         zero_copy_only=False
     )
     df["has_feedback"] = pc.is_valid(table.column("feedback_accept")).to_numpy(zero_copy_only=False)
+    unversioned = pc.and_(pc.is_valid(table.column("followup_text")),
+                          pc.is_null(table.column("detector_version")))
+    df["followup_without_detector"] = unversioned.to_numpy(zero_copy_only=False)
     return df
 
 
@@ -96,6 +100,10 @@ def _expectations(
     exps += [
         gxe.ExpectColumnValuesToBeBetween(column=f"edit_persistence_{w}", min_value=0, max_value=1)
         for w in (30, 120, 300, 600)
+    ]
+    exps += [  # the follow-up detector ran on every joined follow-up, with a score in [0, 1]
+        gxe.ExpectColumnValuesToBeBetween(column="dissatisfied_score", min_value=0, max_value=1),
+        gxe.ExpectColumnValuesToBeInSet(column="followup_without_detector", value_set=[False]),
     ]
     for signal, share in min_join_share.items():
         if share > 0:

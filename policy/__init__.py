@@ -1,5 +1,12 @@
 """The policy plug: what the loop needs from a model, and the models behind it.
 
-``policy.toy`` is the home-made 1M-parameter MoE (byte tokenizer, own generate loop, safetensors
-checkpoint). This package sits on the bottom floor: stages import it, it imports no stage.
+``policy.base`` holds the :class:`~policy.base.Policy` protocol (token log-probs with router
+replay, MoE spec, tokenizer ids, generate, save); ``policy.config`` the tagged ``PolicyConfig``
+union (``toy`` | ``hf``) and ``load_policy`` (detects a checkpoint directory's format).
+Implementations: ``policy.toy`` (the home-made 1M-parameter MoE: byte tokenizer, own generate loop,
+safetensors checkpoint; ``policy.toy.adapter`` puts it behind the protocol) and ``policy.hf``
+(Hugging Face causal LMs, dense or MoE: Qwen3-MoE, Qwen2-MoE, OLMoE, Mixtral; GGUF via
+``gguf_file``). ``policy.tiny`` builds tiny random HF models with a locally trained BPE tokenizer;
+``policy.upcycle`` turns a dense HF model into an MoE. This package sits on the bottom floor:
+stages import it, it imports no stage.
 """

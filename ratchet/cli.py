@@ -1,17 +1,28 @@
 """The `ratchet` command: thin entry points that parse arguments and call one `run` each.
 
-Heavy modules (torch, mlflow, Beam, Ray, DeepSpeed) are imported only after the arguments are
-parsed, so `ratchet --help` is instant.
+Every input a command reads (the config file, a replay recording, ``--every``) is checked before
+any service starts or any model is built; a bad one is refused with one line naming it and exit
+code 2. Heavy modules (torch, mlflow, Beam, Ray, DeepSpeed) are imported only after that, so
+`ratchet --help` and the refusals are instant.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import json
 import signal
 import sys
 import time
 from pathlib import Path
+
+EXIT_USAGE = 2
+"""Bad input, refused before anything started."""
+EXIT_FAILED = 1
+"""The command ran and did not succeed (a cycle skipped for an error, an unreachable server)."""
+
+
+class UsageError(ValueError):
+    """Refused input: the message is one line naming the input."""
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -38,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ratchet", description="A production-feedback RL loop for a code model."
     )
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="library logs on the terminal too (they always go to the log file)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser(
@@ -53,13 +65,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("loop", help="run a cycle every --every (e.g. 5h)")
     _connected(p)
-    p.add_argument("--every", default="5h")
+    p.add_argument("--every", default="5h", help="period, e.g. 5h, 30m, 1h30m (at least 60 s)")
     p.add_argument("--max-cycles", type=int)
 
     p = sub.add_parser("replay", help="push recorded events into Kafka and run a cycle on them")
     _connected(p)
     p.add_argument("file", type=Path, help="JSONL of recorded events")
     p.add_argument("--speed", type=float, default=0.0, help="time compression; 0 = no waiting")
+    p.add_argument("--no-drain", dest="drain", action="store_false",
+                   help="leave completions whose join windows are still open pending (default: "
+                        "a finished recording is finalised and trained on in full)")
+
+    p = sub.add_parser(
+        "serve", help="serve the champion (one replica) with its API key; Ctrl-C stops it all"
+    )
+    _connected(p)
+    p.add_argument("--port", type=int, help="replica port on 127.0.0.1 (default: a free one)")
 
     p = sub.add_parser("rollout", help="canary rollout of one version on the configured fleet")
     _connected(p)
@@ -72,58 +93,167 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--tracking-uri", required=True)
     show.add_argument("--config", type=Path)
 
+    p = sub.add_parser("spans", help="ingested spans: list, show one, release a quarantined one")
+    ssub = p.add_subparsers(dest="spans_command", required=True)
+    for name, text in (("list", "print each span's id, status and rows"),
+                       ("show", "rows, signal coverage and the reward distribution of a span"),
+                       ("release", "re-admit a quarantined span after review")):
+        q = ssub.add_parser(name, help=text)
+        q.add_argument("--workdir", type=Path, default=Path(".demo"))
+        if name in ("show", "release"):
+            q.add_argument("span_id", help="e.g. span-000003")
+        if name == "release":
+            q.add_argument("--note", default="", help="why it was released (kept in the manifest)")
+
+    p = sub.add_parser("config", help="the resolved configuration")
+    csub = p.add_subparsers(dest="config_command", required=True)
+    show = csub.add_parser("show", help="print the resolved config as JSON")
+    show.add_argument("--config", type=Path)
+
     p = sub.add_parser("ui", help="serve the MLflow UI over a demo workdir's store")
     p.add_argument("--workdir", type=Path, default=Path(".demo"))
     return parser
 
 
+def check_inputs(args: argparse.Namespace):
+    """Everything a command reads, checked up front. Returns the config; raises UsageError."""
+    from ratchet.config import ConfigError, load_config
+    from ratchet.replay import RecordingError, load_recording
+    from ratchet.scheduler import parse_period
+
+    try:
+        config = _with_fleet(args, load_config(getattr(args, "config", None)))
+        if args.command == "replay":
+            load_recording(args.file)
+        if args.command == "loop":
+            args.every_s = parse_period(args.every)
+            if args.max_cycles is not None and args.max_cycles < 1:
+                raise UsageError(f"--max-cycles {args.max_cycles}: must be at least 1")
+        if args.command == "demo" and args.cycles < 1:
+            raise UsageError(f"--cycles {args.cycles}: must be at least 1")
+    except (ConfigError, RecordingError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    return config
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "spans":  # file edits only: no services, no signal handler
+        return _spans(args)
     # SIGTERM unwinds like Ctrl-C, so the services this process started are stopped by PID.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    for noisy in ("kafka", "urllib3", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    from ratchet.config import load_config
+    try:
+        config = check_inputs(args)
+    except UsageError as e:
+        print(f"ratchet: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    from ratchet import console
 
-    config = _with_fleet(args, load_config(getattr(args, "config", None)))
+    workdir = getattr(args, "workdir", None)
+    log_file = workdir / "ratchet.log" if workdir and args.command in _LOGGED else None
+    if args.command == "demo":
+        from ratchet.demo import WorkdirError, prepare_workdir
+
+        try:
+            prepare_workdir(args.workdir)
+        except WorkdirError as e:
+            print(f"ratchet: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+    console.setup(log_file, verbose=args.verbose)
+    if log_file is not None:
+        print(f"ratchet: full log in {log_file}", file=sys.stderr, flush=True)
+    return _dispatch(args, config)
+
+
+_LOGGED = {"demo", "cycle", "loop", "replay", "serve", "rollout"}
+
+
+def _dispatch(args: argparse.Namespace, config) -> int:
     if args.command == "demo":
         from ratchet.demo import run
 
         return run(config, workdir=args.workdir, cycles=args.cycles, keep_running=args.keep_running)
-    if args.command == "gates":
-        from gating.show import format_gate_table
+    if args.command == "serve":
+        from ratchet.serve import run as serve
 
-        print(format_gate_table(args.tracking_uri, config.model_name, args.version))
+        return serve(
+            config, workdir=args.workdir, port=args.port, bootstrap=args.bootstrap,
+            tracking_uri=args.tracking_uri,
+        )
+    if args.command == "gates":
+        return _gates_show(args, config)
+    if args.command == "config":
+        print(json.dumps(json.loads(config.model_dump_json()), indent=2))
         return 0
     if args.command == "ui":
-        from runtime.services import MlflowServer
-
-        server = MlflowServer.start(args.workdir / "mlflow")
-        print(f"MLflow UI: {server.uri}  (Ctrl-C to stop)", flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.stop()
-        return 0
+        return _ui(args.workdir)
     if args.command == "rollout":
-        from ratchet.rollout_cmd import run_rollout
-        from ratchet.runner import services
-
-        with services(args.workdir, bootstrap=args.bootstrap,
-                      tracking_uri=args.tracking_uri) as ep:
-            state = run_rollout(config, args.version, tracking_uri=ep.tracking_uri,
-                                bootstrap=ep.bootstrap, workdir=args.workdir)
-        return 0 if state == "promoted" else 1
+        return _rollout(args, config)
     from ratchet.runner import run_command
 
     return run_command(args, config)
+
+
+def _rollout(args: argparse.Namespace, config) -> int:
+    from ratchet.rollout_cmd import run_rollout
+    from ratchet.runner import services
+
+    with services(args.workdir, bootstrap=args.bootstrap, tracking_uri=args.tracking_uri) as ep:
+        state = run_rollout(config, args.version, tracking_uri=ep.tracking_uri,
+                            bootstrap=ep.bootstrap, workdir=args.workdir)
+    return 0 if state == "promoted" else 1
+
+
+def _gates_show(args: argparse.Namespace, config) -> int:
+    from gating.show import GateLookupError, format_gate_table
+
+    try:
+        print(format_gate_table(args.tracking_uri, config.model_name, args.version))
+    except GateLookupError as e:
+        print(f"ratchet: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+def _ui(workdir: Path) -> int:
+    from runtime.services import MlflowServer
+
+    server = MlflowServer.start(workdir / "mlflow")
+    print(f"MLflow UI: {server.uri}  (Ctrl-C to stop)", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+def _spans(args: argparse.Namespace) -> int:
+    from ingest.spans import SpanStore
+
+    store = SpanStore(args.workdir / "spans")
+    if args.spans_command == "show":
+        from ratchet.spans_view import describe_span
+
+        try:
+            print(describe_span(args.workdir, args.span_id))
+        except LookupError as e:
+            print(f"ratchet: error: {e}", file=sys.stderr)
+            return EXIT_FAILED
+        return 0
+    if args.spans_command == "list":
+        for m in store.manifests_list():
+            print(f"{m['span_id']}\t{m['status']}\t{m['rows']} rows")
+        return 0
+    try:
+        m = store.release(args.span_id, note=args.note)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"ratchet: error: cannot release {args.span_id}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{m['span_id']}: released, {m['rows']} rows now in {m['files'][0]}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -8,10 +8,12 @@ and unknown keys fail loudly.
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
+from typing import get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from deploy.rollout import RolloutConfig
 from gating.config import GateConfig
@@ -106,8 +108,55 @@ class RatchetConfig(_Config):
     lock: LockConfig = Field(default_factory=LockConfig)
 
 
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message is one line naming the file and the key."""
+
+
 def load_config(path: Path | None) -> RatchetConfig:
-    """The toy defaults, overridden by the JSON file at ``path`` if given."""
+    """The toy defaults, overridden by the JSON file at ``path`` if given.
+
+    Raises :class:`ConfigError` with one line naming the file, the key and, for a misspelt key,
+    the closest known one ("did you mean ...").
+    """
     if path is None:
         return RatchetConfig()
-    return RatchetConfig.model_validate(json.loads(Path(path).read_text()))
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
+    try:
+        return RatchetConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{path}: {_describe(e.errors()[0], data)}") from None
+
+
+def _describe(error: dict, data: object) -> str:
+    """One line for the first validation error, with a suggestion for an unknown key."""
+    loc = [str(part) for part in error["loc"]]
+    where = ".".join(loc) or "(top level)"
+    if error["type"] != "extra_forbidden":
+        return f"{where}: {error['msg']} (got {error.get('input')!r})"
+    known = _known_keys(RatchetConfig, error["loc"][:-1])
+    close = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.6)
+    hint = f"; did you mean '{'.'.join(loc[:-1] + close)}'?" if close else ""
+    return f"unknown key '{where}'{hint}"
+
+
+def _known_keys(model: type[BaseModel], parents: tuple) -> list[str]:
+    """Field names of the (nested) model at ``parents``; union members contribute all theirs."""
+    models = [model]
+    for part in parents:
+        nxt = []
+        for m in models:
+            field = m.model_fields.get(str(part))
+            if field is None:
+                continue
+            for arg in [field.annotation, *get_args(field.annotation)]:
+                for inner in [arg, *get_args(arg)]:
+                    if isinstance(inner, type) and issubclass(inner, BaseModel):
+                        nxt.append(inner)
+        models = nxt or models
+    return sorted({name for m in models for name in m.model_fields})

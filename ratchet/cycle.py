@@ -70,6 +70,13 @@ class CycleResult:
     champion_pass_rate: float | None = None
     candidate_tokens: float | None = None
     candidate_score: float | None = None
+    gate_ci_low: float | None = None
+    """Lower bound of the paired-bootstrap CI of the pass-rate change (candidate - champion)."""
+    gate_ci_high: float | None = None
+    gate_tasks: int | None = None
+    """Tasks in the gate suite behind the pass rates."""
+    gate_run_id: str | None = None
+    train_run_id: str | None = None
     rolled_back: bool = False
     rollout: str | None = None
     """Canary outcome: ``promoted``, ``rolled_back``, or why nothing was rolled out."""
@@ -131,8 +138,9 @@ class Cycle:
         state = self.store.unfinished() or self.store.new()
         resumed = state.stage if state.attempts else None
         state.attempts += 1
-        with mlflow.start_run(run_name=f"cycle-{index}") as parent:
+        with mlflow.start_run(run_name=f"cycle-{state.seq:04d} running") as parent:
             mlflow.log_dict(json.loads(self.config.model_dump_json()), "config/resolved.json")
+            mlflow.log_params(key_params(self.config))
             mlflow.set_tags(self._tags("cycle", state))
             if resumed:
                 mlflow.set_tag("ratchet.resumed_from", resumed)
@@ -148,10 +156,32 @@ class Cycle:
             finally:
                 mlflow.log_dict(asdict(result), "cycle_result.json")
                 mlflow.log_metrics({f"seconds_{k}": v for k, v in result.seconds.items()})
-                mlflow.set_tag("ratchet.outcome", _outcome(result))
+                self._record_summary(state, result)
                 if result.rollout:  # e.g. "alias only: no fleet configured (fleet.router_url)"
                     mlflow.set_tag("ratchet.rollout", result.rollout)
+        _publish_overview(self.tracking_uri, self.config.experiment)
         return result
+
+    @staticmethod
+    def _record_summary(state: CycleState, result: CycleResult) -> None:
+        """What the runs table and the cross-cycle overview read: sequence number and outcome in
+        the run name, versions as tags, gate figures as metrics."""
+        import mlflow
+
+        outcome = _outcome(result)
+        mlflow.set_tags({
+            "ratchet.outcome": outcome, "ratchet.cycle_seq": f"{state.seq:04d}",
+            "mlflow.runName": f"cycle-{state.seq:04d} {outcome}",
+            "ratchet.champion_version": str(result.champion_version or ""),
+            "ratchet.candidate_version": str(result.candidate_version or ""),
+        })
+        figures = {
+            "gate.candidate_pass_rate": result.candidate_pass_rate,
+            "gate.champion_pass_rate": result.champion_pass_rate,
+            "gate.ci_low": result.gate_ci_low, "gate.ci_high": result.gate_ci_high,
+            "span_rows": result.span_rows,
+        }
+        mlflow.log_metrics({k: float(v) for k, v in figures.items() if v is not None})
 
     def _advance(self, state: CycleState, result: CycleResult) -> None:
         if state.stage == "started":
@@ -368,6 +398,10 @@ class Cycle:
             )
             state.verdict = {"passed": verdict.passed, "run_id": verdict.run_id,
                              "failed": ", ".join(verdict.failed_gates) or "none"}
+            result.gate_tasks = verdict.candidate.n_tasks
+            change = next((g for g in verdict.gates if g.name == "pass_rate_change"), None)
+            if change is not None:
+                result.gate_ci_low, result.gate_ci_high = change.ci_low, change.ci_high
             result.candidate_pass_rate = verdict.candidate.pass_rate
             result.candidate_tokens = verdict.candidate.mean_completion_tokens
             result.candidate_score = verdict.candidate.score
@@ -481,7 +515,9 @@ def _fill(result: CycleResult, state: CycleState) -> None:
         result.span_rows = state.rows
     result.champion_version = state.champion_version
     result.candidate_version = state.candidate_version
+    result.train_run_id = state.runs.get("train")
     if state.verdict:
+        result.gate_run_id = state.verdict.get("run_id")
         result.gate_passed = bool(state.verdict.get("passed"))
         result.promoted = bool(state.verdict.get("promoted"))
         result.rollout = state.verdict.get("rollout")
@@ -494,8 +530,33 @@ def _outcome(result: CycleResult) -> str:
     if result.skipped:
         return "skipped"
     if result.rolled_back:
-        return "rolled_back"
+        return "rolled back"
     return "promoted" if result.promoted else "rejected"
+
+
+def key_params(config: RatchetConfig) -> dict[str, str]:
+    """The resolved config's key fields as run parameters, so two cycles compare in the UI."""
+    t, g = config.trainer, config.gate
+    return {
+        "model_name": config.model_name, "trainer.steps": str(t.steps), "trainer.lr": str(t.lr),
+        "trainer.batch_size": str(t.batch_size), "trainer.objective": t.objective.type,
+        "trainer.kl_coef": str(t.kl_coef), "trainer.baseline": str(t.baseline),
+        "gate.suite.size": str(g.suite.size), "gate.ci_level": str(g.bootstrap.confidence),
+        "min_rows_to_train": str(config.min_rows_to_train),
+        "ingest.drain": str(config.ingest.drain),
+    }
+
+
+def _publish_overview(tracking_uri: str, experiment: str) -> None:
+    """Re-render the cross-cycle page; a failure here never fails the cycle."""
+    from mlflow.exceptions import MlflowException
+
+    from ratchet.history import publish
+
+    try:
+        publish(tracking_uri, experiment)
+    except (MlflowException, OSError) as e:  # the overview is a view: log and go on
+        log.warning("could not publish the cross-cycle overview: %s", e)
 
 
 def _is_number(value: object) -> bool:

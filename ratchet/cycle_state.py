@@ -53,6 +53,8 @@ class CycleState:
     verdict: dict | None = None
     """``passed``, ``run_id``, ``failed`` of the gate; ``promoted`` once the deploy stage ran."""
     attempts: int = 0
+    seq: int = 0
+    """1, 2, 3, ... per workdir: the number the operator sees (run names, the overview)."""
     note: str = ""
     updated_at: float = 0.0
 
@@ -84,7 +86,8 @@ class CycleStore:
 
     def new(self) -> CycleState:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        state = CycleState(cycle_id=f"cycle-{stamp}-{uuid.uuid4().hex[:6]}")
+        seq = max((s.seq for s in self.all()), default=0) + 1
+        state = CycleState(cycle_id=f"cycle-{stamp}-{uuid.uuid4().hex[:6]}", seq=seq)
         self.save(state)
         return state
 

@@ -6,7 +6,8 @@ signals drained in compressed event time) followed by ingest → train → gate 
 per-cycle table, writes it as JSON and a PNG plot, and prints the MLflow UI address.
 
 The workdir is the demo's scratch space: it is wiped at the start (the embedded broker is
-memory-only, so state kept from an earlier demo would not match its topics).
+memory-only, so state kept from an earlier demo would not match its topics) — but only if ratchet
+made it: a marker file says so. Any other non-empty directory is refused, never deleted.
 """
 
 from __future__ import annotations
@@ -22,6 +23,29 @@ from ratchet.config import RatchetConfig
 
 log = logging.getLogger(__name__)
 
+MARKER = ".ratchet-workdir"
+"""Written into every workdir ratchet creates; only such a directory is ever wiped."""
+
+
+class WorkdirError(ValueError):
+    """The workdir holds something ratchet did not create."""
+
+
+def prepare_workdir(workdir: Path) -> None:
+    """An empty workdir with the marker: wipes an earlier demo's workdir, refuses anything else."""
+    if workdir.exists():
+        if not workdir.is_dir():
+            raise WorkdirError(f"--workdir {workdir} is a file, not a directory")
+        if any(workdir.iterdir()):
+            if not (workdir / MARKER).exists():
+                raise WorkdirError(
+                    f"--workdir {workdir} is not empty and was not created by ratchet "
+                    f"(no {MARKER}); refusing to delete it — pick another directory"
+                )
+            shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / MARKER).write_text("created by ratchet demo; this directory is wiped on reuse\n")
+
 
 @dataclass
 class CycleRow:
@@ -35,69 +59,153 @@ class CycleRow:
     mean_latency_ms: float
     completion_tokens: float
     span_rows: int
-    gate_score: float | None
+    champion_version: int | None
+    candidate_version: int | None
     gate_candidate: float | None
     gate_champion: float | None
+    gate_ci_low: float | None
+    """Paired-bootstrap CI of the pass-rate change, candidate minus champion."""
+    gate_ci_high: float | None
+    gate_tasks: int | None
+    outcome: str
     promoted: bool
+    rolled_back: bool
     seconds: float
+    cycle_run_id: str
+    gate_run_id: str | None
+    train_run_id: str | None
 
 
-_COLUMNS = [  # (field, header)
-    ("cycle", "cycle"), ("served_version", "served"), ("pass_rate_live", "live_pass"),
-    ("edit_persistence", "edit_p600"), ("dissatisfied_rate", "dissat"),
-    ("mean_latency_ms", "lat_ms"), ("completion_tokens", "tokens"), ("span_rows", "rows"),
-    ("gate_score", "gate_score"), ("gate_candidate", "gate_cand"),
-    ("gate_champion", "gate_chmp"), ("promoted", "promoted"), ("seconds", "sec"),
-]
+def _version(v: int | None) -> str:
+    return "-" if v is None else f"v{v}"
 
 
-def _cell(value: object) -> str:
-    if value is None:
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _ci(row: CycleRow) -> str:
+    if row.gate_ci_low is None or row.gate_ci_high is None:
         return "-"
-    if isinstance(value, float):
-        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
-    return str(value)
+    return f"[{row.gate_ci_low:+.3f},{row.gate_ci_high:+.3f}]"
+
+
+_COLUMNS = [  # (header, width, cell)
+    ("cycle", 5, lambda r: str(r.cycle)),
+    ("served", 6, lambda r: _version(r.served_version)),
+    ("live_pass", 9, lambda r: _num(r.pass_rate_live)),
+    ("edit_p600", 9, lambda r: _num(r.edit_persistence)),
+    ("dissat", 6, lambda r: _num(r.dissatisfied_rate)),
+    ("lat_ms", 6, lambda r: _num(r.mean_latency_ms, 1)),
+    ("tokens", 6, lambda r: _num(r.completion_tokens, 1)),
+    ("rows", 5, lambda r: str(r.span_rows)),
+    ("gated", 9, lambda r: f"{_version(r.candidate_version)}/{_version(r.champion_version)}"),
+    ("cand", 5, lambda r: _num(r.gate_candidate)),
+    ("champ", 5, lambda r: _num(r.gate_champion)),
+    ("change CI", 15, _ci),
+    ("n", 4, lambda r: "-" if r.gate_tasks is None else str(r.gate_tasks)),
+    ("outcome", 11, lambda r: r.outcome),
+    ("sec", 5, lambda r: f"{r.seconds:.0f}"),
+]
+"""``gated`` is candidate/champion: the versions the gate compared; ``cand``/``champ`` are their
+gate-suite pass rates on the same ``n`` tasks and ``change CI`` the 95% paired-bootstrap CI of the
+difference."""
 
 
 def format_table(rows: list[CycleRow]) -> str:
     """A fixed-width table, one line per cycle."""
-    width = max(len(h) for _, h in _COLUMNS) + 1
-    lines = ["".join(h.rjust(width) for _, h in _COLUMNS)]
-    lines += ["".join(_cell(getattr(r, f)).rjust(width) for f, _ in _COLUMNS) for r in rows]
+    lines = [" ".join(h.rjust(w) for h, w, _ in _COLUMNS)]
+    lines += [" ".join(cell(r).rjust(w) for _, w, cell in _COLUMNS) for r in rows]
     return "\n".join(lines)
 
 
+def outcome_of(result) -> str:
+    if result.skipped:
+        return "skipped"
+    if result.rolled_back:
+        return "rolled back"
+    return "promoted" if result.promoted else "rejected"
+
+
+_PANELS = [  # (title, field, better)
+    ("live edit persistence (600 s)", "edit_persistence", "higher"),
+    ("live dissatisfied follow-ups", "dissatisfied_rate", "lower"),
+    ("live mean latency (ms)", "mean_latency_ms", "lower"),
+    ("live completion tokens", "completion_tokens", "lower"),
+]
+
+
 def plot(rows: list[CycleRow], path: Path) -> None:
+    """One panel per metric with its own axis and direction; the gate panel has CI bars, the
+    champion line follows the champion each cycle compared against, promotions and rollbacks
+    are marked in a legend, and each gate point is labelled with its number of tasks."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     x = [r.cycle for r in rows]
-    panels = [
-        ("held-out pass rate", [("candidate", [r.gate_candidate for r in rows]),
-                                ("champion", [r.gate_champion for r in rows])]),
-        ("live traffic", [("edit persistence", [r.edit_persistence for r in rows]),
-                          ("dissatisfied rate", [r.dissatisfied_rate for r in rows]),
-                          ("pass rate", [r.pass_rate_live for r in rows])]),
-        ("mean latency (ms)", [("latency", [r.mean_latency_ms for r in rows])]),
-        ("completion tokens", [("tokens", [r.completion_tokens for r in rows])]),
-    ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
-    for ax, (title, series) in zip(axes, panels):
-        for label, ys in series:
-            ax.plot(x, [float("nan") if y is None else y for y in ys], marker="o", label=label)
-        ax.set_title(title)
-        ax.set_xlabel("cycle")
+    fig, axes = plt.subplots(1, 1 + len(_PANELS), figsize=(4.2 * (1 + len(_PANELS)), 3.6))
+    _gate_panel(axes[0], rows)
+    for ax, (title, field, better) in zip(axes[1:], _PANELS):
+        ax.plot(x, [getattr(r, field) for r in rows], marker="o", color="tab:blue")
+        ax.set_title(f"{title}\n({better} is better)", fontsize=9)
+        ax.set_xlabel("cycle (traffic served by the champion of that cycle)", fontsize=7)
         ax.set_xticks(x)
-        if len(series) > 1:
-            ax.legend(fontsize=7)
-    for r in rows:
-        if r.promoted:
-            axes[0].axvline(r.cycle, color="green", alpha=0.2)
+    for ax in axes:
+        for r in rows:
+            if r.promoted and not r.rolled_back:
+                ax.axvline(r.cycle, color="green", alpha=0.15)
+            if r.rolled_back:
+                ax.axvline(r.cycle, color="red", alpha=0.15)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _gate_panel(ax, rows: list[CycleRow]) -> None:
+    gated = [r for r in rows if r.gate_candidate is not None]
+    x = [r.cycle for r in gated]
+    champ = [r.gate_champion for r in gated]
+    ax.plot(x, [float("nan") if c is None else c for c in champ], marker="s", color="gray",
+            label="champion (the version gated against)")
+    low = [r.gate_candidate - (r.gate_champion + r.gate_ci_low)
+           if r.gate_ci_low is not None and r.gate_champion is not None else 0.0 for r in gated]
+    high = [(r.gate_champion + r.gate_ci_high) - r.gate_candidate
+            if r.gate_ci_high is not None and r.gate_champion is not None else 0.0 for r in gated]
+    ax.errorbar(x, [r.gate_candidate for r in gated], yerr=[low, high], fmt="o", capsize=3,
+                color="tab:blue", label="candidate, 95% CI of the change")
+    promoted = [r for r in gated if r.promoted and not r.rolled_back]
+    rolled = [r for r in gated if r.rolled_back]
+    if promoted:
+        ax.scatter([r.cycle for r in promoted], [r.gate_candidate for r in promoted],
+                   marker="^", s=80, color="green", zorder=3, label="promoted")
+    if rolled:
+        ax.scatter([r.cycle for r in rolled], [r.gate_candidate for r in rolled],
+                   marker="x", s=80, color="red", zorder=3, label="rolled back")
+    for r in gated:
+        if r.gate_tasks:
+            ax.annotate(f"n={r.gate_tasks}", (r.cycle, r.gate_candidate), fontsize=6,
+                        textcoords="offset points", xytext=(4, 4))
+    ax.set_title("gate pass rate\n(higher is better)", fontsize=9)
+    ax.set_xlabel("cycle", fontsize=7)
+    ax.set_xticks([r.cycle for r in rows])
+    ax.legend(fontsize=6)
+
+
+def _log_live(tracking_uri: str, experiment: str, run_id: str, stats) -> None:
+    """The live product metrics of the traffic before a cycle, on that cycle's run."""
+    from mlflow import MlflowClient
+
+    from ratchet.history import publish
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    for name, value in (("live.edit_persistence", stats.edit_persistence),
+                        ("live.dissatisfied_rate", stats.dissatisfied_rate),
+                        ("live.pass_rate", stats.pass_rate),
+                        ("live.mean_latency_ms", stats.mean_latency_ms)):
+        client.log_metric(run_id, name, float(value))
+    publish(tracking_uri, experiment)
 
 
 def demo_config(config: RatchetConfig) -> RatchetConfig:
@@ -105,13 +213,19 @@ def demo_config(config: RatchetConfig) -> RatchetConfig:
     minutes of event time in a second) before the cycle starts, but the server stamps completions
     in wall time, so the watermark would not pass the longest join window until much later
     traffic arrives. The demo's ingest therefore finalises every pending completion at the end of
-    each span (``drain``) — production cycles every few hours leave it off."""
-    return config.model_copy(update={"ingest": config.ingest.model_copy(update={"drain": True})})
+    each span (``drain``) — production cycles every few hours leave it off. For the same reason a
+    signal's event time runs up to ten minutes ahead of the wall clock, so the replicas and ingest
+    accept ``SIMULATED_SKEW_S`` of future skew instead of their production bounds."""
+    from deploy.simulator import SIMULATED_SKEW_S
+
+    parse = config.ingest.parse.model_copy(update={"max_future_skew_s": SIMULATED_SKEW_S})
+    ingest = config.ingest.model_copy(update={"drain": True, "parse": parse})
+    return config.model_copy(update={"ingest": ingest})
 
 
 def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool = False) -> int:
     from deploy.fleet import Fleet
-    from deploy.simulator import UserSimulator
+    from deploy.simulator import SIMULATED_SKEW_S, UserSimulator
     from ratchet.bootstrap import ensure_champion
     from ratchet.cycle import Cycle
     from ratchet.runner import services
@@ -119,8 +233,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
 
     t0 = time.perf_counter()
     config = demo_config(config)
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    prepare_workdir(workdir)
     rows: list[CycleRow] = []
     stage_seconds: list[dict[str, float]] = []
     with services(workdir, bootstrap=None, tracking_uri=None) as ep:
@@ -130,10 +243,12 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
             n_replicas=config.fleet.replicas, tracking_uri=ep.tracking_uri,
             model_name=config.model_name, bootstrap=ep.bootstrap, workdir=workdir / "fleet",
             admin_token=config.fleet.admin_token,
+            signal_max_skew_s=SIMULATED_SKEW_S,
         )
         try:
             sim = UserSimulator(
-                urls=fleet.urls, bootstrap=ep.bootstrap, speed=config.simulator.speed,
+                urls=fleet.urls, api_key=fleet.create_api_key("demo-simulator"),
+                speed=config.simulator.speed,
                 seed=config.simulator.seed,
             )
             cycle = Cycle(config, tracking_uri=ep.tracking_uri, bootstrap=ep.bootstrap,
@@ -147,6 +262,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                 sim.drain()
                 traffic_s = time.perf_counter() - c0
                 result = cycle.run(i)
+                _log_live(ep.tracking_uri, config.experiment, result.run_id, stats)
                 stage_seconds.append({"traffic": round(traffic_s, 2), **result.seconds})
                 rows.append(CycleRow(
                     cycle=i, served_version=served, pass_rate_live=stats.pass_rate,
@@ -154,12 +270,18 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                     dissatisfied_rate=stats.dissatisfied_rate,
                     mean_latency_ms=stats.mean_latency_ms,
                     completion_tokens=stats.mean_completion_tokens, span_rows=result.span_rows,
-                    gate_score=result.candidate_score,
+                    champion_version=result.champion_version,
+                    candidate_version=result.candidate_version,
                     gate_candidate=result.candidate_pass_rate,
-                    gate_champion=result.champion_pass_rate, promoted=result.promoted,
-                    seconds=time.perf_counter() - c0,
+                    gate_champion=result.champion_pass_rate, gate_ci_low=result.gate_ci_low,
+                    gate_ci_high=result.gate_ci_high, gate_tasks=result.gate_tasks,
+                    outcome=outcome_of(result), promoted=result.promoted,
+                    rolled_back=result.rolled_back, seconds=time.perf_counter() - c0,
+                    cycle_run_id=result.run_id, gate_run_id=result.gate_run_id,
+                    train_run_id=result.train_run_id,
                 ))
-                print(format_table(rows[-1:]).splitlines()[-1], flush=True)
+                log.info("cycle %d of %d: %s\n%s", i + 1, cycles, rows[-1].outcome,
+                         format_table(rows[-1:]))
         finally:
             fleet.stop()
         total_s = time.perf_counter() - t0
@@ -173,7 +295,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
             "cycles": [asdict(r) for r in rows],
         }
         (workdir / "demo_summary.json").write_text(json.dumps(summary, indent=2))
-        print(f"\nper-stage seconds: {stage_seconds}")
+        log.info("full log: %s", workdir / "ratchet.log")
         print(f"demo took {total_s:.0f} s (bootstrap {bootstrap_s:.0f} s); "
               f"{summary['promotions']} promotion(s); plot: {png}")
         print(f"MLflow UI: {ep.tracking_uri}  (after the demo: ratchet ui --workdir {workdir})")

@@ -5,7 +5,10 @@ as the raw string — or, if it is not UTF-8, as ``value_b64`` — so malformed 
 byte for byte as they were. Replay keeps the records' relative
 timing, compressed by a speed factor (0 = no waiting), and by default rebases event times so the
 newest recorded event lands at "now" — recorded traffic then looks fresh to ingest's
-too-old/future checks while every interval between events is kept.
+too-old/future checks while every interval between events is kept. Each record is sent with its
+recorded timestamp, shifted by the same amount as its event time, so ingest's staleness check
+(event time against record timestamp) sees exactly what it saw when the traffic was recorded,
+and a rerun classifies every record as the first run did.
 """
 
 from __future__ import annotations
@@ -61,15 +64,58 @@ def _shift_event_time(value: str, shift_s: float) -> str:
     return json.dumps(event)
 
 
+class RecordingError(ValueError):
+    """A recording that cannot be replayed; the message names the file and the line."""
+
+
+_REQUIRED = ("topic", "timestamp_ms")
+
+
+def load_recording(path: Path) -> list[dict]:
+    """The records of a recording, checked before anything is sent: each line a JSON object
+    with ``topic``, an integer ``timestamp_ms`` and a ``value`` or ``value_b64``. Raises
+    :class:`RecordingError` naming ``FILE:LINE`` (lines counted from 1, blank lines included)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise RecordingError(f"{path}: no such recording") from None
+    except (IsADirectoryError, UnicodeDecodeError) as e:
+        raise RecordingError(f"{path}: cannot read as a JSONL recording ({e})") from None
+    records = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RecordingError(f"{path}:{lineno}: not valid JSON: {e.msg}") from None
+        if not isinstance(r, dict):
+            raise RecordingError(f"{path}:{lineno}: a record must be a JSON object")
+        missing = [k for k in _REQUIRED if k not in r]
+        if "value" not in r and "value_b64" not in r:
+            missing.append("value")
+        if missing:
+            raise RecordingError(f"{path}:{lineno}: record lacks {', '.join(missing)}")
+        if not isinstance(r["timestamp_ms"], int) or isinstance(r["timestamp_ms"], bool):
+            raise RecordingError(f"{path}:{lineno}: timestamp_ms must be an integer, "
+                                 f"got {r['timestamp_ms']!r}")
+        r.setdefault("key", None)
+        records.append(r)
+    if not records:
+        raise RecordingError(f"{path}: the recording holds no records")
+    return records
+
+
 def replay(path: Path, *, bootstrap: str, speed: float = 0.0, rebase: bool = True) -> int:
     """Send the records of ``path`` to Kafka in order; returns how many were sent."""
     from ingest.kafka_io import EventProducer
 
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = load_recording(path)
     if not records:
         return 0
     t0 = records[0]["timestamp_ms"]
-    shift_s = time.time() - records[-1]["timestamp_ms"] / 1000 if rebase else 0.0
+    newest_ms = max(r["timestamp_ms"] for r in records)
+    shift_s = time.time() - newest_ms / 1000 if rebase else 0.0
     producer = EventProducer(bootstrap)
     wall0 = time.monotonic()
     try:
@@ -80,7 +126,9 @@ def replay(path: Path, *, bootstrap: str, speed: float = 0.0, rebase: bool = Tru
                 due = (r["timestamp_ms"] - t0) / 1000 / speed
                 time.sleep(max(0.0, due - (time.monotonic() - wall0)))
             key = r["key"].encode() if r["key"] else None
-            producer.send_raw(r["topic"], key, _decode_value(r, shift_s if rebase else None))
+            value = _decode_value(r, shift_s if rebase else None)
+            ts = int(r["timestamp_ms"] + shift_s * 1000) if r["timestamp_ms"] >= 0 else None
+            producer.send_raw(r["topic"], key, value, timestamp_ms=ts)
         producer.flush()
     finally:
         producer.close()

@@ -78,9 +78,11 @@ def _log(tracking_uri: str, name: str, directory: Path, run_name: str) -> int:
 
 
 def _ingest_config():
-    from ingest.config import IngestConfig, JoinConfig, ValidationConfig
+    from deploy.simulator import SIMULATED_SKEW_S
+    from ingest.config import IngestConfig, JoinConfig, ParseConfig, ValidationConfig
 
     return IngestConfig(
+        parse=ParseConfig(max_future_skew_s=SIMULATED_SKEW_S),  # the simulator compresses time
         join=JoinConfig(followup_window_s=600.0, feedback_window_s=600.0, allowed_lateness_s=0.0),
         validation=ValidationConfig(
             max_reward_mean_drift=10.0, max_reward_std_drift=10.0, max_length_drift_ratio=100.0
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     from deploy.fleet import Fleet, RouterProcess
     from deploy.judge import JudgeConfig
     from deploy.rollout import RewardSpans, RolloutConfig, RolloutController
-    from deploy.simulator import UserSimulator
+    from deploy.simulator import SIMULATED_SKEW_S, UserSimulator
     from ingest.pipeline import run_span
     from ratchet.runner import services
 
@@ -107,6 +109,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             model_name=name,
             bootstrap=ep.bootstrap,
             admin_token=token,
+            api_keys_path=workdir / "api_keys.json",
+            signal_max_skew_s=SIMULATED_SKEW_S,  # the simulator dates signals in compressed time
         )
         with (
             Fleet.start(
@@ -123,7 +127,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             ) as router,
         ):
             sim = UserSimulator(
-                urls=[router.url], bootstrap=ep.bootstrap, speed=600.0, seed=args.seed
+                urls=[router.url], api_key=stable.create_api_key("rollout-demo"), speed=600.0,
+                seed=args.seed,
             )
             traffic = Traffic(sim, round_size=8, concurrency=4)
             config = RolloutConfig(

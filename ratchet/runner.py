@@ -69,17 +69,54 @@ def _run_command(args: argparse.Namespace, config: RatchetConfig) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     with services(workdir, bootstrap=args.bootstrap, tracking_uri=args.tracking_uri) as ep:
         # The cycle bootstraps the champion itself, under the model's lease (no two champions).
+        if args.command == "replay" and args.drain:
+            # A finished recording: finalise every completion it holds (signals that never
+            # came are defaulted), instead of waiting for traffic that will never arrive.
+            config = config.model_copy(
+                update={"ingest": config.ingest.model_copy(update={"drain": True})})
         cycle = Cycle(config, tracking_uri=ep.tracking_uri, bootstrap=ep.bootstrap, workdir=workdir)
         if args.command == "cycle":
-            print(cycle.run(0))
-        elif args.command == "replay":
+            return report(cycle.run(0))
+        if args.command == "replay":
             from ratchet.replay import replay
 
             sent = replay(args.file, bootstrap=ep.bootstrap, speed=args.speed)
             log.info("replayed %d records from %s", sent, args.file)
-            print(cycle.run(0))
-        elif args.command == "loop":
-            from ratchet.scheduler import parse_duration, run_every
+            return report(cycle.run(0))
+        if args.command == "loop":
+            from ratchet.scheduler import run_every
 
-            run_every(parse_duration(args.every), cycle.run, max_cycles=args.max_cycles)
+            run_every(args.every_s, lambda i: report(cycle.run(i)), max_cycles=args.max_cycles)
     return 0
+
+
+def describe(result) -> str:
+    """A cycle's outcome in a few readable lines."""
+    head = f"cycle {result.index}: "
+    if result.skipped:
+        return head + f"skipped — {result.skipped} (span rows {result.span_rows}, " \
+                      f"dead letters {result.dead_letters}; MLflow run {result.run_id})"
+    verdict = "promoted" if result.promoted else ("passed, not promoted" if result.gate_passed
+                                                  else "rejected by the gate")
+    lines = [head + f"candidate v{result.candidate_version} vs champion "
+                    f"v{result.champion_version}: {verdict}",
+             f"  span rows {result.span_rows}, dead letters {result.dead_letters}",
+             f"  gate pass rate: candidate {_fmt(result.candidate_pass_rate)}, "
+             f"champion {_fmt(result.champion_pass_rate)}",
+             "  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()),
+             f"  MLflow run {result.run_id}"]
+    return "\n".join(lines)
+
+
+def report(result) -> int:
+    """Print the outcome; a cycle skipped for an error (not for too little traffic) fails."""
+    print(describe(result), flush=True)
+    return 1 if failed(result) else 0
+
+
+def failed(result) -> bool:
+    return bool(result.skipped) and "min_rows_to_train" not in result.skipped
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

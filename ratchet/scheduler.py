@@ -20,12 +20,25 @@ log = logging.getLogger(__name__)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+MIN_EVERY_S = 60.0
+"""The shortest loop period accepted: a cycle takes minutes, ``0s`` would be a tight loop."""
+
+
 def parse_duration(text: str) -> float:
     """'90s', '15m', '5h', '1d', '1h30m' -> seconds. Raises ValueError naming the input."""
     parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
     if not parts or "".join(n + u for n, u in parts) != text.strip():
         raise ValueError(f"cannot parse duration {text!r}: use e.g. '5h', '15m', '1h30m'")
     return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def parse_period(text: str) -> float:
+    """A loop period: a duration of at least :data:`MIN_EVERY_S`."""
+    seconds = parse_duration(text)
+    if seconds < MIN_EVERY_S:
+        raise ValueError(f"--every {text!r} is {seconds:g} s; the shortest period is "
+                         f"{MIN_EVERY_S:g} s (a cycle takes minutes)")
+    return seconds
 
 
 def run_every(

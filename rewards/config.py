@@ -6,6 +6,8 @@ themselves (rewards/signals.py) and the monitors (rewards/monitors.py).
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -22,18 +24,32 @@ class RewardWeights(BaseModel):
 
 
 class SignalDefaults(BaseModel):
-    """Component value used when a signal never arrived (missing is not zero, but needs a value)."""
+    """Component value used when a signal never arrived, per signal and per what its absence
+    means (missing is not zero, but needs a value). Persistence is on [-1, 1] = 2 * kept - 1:
+    0 means "half of it kept", -1 "nothing of it kept"."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     edit_persistence: float = Field(
-        0.0, ge=-1.0, le=1.0, description="Persistence component when no checkpoint arrived."
+        0.0, ge=-1.0, le=1.0, description="Persistence component when no checkpoint and no "
+        "feedback arrived: nothing is known about the suggestion (0: as if half were kept)."
+    )
+    edit_persistence_rejected: float = Field(
+        -1.0, ge=-1.0, le=1.0, description="Persistence component when no checkpoint arrived "
+        "and the suggestion was rejected: it was never inserted, so nothing of it persisted "
+        "(-1: 0% kept). Ranks a rejected suggestion below one inserted and then rewritten."
+    )
+    edit_persistence_accepted: float = Field(
+        0.0, ge=-1.0, le=1.0, description="Persistence component when the suggestion was "
+        "accepted (inserted) but no checkpoint arrived (its telemetry was lost)."
     )
     followup: float = Field(
-        0.0, ge=-1.0, le=1.0, description="Follow-up component when the user wrote no follow-up."
+        0.0, ge=-1.0, le=1.0, description="Follow-up component when the user wrote no follow-up "
+        "(silence is neutral: the same value as a neutral follow-up)."
     )
     feedback: float = Field(
-        0.0, ge=-1.0, le=1.0, description="Feedback component when no accept/reject arrived."
+        0.0, ge=-1.0, le=1.0, description="Feedback component when no accept/reject arrived "
+        "(between reject, -1, and accept, +1)."
     )
 
 
@@ -63,7 +79,21 @@ class RewardConfig(BaseModel):
         256, ge=1, le=100_000, description="Tokens over budget at which the penalty reaches 1."
     )
     length_max_penalty: float = Field(
-        1.0, gt=0.0, le=1.0, description="Upper bound of the (quadratic) length penalty."
+        1.0, gt=0.0, le=1.0, description="Upper bound of the length penalty."
+    )
+    length_shape: Literal["concave", "quadratic"] = Field(
+        "concave", description="concave (Composer 2): C(x) / C(scale) with C(x) = ((1 + k x)^(1-q)"
+        " - 1) / (k (1-q)), x = tokens over the free budget — each extra token costs less than "
+        "the one before, so easy tasks stay short without starving hard ones. quadratic: "
+        "(x / scale)^2 (the old term). Both are 0 at x = 0 and 1 at x = length_scale_tokens."
+    )
+    length_k: float = Field(
+        1.0 / 64, gt=0.0, le=10.0, description="k of the concave penalty (per token): where it "
+        "bends; for x << 1/k it is about linear."
+    )
+    length_q: float = Field(
+        1.0, ge=0.0, le=10.0, description="q of the concave penalty: 0 linear, 1 logarithmic "
+        "(the q -> 1 limit log(1 + k x) / k), > 1 bounded by 1 / (k (q - 1))."
     )
 
     @model_validator(mode="after")

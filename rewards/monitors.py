@@ -4,12 +4,15 @@ A policy that games the reward shows up in batch statistics before it shows up i
 it stops being edited (persistence stuck at 1 because users gave up), emits malformed output,
 lives off default rewards (signals stop arriving), or drifts in length. ``batch_monitors``
 computes those figures over a ``REWARD_SCHEMA`` table; ``compare_batches`` flags a jump.
+``detector_agreement`` compares ingest's follow-up detector with the producer's own flag (the
+simulator's ground truth) on the rows that carry both; ``batch_monitors`` includes it.
 
 Deliberately left out: acting on a flag (the gate decides), and any I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -34,12 +37,17 @@ def _last_persistence(table: pa.Table) -> pa.Array:
     return pc.coalesce(*[table.column(c) for c in _PERSISTENCE_COLUMNS])
 
 
-def batch_monitors(table: pa.Table, dead_letters: int = 0) -> dict[str, float]:
+def batch_monitors(
+    table: pa.Table, dead_letters: int = 0, expected_signals: Collection[str] = SIGNALS
+) -> dict[str, float]:
     """Monitor figures for one batch of reward rows.
 
     - ``no_edit_rate``: among rows with a persistence signal, share whose latest score is 1.0.
-    - ``malformed_rate``: (dead letters + rows finished by ``error`` or with empty text) / all.
-    - ``defaulted_share``: share of rows with at least one defaulted signal; also per signal.
+    - ``malformed_rate``: share of rows (model output) finished by ``error`` or with empty text.
+    - ``dead_letter_rate``: dead letters / (rows + dead letters): transport and producer faults
+      (stale, too large, unparseable...), kept apart from malformed model output.
+    - ``defaulted_share``: share of rows missing at least one of ``expected_signals``; per
+      signal (every signal) in ``defaulted_share_<signal>``.
     - ``mean_length``, ``reward_mean``, ``reward_std``, ``rows``.
     """
     n = table.num_rows
@@ -52,17 +60,55 @@ def batch_monitors(table: pa.Table, dead_letters: int = 0) -> dict[str, float]:
         pc.equal(table.column("finish_reason"), "error"),
         pc.equal(pc.utf8_length(table.column("response_text")), 0),
     )
-    malformed = int(pc.sum(pc.cast(bad, pa.int64())).as_py() or 0) + dead_letters
-    out["malformed_rate"] = malformed / (n + dead_letters) if n + dead_letters else 0.0
-    n_defaulted = pc.list_value_length(table.column("defaulted_signals"))
-    out["defaulted_share"] = _share(pc.greater(n_defaulted, 0), n)
+    out["malformed_rate"] = _share(bad, n)
+    out["dead_letter_rate"] = dead_letters / (n + dead_letters) if n + dead_letters else 0.0
+    expected = set(expected_signals)
+    defaulted = table.column("defaulted_signals").to_pylist()
+    missing = [bool(expected.intersection(r)) for r in defaulted]
+    out["defaulted_share"] = _share(pa.array(missing, pa.bool_()), n)
     flat = pc.list_flatten(table.column("defaulted_signals"))
     for signal in SIGNALS:
         out[f"defaulted_share_{signal}"] = _share(pc.equal(flat, signal), n)
     out["mean_length"] = float(pc.mean(table.column("completion_tokens")).as_py() or 0.0)
     out["reward_mean"] = float(pc.mean(table.column("reward")).as_py() or 0.0)
     out["reward_std"] = float(pc.stddev(table.column("reward")).as_py() or 0.0) if n > 1 else 0.0
+    out.update(detector_agreement(table))
     return out
+
+
+def detector_agreement(table: pa.Table) -> dict[str, float]:
+    """The detector's decision (``followup_dissatisfied``) against the producer's flag
+    (``followup_flag``), over rows that have both.
+
+    ``followup_pairs`` is the number of such rows (0.0 when the columns are absent: a v1 span);
+    with at least one pair: ``detector_agreement`` (share equal), ``detector_kappa`` (Cohen's
+    kappa; 0.0 when chance agreement is 1), ``detector_rate`` and ``flag_rate`` (share
+    dissatisfied by each), ``detector_precision`` / ``detector_recall`` taking the flag as truth
+    (0.0 when undefined).
+    """
+    names = set(table.column_names)
+    if not {"followup_dissatisfied", "followup_flag"} <= names:
+        return {"followup_pairs": 0.0}
+    both = table.filter(pc.and_(pc.is_valid(table.column("followup_dissatisfied")),
+                                pc.is_valid(table.column("followup_flag"))))
+    det = [bool(v) for v in both.column("followup_dissatisfied").to_pylist()]
+    flag = [bool(v) for v in both.column("followup_flag").to_pylist()]
+    n = len(det)
+    if n == 0:
+        return {"followup_pairs": 0.0}
+    tp = sum(d and f for d, f in zip(det, flag))
+    agree = sum(d == f for d, f in zip(det, flag)) / n
+    p_det, p_flag = sum(det) / n, sum(flag) / n
+    chance = p_det * p_flag + (1 - p_det) * (1 - p_flag)
+    return {
+        "followup_pairs": float(n),
+        "detector_agreement": agree,
+        "detector_kappa": (agree - chance) / (1 - chance) if chance < 1 else 0.0,
+        "detector_rate": p_det,
+        "flag_rate": p_flag,
+        "detector_precision": tp / sum(det) if sum(det) else 0.0,
+        "detector_recall": tp / sum(flag) if sum(flag) else 0.0,
+    }
 
 
 @dataclass(frozen=True)

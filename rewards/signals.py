@@ -8,6 +8,7 @@ a batch of rewards (rewards/monitors.py).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -65,12 +66,39 @@ def latency_reward(ms: float, target_ms: float, max_ms: float) -> float:
     return max(0.0, 1.0 - (ms - target_ms) / (max_ms - target_ms))
 
 
+def concave_length_cost(x: float, k: float, q: float) -> float:
+    """C(x) = ((1 + k x)^(1 - q) - 1) / (k (1 - q)) (Composer 2), x >= 0; at q = 1 its limit
+    log(1 + k x) / k (used within 1e-6 of q = 1, where the power form loses precision).
+    C(0) = 0, C'(0) = 1, increasing and concave for q > 0; linear (C = x) at q = 0."""
+    if x < 0 or k <= 0:
+        raise ValueError(f"need x >= 0 and k > 0, got x={x}, k={k}")
+    if abs(1.0 - q) < 1e-6:
+        return math.log1p(k * x) / k
+    return math.expm1((1.0 - q) * math.log1p(k * x)) / (k * (1.0 - q))
+
+
 def length_penalty(
-    completion_tokens: int, free_tokens: int, scale_tokens: int, max_penalty: float
+    completion_tokens: int, free_tokens: int, scale_tokens: int, max_penalty: float,
+    shape: Literal["concave", "quadratic"] = "concave", k: float = 1.0 / 64, q: float = 1.0,
 ) -> float:
-    """0 up to ``free_tokens``, then ``((n - free) / scale)^2``, capped at ``max_penalty``."""
+    """0 up to ``free_tokens``; then for x = n - free: ``C(x) / C(scale)`` (concave) or
+    ``(x / scale)^2`` (quadratic); capped at ``max_penalty``."""
     over = max(0, completion_tokens - free_tokens)
-    return min(max_penalty, (over / scale_tokens) ** 2)
+    if shape == "quadratic":
+        return min(max_penalty, (over / scale_tokens) ** 2)
+    cost = concave_length_cost(over, k, q) / concave_length_cost(scale_tokens, k, q)
+    return min(max_penalty, cost)
+
+
+def _missing_persistence(label: str | None, config: RewardConfig) -> float:
+    """No checkpoint arrived: a rejected suggestion was never inserted (nothing kept), an
+    accepted one lost its telemetry, and without feedback nothing is known."""
+    d = config.defaults
+    if label == "reject":
+        return d.edit_persistence_rejected
+    if label == "accept":
+        return d.edit_persistence_accepted
+    return d.edit_persistence
 
 
 def compute_reward(
@@ -86,7 +114,7 @@ def compute_reward(
         row_signals.edit_persistence, config.persistence_window_weights
     )
     if persistence is None:
-        persistence = config.defaults.edit_persistence
+        persistence = _missing_persistence(row_signals.feedback_label, config)
         defaulted.append("edit_persistence")
     if row_signals.followup_dissatisfied is None:
         followup = config.defaults.followup
@@ -110,6 +138,9 @@ def compute_reward(
             config.length_free_tokens,
             config.length_scale_tokens,
             config.length_max_penalty,
+            config.length_shape,
+            config.length_k,
+            config.length_q,
         ),
     }
     weights = config.weights.model_dump()

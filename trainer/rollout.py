@@ -2,8 +2,9 @@
 
 Used for recorded fixtures (tests/fixtures/), bench/learning.py and tests: the model answers each
 task, ``tasks.toy.check`` scores it, and the reward is +1 when correct, -1 otherwise, minus a
-small per-token length penalty — the simulator's rule for a user who runs the suggestion. Rows
-follow ``ingest.schema.REWARD_SCHEMA`` exactly.
+small concave length penalty ``length_penalty * C(tokens)`` (rewards.signals.concave_length_cost:
+the first tokens cost about ``length_penalty`` each, later ones less) — the simulator's rule for a
+user who runs the suggestion. Rows follow ``ingest.schema.REWARD_SCHEMA`` exactly.
 
 Left out: delayed signals (edit persistence, follow-ups, feedback stay null; their names are
 listed in ``defaulted_signals``) and Kafka — ingest/ and the simulator own those.
@@ -19,16 +20,25 @@ import pyarrow as pa
 from ingest.schema import REWARD_SCHEMA, SCHEMA_VERSION
 from policy.toy.generate import Generation, generate
 from policy.toy.model import MoETransformer
+from rewards.signals import concave_length_cost
 from tasks.toy import Task, check
+
+LENGTH_K = 1.0 / 16  # per token: C bends after about 16 tokens
+LENGTH_Q = 1.0  # logarithmic: C(n) = log(1 + k n) / k
 
 SIGNALS = ("edit_persistence_30", "edit_persistence_120", "edit_persistence_300",
            "edit_persistence_600", "followup_dissatisfied", "feedback_accept")
 
 
+def length_cost(n_tokens: int, length_penalty: float) -> float:
+    """length_penalty * C(n_tokens) with the concave C of rewards.signals (k, q above)."""
+    return length_penalty * concave_length_cost(n_tokens, LENGTH_K, LENGTH_Q)
+
+
 def task_reward(task: Task, text: str, n_tokens: int, length_penalty: float) -> tuple[float, bool]:
-    """(+1 if the answer passes else -1) - length_penalty * tokens, and whether it passed."""
+    """(+1 if the answer passes else -1) - length_cost(tokens), and whether it passed."""
     passed = check(task, text).passed
-    return (1.0 if passed else -1.0) - length_penalty * n_tokens, passed
+    return (1.0 if passed else -1.0) - length_cost(n_tokens, length_penalty), passed
 
 
 def sample_rows(
@@ -43,16 +53,19 @@ def sample_rows(
     length_penalty: float = 0.01,
     model_name: str = "ratchet-toy",
     batch_size: int = 128,
+    top_p: float = 1.0,
 ) -> pa.Table:
-    """One reward row per (task, sample), REWARD_SCHEMA, ordered task by task."""
+    """One reward row per (task, sample), REWARD_SCHEMA, ordered task by task; ``temperature``
+    0 is greedy, ``top_p`` < 1 samples from the nucleus (the logged logprobs are the ones of the
+    distribution sampled from)."""
     prompts = [t for t in tasks for _ in range(samples_per_task)]
     gens: list[Generation] = []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start:start + batch_size]
         gens += generate(model, [t.prompt for t in chunk], max_new_tokens=max_new_tokens,
-                         temperature=temperature, seed=seed * 1_000_003 + start)
+                         temperature=temperature, top_p=top_p, seed=seed * 1_000_003 + start)
     records = [_record(t, g, i, temperature, model_version, model_name, length_penalty, seed)
-               for i, (t, g) in enumerate(zip(prompts, gens))]
+               | {"top_p": top_p} for i, (t, g) in enumerate(zip(prompts, gens))]
     return pa.Table.from_pylist(records, schema=REWARD_SCHEMA)
 
 
@@ -70,6 +83,6 @@ def _record(task: Task, g: Generation, i: int, temperature: float, version: int,
         "finish_reason": g.finish_reason, "completion_tokens": len(g.token_ids),
         "latency_ms": 0.0, **{s: None for s in SIGNALS}, "reward": reward,
         "reward_components": {"passed": float(passed),
-                              "length": -length_penalty * len(g.token_ids)},
+                              "length": -length_cost(len(g.token_ids), length_penalty)},
         "defaulted_signals": list(SIGNALS),
     }

@@ -18,6 +18,7 @@ from torch import Tensor
 from policy.toy.generate import encode_prompt
 from policy.toy.model import MoEConfig, MoETransformer
 from policy.toy.tokenizer import EOS, PAD, encode
+from runtime.progress import Progress
 from tasks.toy import Task, generate_tasks
 
 
@@ -81,11 +82,13 @@ def warm_start(
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     tasks = generate_tasks(steps * batch_size, seed, "train")
-    for step in range(steps):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps, lr, warmup)
-        ce = sft_step(model, opt, tasks[step * batch_size : (step + 1) * batch_size])
-        if log_every and step % log_every == 0:
-            print(f"sft step {step} ce {ce:.3f} cpu_s {time.process_time():.0f}", flush=True)
+    with Progress("warm start", total=steps, unit="step") as progress:
+        for step in range(steps):
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, steps, lr, warmup)
+            ce = sft_step(model, opt, tasks[step * batch_size : (step + 1) * batch_size])
+            progress.update()
+            if log_every and step % log_every == 0:
+                print(f"sft step {step} ce {ce:.3f} cpu_s {time.process_time():.0f}", flush=True)
     model.eval()
     return model

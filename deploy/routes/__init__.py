@@ -1,1 +1,1 @@
-"""One router per resource: completions, health, admin, metrics."""
+"""One router per resource: completions, signals, health, admin (reload, client keys), metrics."""

@@ -1,6 +1,8 @@
 """``POST /admin/reload``: load a version fully, then swap it in (bearer token required).
 
-Requests keep being served by the old model while the new one downloads and builds.
+Requests keep being served by the old model while the new one downloads and builds. A version
+that does not exist is 404; one whose weights fail the load checks (deploy/model_host.py) is 422,
+and the old model keeps serving.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from fastapi import APIRouter, HTTPException, status
 
 from deploy.api import ReloadRequest, ReloadResponse
 from deploy.deps import AdminDep, HostDep, MetricsDep, SettingsDep
+from deploy.model_host import ModelLoadError
 
 router = APIRouter(prefix="/admin", tags=["admin"])
 
@@ -25,7 +28,17 @@ def reload(
     except LookupError as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
     start = time.perf_counter()
-    host.load(version)
+    try:
+        host.load(version)
+    except LookupError as exc:
+        metrics.reloads.labels("not_found").inc()
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"version: {exc}") from exc
+    except ModelLoadError as exc:
+        metrics.reloads.labels("refused").inc()
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"version: {version} refused, still serving {previous}: {exc}",
+        ) from exc
     metrics.reloads.labels("ok").inc()
     return ReloadResponse(
         version=version, previous_version=previous, load_seconds=time.perf_counter() - start

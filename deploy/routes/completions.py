@@ -1,137 +1,249 @@
-"""``POST /v1/completions``: sample from the served model and log the behaviour event.
+"""OpenAI-compatible routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` and
+``GET /v1/models``.
 
-The sampled tokens' logprobs, the routed experts and the sampling parameters go into an
-``ingest.schema.Completion`` that is handed to the behaviour logger without blocking; a failure to
-build or queue it is counted in /metrics and never reaches the caller. The API is not streaming,
-so ``time_to_first_token_ms`` is the time to the first byte of the response: the full latency.
+Each route validates the body (deploy/api.py), checks the replica's limits, plans the sequences
+(deploy/gateway.py), and either awaits the engine and answers JSON or streams server-sent events.
+Every choice is logged as a behaviour event (deploy/completion_log.py) without blocking.
 
-Deliberately left out: streaming, batching requests across callers, stop strings.
+Deliberately left out: client authentication (added by the signals API work, when merged),
+tools/function calling, multimodal content.
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import time
-import uuid
-from datetime import UTC, datetime
+import asyncio
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
 
-from deploy.api import CompletionRequest, CompletionResponse, UsageOut
-from deploy.deps import HostDep, LoggerDep, MetricsDep, SettingsDep
-from ingest.schema import TOPICS, Completion, SamplingParams, Usage
+from deploy import gateway
+from deploy.api import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    ErrorResponse,
+    ModelList,
+)
+from deploy.deps import EngineDep, LoggerDep, MetricsDep, SettingsDep
+from deploy.errors import APIError
 
-router = APIRouter(prefix="/v1", tags=["completions"])
-log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+_ERRORS = {
+    code: {"model": ErrorResponse, "description": text}
+    for code, text in (
+        (400, "Invalid request; error.param names the field."),
+        (413, "Body too large."),
+        (503, "No model loaded yet."),
+    )
+}
+_SSE = {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when stream=true."}
 
 
-def hash_user(user_id: str) -> str:
-    """Stable pseudonym of a user id (the raw id is never logged)."""
-    return hashlib.sha256(f"ratchet:{user_id}".encode()).hexdigest()[:32]
+def _max_tokens(asked: int | None, default: int, limit: int) -> int:
+    value = default if asked is None else asked
+    if value > limit:
+        raise APIError(400, f"max_tokens={value} exceeds this server's limit {limit}", "max_tokens")
+    return value
 
 
-@router.post("/completions", response_model=CompletionResponse)
-def create_completion(
-    req: CompletionRequest,
-    host: HostDep,
+def _check_prompt(prompt: str, limit: int, param: str) -> None:
+    if len(prompt) > limit:
+        raise APIError(400, f"{param} has {len(prompt)} characters, limit {limit}", param)
+
+
+def _fingerprint(version: int) -> str:
+    return f"ratchet-v{version}"
+
+
+@router.post("/completions", response_model=CompletionResponse, responses={**_ERRORS, 200: _SSE})
+async def create_completion(
+    body: CompletionRequest,
+    request: Request,
+    engine: EngineDep,
     settings: SettingsDep,
     logger: LoggerDep,
     metrics: MetricsDep,
-) -> CompletionResponse:
-    from policy.toy.generate import generate
-
-    _validate_limits(req, settings.max_prompt_chars, settings.max_tokens_limit)
-    served = host.current
-    if served is None:
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "model is loading")
-    created = datetime.now(UTC)
-    start = time.perf_counter()
-    try:
-        gen = generate(
-            served.model,
-            [req.prompt],
-            max_new_tokens=req.max_tokens,
-            temperature=req.temperature,
-            top_p=req.top_p,
-            seed=req.seed,
-        )[0]
-    except ValueError as exc:  # e.g. a prompt that leaves no room under max_seq_len
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
-    if served.version in settings.test_extra_latency_ms:  # test-only slower candidate
-        time.sleep(settings.test_extra_latency_ms[served.version] / 1000.0)
-    latency_ms = (time.perf_counter() - start) * 1000.0
-    response_id = f"cmpl-{uuid.uuid4().hex}"
-    metrics.prompt_tokens.inc(gen.prompt_tokens)
-    metrics.completion_tokens.inc(len(gen.token_ids))
-    if logger is not None:
-        _log_completion(
-            logger,
-            metrics,
-            settings.model_name,
-            served.version,
-            req,
-            gen,
-            response_id,
-            created,
-            latency_ms,
-        )
-    return CompletionResponse(
-        id=response_id,
-        text=gen.text,
-        model_version=served.version,
-        created=created,
-        usage=UsageOut(input_tokens=gen.prompt_tokens, output_tokens=len(gen.token_ids)),
-        finish_reason=gen.finish_reason,
-        latency_ms=latency_ms,
+):
+    prompts = body.prompts()
+    for p in prompts:
+        _check_prompt(p, settings.max_prompt_chars, "prompt")
+    max_tokens = _max_tokens(body.max_tokens, 16, settings.max_tokens_limit)
+    call = gateway.plan(
+        prefix="cmpl",
+        prompts=prompts,
+        n=body.n,
+        max_tokens=max_tokens,
+        body=body,
+        ctx=gateway.context(request, body, settings.model_name),
         replica_id=settings.replica_id,
+        memory=getattr(request.app.state, "responses", None),
     )
+    if body.stream:
+        return await _stream_completion(call, body, engine, logger, metrics)
+    results = await gateway.run(call, engine, logger, metrics)
+    await _test_extra_latency(settings, results[0].model_version)
+    choices = [
+        {
+            "index": i,
+            "text": r.text,
+            "logprobs": _completion_logprobs(r) if body.logprobs is not None else None,
+            "finish_reason": r.finish_reason,
+        }
+        for i, r in enumerate(results)
+    ]
+    content = {
+        "id": call.response_id,
+        "object": "text_completion",
+        "created": call.created_unix,
+        "model": settings.model_name,
+        "system_fingerprint": _fingerprint(results[0].model_version),
+        "choices": choices,
+        "usage": gateway.usage(call, results),
+    }
+    return JSONResponse(content, headers=call.headers())
 
 
-def _validate_limits(req: CompletionRequest, max_prompt_chars: int, max_tokens: int) -> None:
-    if len(req.prompt) > max_prompt_chars:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            f"prompt has {len(req.prompt)} characters, limit {max_prompt_chars}",
-        )
-    if req.max_tokens > max_tokens:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            f"max_tokens={req.max_tokens} exceeds the limit {max_tokens}",
-        )
+def _completion_logprobs(r) -> dict:
+    offsets, at = [], 0
+    for t in r.token_texts:
+        offsets.append(at)
+        at += len(t)
+    return {
+        "tokens": r.token_texts,
+        "token_logprobs": r.logprobs,
+        "top_logprobs": None,
+        "text_offset": offsets,
+    }
 
 
-def _log_completion(
-    logger, metrics, model_name, version, req, gen, response_id, created, latency_ms
-) -> None:
+async def _stream_completion(call, body, engine, logger, metrics) -> StreamingResponse:
+    version = engine.served_version() or 0
+    base = {
+        "id": call.response_id,
+        "object": "text_completion",
+        "created": call.created_unix,
+        "model": call.ctx.model_name,
+        "system_fingerprint": _fingerprint(version),
+    }
+
+    def chunk(index: int, text: str | None, finish: str | None) -> dict:
+        choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish}
+        return {**base, "choices": [choice]}
+
+    def usage_chunk(usage: dict) -> dict:
+        return {**base, "choices": [], "usage": usage}
+
+    events = await gateway.stream(
+        call, engine, logger, metrics, chunk, usage_chunk if body.include_usage() else None
+    )
+    return StreamingResponse(events, media_type="text/event-stream", headers=call.headers())
+
+
+@router.post(
+    "/chat/completions", response_model=ChatCompletionResponse, responses={**_ERRORS, 200: _SSE}
+)
+async def create_chat_completion(
+    body: ChatCompletionRequest,
+    request: Request,
+    engine: EngineDep,
+    settings: SettingsDep,
+    logger: LoggerDep,
+    metrics: MetricsDep,
+):
+    from deploy.engines.base import EngineUnavailable
+
     try:
-        event = Completion(
-            event_id=uuid.uuid4().hex,
-            response_id=response_id,
-            event_time=created,
-            conversation_id=req.conversation_id,
-            user_hash=hash_user(req.user_id),
-            model_name=model_name,
-            model_version=version,
-            task_kind=req.task_kind,
-            prompt=req.prompt,
-            response_text=gen.text,
-            response_token_ids=gen.token_ids,
-            response_logprobs=[min(lp, 0.0) for lp in gen.logprobs],
-            sampling=SamplingParams(
-                temperature=req.temperature,
-                top_p=req.top_p,
-                max_tokens=req.max_tokens,
-                seed=req.seed,
-            ),
-            routed_experts=gen.routed_experts,
-            time_to_first_token_ms=latency_ms,
-            latency_ms=latency_ms,
-            finish_reason=gen.finish_reason,
-            usage=Usage(input_tokens=gen.prompt_tokens, output_tokens=len(gen.token_ids)),
-        )
-    except ValueError as exc:  # a schema violation is counted, never returned to the caller
-        metrics.log_errors.inc()
-        log.warning("behaviour event for %s not built: %s", response_id, exc)
-        return
-    logger.submit(TOPICS["completion"], response_id, event)
+        prompt = engine.chat_prompt([(m.role, m.text()) for m in body.messages])
+    except EngineUnavailable as exc:
+        raise APIError(503, str(exc), code="model_not_ready") from exc
+    _check_prompt(prompt, settings.max_prompt_chars, "messages")
+    asked = body.max_completion_tokens or body.max_tokens
+    max_tokens = _max_tokens(asked, settings.max_tokens_limit, settings.max_tokens_limit)
+    call = gateway.plan(
+        prefix="chatcmpl",
+        prompts=[prompt],
+        n=body.n,
+        max_tokens=max_tokens,
+        body=body,
+        ctx=gateway.context(request, body, settings.model_name),
+        replica_id=settings.replica_id,
+        memory=getattr(request.app.state, "responses", None),
+    )
+    if body.stream:
+        return await _stream_chat(call, body, engine, logger, metrics)
+    results = await gateway.run(call, engine, logger, metrics)
+    await _test_extra_latency(settings, results[0].model_version)
+    choices = [
+        {
+            "index": i,
+            "message": {"role": "assistant", "content": r.text},
+            "logprobs": _chat_logprobs(r) if body.logprobs else None,
+            "finish_reason": r.finish_reason,
+        }
+        for i, r in enumerate(results)
+    ]
+    content = {
+        "id": call.response_id,
+        "object": "chat.completion",
+        "created": call.created_unix,
+        "model": settings.model_name,
+        "system_fingerprint": _fingerprint(results[0].model_version),
+        "choices": choices,
+        "usage": gateway.usage(call, results),
+    }
+    return JSONResponse(content, headers=call.headers())
+
+
+def _chat_logprobs(r) -> dict:
+    return {
+        "content": [
+            {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+            for t, lp in zip(r.token_texts, r.logprobs)
+        ]
+    }
+
+
+async def _stream_chat(call, body, engine, logger, metrics) -> StreamingResponse:
+    version = engine.served_version() or 0
+    base = {
+        "id": call.response_id,
+        "object": "chat.completion.chunk",
+        "created": call.created_unix,
+        "model": call.ctx.model_name,
+        "system_fingerprint": _fingerprint(version),
+    }
+    started: set[int] = set()
+
+    def chunk(index: int, text: str | None, finish: str | None) -> dict:
+        delta = {} if text is None else {"content": text}
+        if index not in started:
+            started.add(index)
+            delta["role"] = "assistant"
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {**base, "choices": [choice]}
+
+    def usage_chunk(usage: dict) -> dict:
+        return {**base, "choices": [], "usage": usage}
+
+    events = await gateway.stream(
+        call, engine, logger, metrics, chunk, usage_chunk if body.include_usage() else None
+    )
+    return StreamingResponse(events, media_type="text/event-stream", headers=call.headers())
+
+
+@router.get("/models", response_model=ModelList)
+def list_models(engine: EngineDep, settings: SettingsDep) -> ModelList:
+    from deploy.api import ModelCard
+
+    version = engine.served_version()
+    card = ModelCard(id=settings.model_name, created=0, version=version)
+    return ModelList(data=[card])
+
+
+async def _test_extra_latency(settings, version: int) -> None:
+    """Test only: a deliberately slower version (``RATCHET_TEST_EXTRA_LATENCY_MS``)."""
+    extra_ms = settings.test_extra_latency_ms.get(version)
+    if extra_ms:
+        await asyncio.sleep(extra_ms / 1000.0)

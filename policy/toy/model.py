@@ -4,7 +4,16 @@ Pre-norm decoder: learned positions, multi-head causal attention (``scaled_dot_p
 and, in every layer, a top-k routed MoE feed-forward (Switch/GShard style load-balance loss plus
 router z-loss, ST-MoE). Experts are computed by sorting the (token, slot) pairs by expert and
 running each expert once on its contiguous slice — dropless, no capacity drops; "tokens over
-capacity" is only reported as a health metric.
+capacity" is only reported as a health metric. Two implementations of that step give the same
+result: one grouped GEMM per weight (``F.grouped_mm`` over the stacked (E, d, d_ff) weights, with
+on-device offsets: no host sync; the default for bf16 on CUDA, where its fast kernel runs) and a
+per-expert loop (the CPU default: about as fast there, bench/train_cpu.py, and its row padding
+bounds oneDNN's per-shape kernel cache over long runs). ``MoETransformer.set_expert_impl`` picks
+one.
+
+Devices: every tensor a forward pass creates lives on the input's device. Full sequences without
+padding, or with right padding only, take ``is_causal=True`` attention with no explicit mask (flash
+attention on CUDA); left padding and the KV cache use an explicit mask.
 
 Router replay: ``forward(..., replay_experts=...)`` forces the logged routing while the router still
 computes its gate scores (the gate weights are the router's probabilities at the forced experts, so
@@ -69,7 +78,7 @@ class MoEOutput:
     logits: (B, T, V) float32. aux_loss: scalar, already weighted (load balance + z-loss).
     routed_experts: (B, T, L, k) long, the experts actually used. router_probs: L tensors (B, T, E).
     lb_loss / z_loss: unweighted scalars. replay_replaced: how many replayed (token, layer, slot)
-    choices the plausibility check replaced.
+    choices the plausibility check replaced (a 0-d tensor on the model's device: reading it syncs).
     """
 
     logits: Tensor
@@ -78,7 +87,7 @@ class MoEOutput:
     router_probs: list[Tensor]
     lb_loss: Tensor
     z_loss: Tensor
-    replay_replaced: int = 0
+    replay_replaced: Tensor | int = 0
 
 
 @dataclass
@@ -104,21 +113,20 @@ class _Routing:
     gates: Tensor  # (N, k) float
     probs: Tensor  # (N, E)
     logits: Tensor  # (N, E)
-    replaced: int = 0
+    replaced: Tensor | int = 0
 
 
 def _plausible_routing(
     replay: Tensor, probs: Tensor, topk_vals: Tensor, min_ratio: float
-) -> tuple[Tensor, int]:
-    """Replayed experts (N, k), with implausible or missing (-1) ones replaced by router choices."""
+) -> tuple[Tensor, Tensor]:
+    """Replayed experts (N, k), with implausible or missing (-1) ones replaced by router choices,
+    and how many valid ones were replaced (0-d). No host sync: the fill-in always runs."""
     n, k = replay.shape
     e = probs.shape[1]
     valid = (replay >= 0) & (replay < e)
     p_replay = probs.gather(1, replay.clamp(0, e - 1))
     ok = valid & (p_replay >= min_ratio * topk_vals[:, -1:])
-    replaced = int((valid & ~ok).sum())
-    if bool(ok.all()):
-        return replay, replaced
+    replaced = (valid & ~ok).sum()
     ranking = probs.argsort(dim=1, descending=True)  # (N, E)
     chosen = torch.where(ok, replay, torch.full_like(replay, -1))
     for j in range(k):
@@ -131,12 +139,16 @@ def _plausible_routing(
     return chosen, replaced
 
 
+ExpertImpl = Literal["auto", "grouped", "loop"]
+
+
 class MoELayer(nn.Module):
     """Top-k routed experts (GELU MLPs) over flattened tokens (N, d)."""
 
     def __init__(self, cfg: MoEConfig):
         super().__init__()
         self.n_experts, self.top_k = cfg.n_experts, cfg.top_k
+        self.impl: ExpertImpl = "auto"
         self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=False)
         scale_in, scale_out = 1 / math.sqrt(cfg.d_model), 1 / math.sqrt(cfg.d_ff)
         self.w_in = nn.Parameter(torch.randn(cfg.n_experts, cfg.d_model, cfg.d_ff) * scale_in)
@@ -153,15 +165,29 @@ class MoELayer(nn.Module):
         gates = gates / gates.sum(-1, keepdim=True)
         return _Routing(topk_idx, gates.to(x.dtype), probs, logits, replaced)
 
+    def grouped(self, device: torch.device, dtype: torch.dtype) -> bool:
+        """Whether the grouped GEMM runs: ``impl``, or for "auto" where its fast kernel applies
+        (bf16 off the CPU; on the CPU the loop, see the module docstring)."""
+        if self.impl != "auto":
+            return self.impl == "grouped"
+        return device.type != "cpu" and dtype == torch.bfloat16
+
     def experts(self, x: Tensor, r: _Routing) -> Tensor:
         """Sort (token, slot) pairs by expert; run each expert once on its slice."""
         flat_e = r.idx.reshape(-1)  # (N*k,)
         order = flat_e.argsort(stable=True)
         token_of = order // self.top_k
-        counts = torch.bincount(flat_e, minlength=self.n_experts).tolist()
-        xs = x.index_select(0, token_of).split(counts)
-        ys = [self._expert(e, xe) for e, xe in enumerate(xs) if counts[e]]
-        y = torch.cat(ys) * r.gates.reshape(-1)[order].unsqueeze(1)
+        xs = x.index_select(0, token_of)
+        dtype = _compute_dtype(x)
+        if self.grouped(x.device, dtype):
+            offs = expert_offsets(flat_e[order], self.n_experts)
+            y = grouped_ffn(xs.to(dtype), self.w_in.to(dtype), self.w_out.to(dtype), offs)
+        else:
+            counts = torch.bincount(flat_e, minlength=self.n_experts).tolist()
+            ys = [self._expert(e, xe.to(dtype)) for e, xe in enumerate(xs.split(counts))
+                  if counts[e]]
+            y = torch.cat(ys)
+        y = y.to(x.dtype) * r.gates.reshape(-1)[order].unsqueeze(1)
         return torch.zeros_like(x).index_add_(0, token_of, y)
 
     def _expert(self, e: int, xe: Tensor) -> Tensor:
@@ -173,6 +199,26 @@ class MoELayer(nn.Module):
         if pad:
             xe = F.pad(xe, (0, 0, 0, pad))
         return (F.gelu(xe @ self.w_in[e]) @ self.w_out[e])[:n]
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    """The autocast dtype of x's device when autocast is on there, else x's own dtype."""
+    kind = x.device.type
+    if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return x.dtype
+
+
+def expert_offsets(sorted_experts: Tensor, n_experts: int) -> Tensor:
+    """End offset (int32, on the input's device) of each expert's slice of the sorted ids."""
+    bounds = torch.arange(n_experts, device=sorted_experts.device, dtype=sorted_experts.dtype)
+    return torch.searchsorted(sorted_experts, bounds, right=True).to(torch.int32)
+
+
+def grouped_ffn(xs: Tensor, w_in: Tensor, w_out: Tensor, offs: Tensor) -> Tensor:
+    """GELU MLP of each expert on its rows of ``xs`` (sorted by expert, slices ending at ``offs``):
+    two grouped GEMMs over the stacked weights (E, d, d_ff) and (E, d_ff, d)."""
+    return F.grouped_mm(F.gelu(F.grouped_mm(xs, w_in, offs=offs)), w_out, offs=offs)
 
 
 class DenseFFN(nn.Module):
@@ -224,6 +270,14 @@ class MoETransformer(nn.Module):
         nn.init.normal_(self.tok_emb.weight, std=0.02)
         nn.init.normal_(self.pos_emb.weight, std=0.02)
 
+    def set_expert_impl(self, impl: ExpertImpl) -> MoETransformer:
+        """"grouped" (grouped GEMM), "loop" (one matmul per expert) or "auto" (grouped for bf16
+        off the CPU); every MoE layer, same outputs. Not part of the checkpoint."""
+        for block in self.blocks:
+            if isinstance(block.ffn, MoELayer):
+                block.ffn.impl = impl
+        return self
+
     def num_params(self, active: bool = False) -> int:
         """Parameter count; ``active`` counts only top_k of the n_experts expert weights."""
         total = sum(p.numel() for p in self.parameters())
@@ -241,14 +295,18 @@ class MoETransformer(nn.Module):
         pad_mask: Tensor | None = None,
         cache: KVCache | None = None,
         replay_min_ratio: float = 0.1,
+        right_padded: bool | None = None,
     ) -> MoEOutput:
         """tokens (B, T) long; replay_experts (B, T, L, k) long, -1 = use the router;
         pad_mask (B, T) bool, True on real tokens (left or right padding); cache: a KVCache
-        that this call extends (tokens are then the new positions only)."""
+        that this call extends (tokens are then the new positions only). right_padded: True
+        when the caller knows pad_mask has right padding only (causal attention without a mask,
+        no host sync); None checks it (one sync); outputs at pad positions are unspecified."""
         b, t = tokens.shape
-        mask, positions, real = self._masks(tokens, pad_mask, cache)
+        mask, positions, real = self._masks(tokens, pad_mask, cache, right_padded)
         h = self.tok_emb(tokens) + self.pos_emb(positions)
-        routed, probs, lb, zl, replaced = [], [], [], [], 0
+        routed, probs, lb, zl = [], [], [], []
+        replaced = tokens.new_zeros(())
         for i, block in enumerate(self.blocks):
             h = h + block.attend(block.norm1(h), mask, cache, i)
             x = block.norm2(h).reshape(b * t, -1)
@@ -271,11 +329,14 @@ class MoETransformer(nn.Module):
         return self._output(logits, routed, probs, lb, zl, replaced, b, t)
 
     def _masks(
-        self, tokens: Tensor, pad_mask: Tensor | None, cache: KVCache | None
+        self, tokens: Tensor, pad_mask: Tensor | None, cache: KVCache | None,
+        right_padded: bool | None = None,
     ) -> tuple[Tensor | None, Tensor, Tensor]:
         b, t = tokens.shape
+        dev = tokens.device
         past = 0 if cache is None else cache.length
-        new_mask = torch.ones(b, t, dtype=torch.bool) if pad_mask is None else pad_mask.bool()
+        new_mask = (torch.ones(b, t, dtype=torch.bool, device=dev) if pad_mask is None
+                    else pad_mask.bool())
         full = new_mask if cache is None or cache.pad_mask is None else torch.cat(
             [cache.pad_mask, new_mask], dim=1)
         if cache is not None:
@@ -284,10 +345,10 @@ class MoETransformer(nn.Module):
         if past + t > self.config.max_seq_len:
             raise ValueError(f"sequence length {past + t} exceeds max_seq_len "
                              f"{self.config.max_seq_len}")
-        if pad_mask is None and past == 0:
-            return None, positions, new_mask.reshape(-1)
-        q_pos = torch.arange(past, past + t).view(t, 1)
-        k_pos = torch.arange(past + t).view(1, -1)
+        if past == 0 and (pad_mask is None or _only_right_padding(new_mask, right_padded)):
+            return None, positions, new_mask.reshape(-1)  # causal alone is exact: no mask
+        q_pos = torch.arange(past, past + t, device=dev).view(t, 1)
+        k_pos = torch.arange(past + t, device=dev).view(1, -1)
         allowed = (k_pos <= q_pos).unsqueeze(0) & full.unsqueeze(1)  # (B, t, past + t)
         allowed = allowed | (k_pos == q_pos).unsqueeze(0)
         return allowed.unsqueeze(1), positions, new_mask.reshape(-1)
@@ -316,8 +377,16 @@ class MoETransformer(nn.Module):
         if routed:
             routed_t = torch.stack(routed, dim=2)
         else:
-            routed_t = torch.zeros(b, t, c.n_layers, c.top_k, dtype=torch.long)
+            routed_t = torch.zeros(b, t, c.n_layers, c.top_k, dtype=torch.long,
+                                   device=logits.device)
         return MoEOutput(logits, aux, routed_t, probs, lb_loss, z_loss, replaced)
+
+
+def _only_right_padding(mask: Tensor, declared: bool | None) -> bool:
+    """True when no real token follows a pad (B, T): ``declared`` if given, else checked."""
+    if declared is not None:
+        return declared
+    return not bool((mask[:, 1:] & ~mask[:, :-1]).any())
 
 
 def sequence_logprobs(logits: Tensor, targets: Tensor) -> Tensor:

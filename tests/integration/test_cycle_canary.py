@@ -35,6 +35,7 @@ TOKEN = "canary-cycle-token"
 @pytest.fixture(scope="module")
 def world(broker, mlflow_server, tmp_path_factory):
     """v1 (old), v2 (stable, +150 ms), v3 (worse, +700 ms), v4 (better, +0 ms) behind a router."""
+    from deploy.simulator import SIMULATED_SKEW_S
     from ingest.kafka_io import ensure_topics
 
     ensure_topics(broker.bootstrap)
@@ -44,7 +45,8 @@ def world(broker, mlflow_server, tmp_path_factory):
     v = {i: register_untrained(uri, name, seed=1, workdir=work / f"v{i}") for i in (1, 2, 3, 4)}
     slow = json.dumps({str(v[2]): 150, str(v[3]): 700})
     common = dict(n_replicas=1, tracking_uri=uri, model_name=name, bootstrap=broker.bootstrap,
-                  admin_token=TOKEN, extra_env={"RATCHET_TEST_EXTRA_LATENCY_MS": slow})
+                  admin_token=TOKEN, extra_env={"RATCHET_TEST_EXTRA_LATENCY_MS": slow},
+                  api_keys_path=work / "api_keys.json", signal_max_skew_s=SIMULATED_SKEW_S)
     with (
         Fleet.start(**common, version=v[2], workdir=work / "stable", name="stable") as stable,
         Fleet.start(**common, version=v[2], workdir=work / "canary", name="canary") as canary,
@@ -52,7 +54,7 @@ def world(broker, mlflow_server, tmp_path_factory):
                             workdir=work / "router") as router,
     ):
         yield {"name": name, "v": v, "router": router, "stable": stable, "uri": uri,
-               "bootstrap": broker.bootstrap}
+               "bootstrap": broker.bootstrap, "api_key": stable.create_api_key("canary-test")}
 
 
 def _config(world) -> RatchetConfig:
@@ -96,8 +98,7 @@ def _gated_cycle(world, candidate: int, workdir: Path) -> str:
 
 
 def _run_with_traffic(world, config: RatchetConfig, workdir: Path):
-    sim = UserSimulator(urls=[world["router"].url], bootstrap=world["bootstrap"], speed=600.0,
-                        seed=3)
+    sim = UserSimulator(urls=[world["router"].url], api_key=world["api_key"], speed=600.0, seed=3)
     stop = threading.Event()
 
     def traffic() -> None:
@@ -134,7 +135,7 @@ def test_slower_candidate_is_rolled_back_by_the_canary_inside_a_cycle(world, tmp
     client = MlflowClient(uri)
     assert client.get_run(gate_run).data.tags["canary.verdict"] == "rolled_back"
     parent = client.get_run(result.run_id)
-    assert parent.data.tags["ratchet.outcome"] == "rolled_back"
+    assert parent.data.tags["ratchet.outcome"] == "rolled back"
     deploy = client.search_runs([parent.info.experiment_id],
                                 f"tags.mlflow.parentRunId = '{result.run_id}'")[0]
     assert deploy.data.tags["canary.verdict"] == "rolled_back"

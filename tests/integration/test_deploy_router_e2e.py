@@ -15,8 +15,9 @@ from deploy.fleet import Fleet, RouterProcess
 from deploy.judge import JudgeConfig, judge
 from deploy.rollout import RewardSpans
 from deploy.router import bucket
-from deploy.simulator import UserSimulator
+from deploy.simulator import SIMULATED_SKEW_S, UserSimulator
 from deploy.toy_models import register_untrained
+from ingest.config import IngestConfig, ParseConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -35,6 +36,8 @@ def deployment(mlflow_server, broker, tmp_path_factory):
         model_name=name,
         bootstrap=broker.bootstrap,
         admin_token=TOKEN,
+        api_keys_path=work / "api_keys.json",
+        signal_max_skew_s=SIMULATED_SKEW_S,
     )
     with (
         Fleet.start(**common, version=v1, workdir=work / "stable", name="stable") as stable,
@@ -47,11 +50,11 @@ def deployment(mlflow_server, broker, tmp_path_factory):
             canary_weight=0.5,
         ) as router,
     ):
-        yield name, v1, v2, router, work
+        yield name, v1, v2, router, work, stable
 
 
 def test_split_is_by_weight_and_sticky(deployment):
-    _, v1, v2, router, _ = deployment
+    _, v1, v2, router, _, _ = deployment
     seen: dict[str, set[int]] = {}
     for i in range(30):
         conv = f"sticky-{i}"
@@ -64,7 +67,8 @@ def test_split_is_by_weight_and_sticky(deployment):
             assert r.status_code == 200
             expected = "canary" if bucket(conv) < 0.5 else "stable"
             assert r.headers["x-ratchet-arm"] == expected
-            seen.setdefault(conv, set()).add(r.json()["model_version"])
+            fingerprint = r.json()["system_fingerprint"]
+            seen.setdefault(conv, set()).add(int(fingerprint.removeprefix("ratchet-v")))
     assert all(len(v) == 1 for v in seen.values())  # a conversation stays on one version
     by_arm = {v.pop() for v in seen.values()}
     assert by_arm == {v1, v2}
@@ -73,9 +77,10 @@ def test_split_is_by_weight_and_sticky(deployment):
 def test_both_sides_of_a_window_are_measured(deployment, broker):
     from ingest.pipeline import run_span
 
-    name, v1, v2, router, work = deployment
+    name, v1, v2, router, work, stable = deployment
     start = datetime.now(UTC)
-    with UserSimulator(urls=[router.url], bootstrap=broker.bootstrap, speed=600.0, seed=9) as sim:
+    key = stable.create_api_key("e2e-simulator")
+    with UserSimulator(urls=[router.url], api_key=key, speed=600.0, seed=9) as sim:
         stats = sim.run_round(40, concurrency=4)
         assert sim.drain(timeout_s=60)
     end = datetime.now(UTC)
@@ -90,6 +95,7 @@ def test_both_sides_of_a_window_are_measured(deployment, broker):
         group_id=f"e2e-{uuid.uuid4().hex[:6]}",
         output_root=work / "spans",
         drain=True,
+        config=IngestConfig(parse=ParseConfig(max_future_skew_s=SIMULATED_SKEW_S)),
     )
     assert result.rows >= 40
     spans = RewardSpans(work / "spans", model_name=name, horizon_s=1800.0)
@@ -100,3 +106,28 @@ def test_both_sides_of_a_window_are_measured(deployment, broker):
     assert len(stable.edit_persistence) == serving["stable"].requests  # all 4 windows arrived
     verdict = judge(serving["stable"], serving["canary"], JudgeConfig())
     assert verdict.decision == "extend"  # 40 requests are below the minimum sample sizes
+
+
+def test_openai_client_through_the_router_streams_and_sticks(deployment):
+    import openai
+
+    _, v1, v2, router, _ = deployment
+    client = openai.OpenAI(base_url=f"{router.url}/v1", api_key="local", max_retries=0)
+    for conv in ("stream-a", "stream-b", "stream-c", "stream-d"):
+        raw = client.chat.completions.with_raw_response.create(
+            model="toy",
+            messages=[{"role": "user", "content": "1+1 = "}],
+            max_tokens=4,
+            stream=True,
+            extra_headers={"X-Conversation-Id": conv},
+        )
+        expected = "canary" if bucket(conv) < 0.5 else "stable"
+        assert raw.headers["x-ratchet-arm"] == expected
+        assert raw.headers["x-conversation-id"] == conv
+        chunks = list(raw.parse())
+        fingerprints = {c.system_fingerprint for c in chunks}
+        assert fingerprints == {f"ratchet-v{v2 if expected == 'canary' else v1}"}
+        assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    # no conversation id at all: the router generates one and the replica returns it
+    raw = client.completions.with_raw_response.create(model="toy", prompt="1+1 = ", max_tokens=2)
+    assert raw.headers["x-conversation-id"].startswith("conv-")

@@ -124,6 +124,12 @@ def test_gate_promotes_only_on_pass(mlflow_server, versions, tmp_path):
     assert run.data.params["gate.min_pass_rate"] == "0.05"
     artifacts = {a.path for a in client.list_artifacts(worse.run_id, "gate")}
     assert {"gate/verdict.json", "gate/report.html", "gate/config.json"} <= artifacts
+    # Reviewable in the UI: real duration (download + both suites, not just the logging), the
+    # CI level, the comparators, and a link relative to the server, not to a host:port.
+    assert run.info.end_time - run.info.start_time >= 1000 * worse.extras["seconds.suites"]
+    assert run.data.params["gate.ci_level"] == "0.95"
+    assert "paired-bootstrap" in run.data.tags["mlflow.note.content"]
+    assert "](#/experiments/" in description and "http://" not in description
     table = format_gate_table(uri, MODEL, versions["worse"])
     assert table.startswith(f"Gate FAIL: {MODEL} v{versions['worse']}")
     assert "pass_rate_change" in table

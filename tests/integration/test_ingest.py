@@ -9,6 +9,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from ingest.config import IngestConfig, JoinConfig
 from ingest.kafka_io import (
     EventProducer,
     committed_offsets,
@@ -65,8 +66,12 @@ def test_events_become_reward_rows_and_bad_ones_dead_letters(broker, tmp_path):
         p.send(feedback("known", t0 + timedelta(seconds=5), accept=False))
 
     out = tmp_path / "spans"
+    # every signal kind expected: completions wait for their windows (and are carried)
+    wait_all = IngestConfig(join=JoinConfig(expected_signals=("edit_persistence", "followup",
+                                                              "feedback")))
     r = run_span(
-        bootstrap=broker.bootstrap, group_id="g1", output_root=out, reward_config=RewardConfig()
+        bootstrap=broker.bootstrap, group_id="g1", output_root=out, reward_config=RewardConfig(),
+        config=wait_all,
     )
     assert r.completions_in == n + 1 and r.dead_letters == 2
     assert r.validated and not r.quarantined

@@ -69,41 +69,55 @@ def fleet(models, mlflow_server, broker, tmp_path_factory):
         bootstrap=broker.bootstrap,
         workdir=tmp_path_factory.mktemp("fleet"),
         admin_token=TOKEN,
+        signal_max_skew_s=900.0,
     ) as f:
         yield f
 
 
 def complete(url: str, i: int, **kw) -> httpx.Response:
     body = {
+        "model": "toy",
         "prompt": "# evaluate\n12+7 = ",
         "max_tokens": 8,
         "temperature": 1.0,
         "seed": i,
-        "conversation_id": f"c{i}",
-        "user_id": f"user{i % 3}",
-        "task_kind": "arith",
+        "user": f"user{i % 3}",
+        "metadata": {"task_kind": "arith"},
         **kw,
     }
-    return httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+    headers = {"X-Conversation-Id": f"c{i}"}
+    return httpx.post(f"{url}/v1/completions", json=body, headers=headers, timeout=60)
+
+
+def served_version(r: httpx.Response) -> int:
+    return int(r.json()["system_fingerprint"].removeprefix("ratchet-v"))
 
 
 def test_completions_are_logged_with_sampled_logprobs(fleet, models, broker):
+    from policy.toy.generate import encode_prompt
+
     name, v1, _, work = models
     assert fleet.versions() == {"replica-0": v1, "replica-1": v1}
-    responses = [complete(fleet.urls[i % 2], i).json() for i in range(6)]
-    assert {r["replica_id"] for r in responses} == {"replica-0", "replica-1"}
-    ids = {r["id"] for r in responses}
+    responses = [complete(fleet.urls[i % 2], i) for i in range(6)]
+    assert {r.headers["x-ratchet-replica"] for r in responses} == {"replica-0", "replica-1"}
+    ids = {r.json()["id"] for r in responses}
     events = read_events(broker.bootstrap, TOPICS["completion"], ids, expect=6)
     assert len(events) == 6
     by_id = {e.response_id: e for e in events}
-    for r in responses:
+    for i, resp in enumerate(responses):
+        r = resp.json()
         e: Completion = by_id[r["id"]]
         n = len(e.response_token_ids)
-        assert n == r["usage"]["output_tokens"] == len(e.response_logprobs)
-        assert len(e.routed_experts) == n and e.model_version == v1 == r["model_version"]
-        assert e.response_text == r["text"] and e.model_name == name
+        assert n == r["usage"]["completion_tokens"] == len(e.response_logprobs)
+        assert len(e.routed_experts) == n and e.model_version == v1 == served_version(resp)
+        assert e.response_text == r["choices"][0]["text"] and e.model_name == name
         assert e.user_hash not in {"user0", "user1", "user2"} and len(e.user_hash) == 32
-        assert e.event_time == datetime.fromisoformat(r["created"])
+        assert e.event_time == datetime.fromisoformat(resp.headers["x-ratchet-created"])
+        assert e.conversation_id == f"c{i}" and e.task_kind == "arith"
+        assert e.prompt_token_ids == encode_prompt(e.prompt)
+        assert len(e.prompt_routed_experts) == len(e.prompt_token_ids)
+        assert e.routed_experts_source == "engine"
+        assert 0 < e.time_to_first_token_ms <= e.latency_ms
     _check_logprobs_against_forward(events[0], work)
 
 
@@ -116,19 +130,27 @@ def _check_logprobs_against_forward(event: Completion, work: Path) -> None:
     ids = encode_prompt(event.prompt) + event.response_token_ids
     tokens = torch.tensor([ids])
     with torch.no_grad():
-        logits = model(tokens[:, :-1]).logits
-    lp = sequence_logprobs(logits, tokens[:, 1:])[0, -len(event.response_token_ids) :]
+        out = model(tokens[:, :-1])
+    lp = sequence_logprobs(out.logits, tokens[:, 1:])[0, -len(event.response_token_ids) :]
     assert torch.allclose(lp, torch.tensor(event.response_logprobs), atol=1e-4)
+    # the served routing (prompt positions, then each sampled token's position) is the routing a
+    # teacher-forced pass over the same ids computes
+    p = len(event.prompt_token_ids)
+    routes = out.routed_experts[0].tolist()
+    assert event.prompt_routed_experts == routes[:p]
+    assert event.routed_experts == routes[p - 1 :]
 
 
 def test_simulator_signals_arrive_in_event_time(fleet, broker):
     from deploy.simulator import UserSimulator
 
-    with UserSimulator(urls=fleet.urls, bootstrap=broker.bootstrap, speed=600.0, seed=5) as sim:
+    key = fleet.create_api_key("fleet-test-simulator")
+    with UserSimulator(urls=fleet.urls, api_key=key, speed=600.0, seed=5) as sim:
         start = time.monotonic()
         stats = sim.run_round(8, concurrency=4)
         assert sim.drain(timeout_s=30)
         drained = time.monotonic() - start
+        assert sim.signals_failed == [] and sim.signals_sent == stats.signals_scheduled
     assert stats.requests == 8 and stats.errors == 0
     assert 0.0 <= stats.pass_rate <= 1.0 and stats.mean_completion_tokens > 0
     assert drained >= 600 / 600.0 * 0.9  # the 600 s window costs about a second at speed 600
@@ -178,7 +200,7 @@ def test_rolling_reload_drops_no_request(fleet, models):
                 if r.status_code != 200:
                     failures.append(r.status_code)
                 else:
-                    versions.append(r.json()["model_version"])
+                    versions.append(served_version(r))
             i += 1
 
     threads = [threading.Thread(target=load, args=(w,)) for w in range(3)]

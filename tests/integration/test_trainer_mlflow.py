@@ -24,7 +24,7 @@ def test_per_step_metrics_logged(tmp_path):
         recipe.cleanup()
     client = mlflow.MlflowClient()
     for key in ("moe/load_entropy", "moe/over_capacity_frac", "moe/router_z_loss", "grad_norm",
-                "kl_k1", "clip_frac", "ratio_max", "is_truncated_frac", "moe/load/l1/e3",
+                "kl_theta_ref_k3", "clip_frac", "ratio_max", "is_truncated_frac", "moe/load/l1/e3",
                 "mismatch_kl_replay"):
         history = client.get_metric_history(run.info.run_id, key)
         assert sorted(m.step for m in history) == list(range(steps)), key

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from ratchet.config import RatchetConfig, load_config
+from ratchet.config import ConfigError, RatchetConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,7 @@ def test_defaults_round_trip_through_json(tmp_path):
 def test_a_misspelt_key_fails_loudly(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"model_nmae": "x"}))
-    with pytest.raises(ValidationError, match="model_nmae"):
+    with pytest.raises(ConfigError, match="unknown key 'model_nmae'; did you mean 'model_name'"):
         load_config(path)
 
 
@@ -53,3 +53,13 @@ def test_importing_the_config_and_cli_loads_no_heavy_module():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == ""
+
+
+def test_config_reference_is_current():
+    from pathlib import Path
+
+    from ratchet.config_doc import render
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md"
+    assert doc.read_text() == render(), "regenerate: python -m ratchet.config_doc > docs/CONFIG.md"
+

@@ -64,11 +64,15 @@ def test_router_admin_needs_token(client):
 def test_router_limits_and_upstream_errors(client):
     big = {"conversation_id": "c", "prompt": "x" * 2000}
     assert client.post("/v1/completions", json=big).status_code == 413
-    assert client.post("/v1/completions", json={"prompt": "x"}).status_code == 422
     r = client.post("/v1/completions", json={"conversation_id": "c", "prompt": "x"})
     assert r.status_code == 502  # nothing listens on port 9: counted as a stable error
+    # no conversation id anywhere: the router makes one up instead of refusing the request
+    r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 502
+    r = client.post("/v1/completions", json={"prompt": "x"}, headers={"X-Conversation-Id": "h"})
+    assert r.status_code == 502
     assert (
-        'ratchet_router_requests_total{arm="stable",status="502"} 1' in client.get("/metrics").text
+        'ratchet_router_requests_total{arm="stable",status="502"} 3' in client.get("/metrics").text
     )
 
 

@@ -27,7 +27,7 @@ def client(tmp_path):
         yield c
 
 
-BODY = {"prompt": "1+1 = ", "conversation_id": "c", "user_id": "u"}
+BODY = {"model": "m", "prompt": "1+1 = ", "user": "u"}
 
 
 def test_admin_needs_the_bearer_token(client):
@@ -42,7 +42,8 @@ def test_not_ready_until_a_model_is_loaded(client):
     assert client.get("/healthz").status_code == 200
     r = client.get("/readyz")
     assert r.status_code == 503 and r.json()["version"] is None
-    assert client.post("/v1/completions", json=BODY).status_code == 503
+    r = client.post("/v1/completions", json=BODY)
+    assert r.status_code == 503 and r.json()["error"]["code"] == "model_not_ready"
 
 
 def test_body_size_limit(client):
@@ -63,9 +64,9 @@ def test_body_size_limit(client):
 
 def test_request_validation_names_the_field(client):
     r = client.post("/v1/completions", json={**BODY, "temperature": -1})
-    assert r.status_code == 422 and "temperature" in r.text
+    assert r.status_code == 400 and r.json()["error"]["param"] == "temperature"
     r = client.post("/v1/completions", json={**BODY, "max_tokens": 100000})
-    assert r.status_code == 422 and "max_tokens" in r.text
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
 
 
 def test_metrics_are_prometheus_text(client):

@@ -31,3 +31,52 @@ def test_bounds_name_the_field():
         ServerSettings(tracking_uri="x", model_name="m", local_mode=True, port=70000)
     with pytest.raises(ValidationError, match="max_body_bytes"):
         ServerSettings(tracking_uri="x", model_name="m", local_mode=True, max_body_bytes=1)
+
+
+def test_engine_is_a_tagged_union_from_the_environment(monkeypatch):
+    from deploy.settings import TorchEngineConfig, VllmEngineConfig
+
+    s = ServerSettings(tracking_uri="x", model_name="m", local_mode=True)
+    assert isinstance(s.engine, TorchEngineConfig) and s.engine.max_batch == 32
+    monkeypatch.setenv("RATCHET_ENGINE", '{"type": "vllm", "url": "http://127.0.0.1:8100", '
+                       '"served_model": "champion"}')
+    s = ServerSettings(tracking_uri="x", model_name="m", local_mode=True)
+    assert isinstance(s.engine, VllmEngineConfig) and s.engine.teacher_forced_experts
+    monkeypatch.setenv("RATCHET_ENGINE", '{"type": "sglang"}')
+    with pytest.raises(ValidationError, match="engine"):
+        ServerSettings(tracking_uri="x", model_name="m", local_mode=True)
+    monkeypatch.setenv("RATCHET_ENGINE", '{"type": "torch", "max_batch": 0}')
+    with pytest.raises(ValidationError, match="max_batch"):
+        ServerSettings(tracking_uri="x", model_name="m", local_mode=True)
+
+
+@pytest.mark.parametrize("local_mode", [False, True])
+@pytest.mark.parametrize("token", [DEFAULT_ADMIN_TOKEN, "x", "fifteen-chars-x"])
+def test_weak_token_is_refused_off_loopback_even_in_local_mode(local_mode, token):
+    with pytest.raises(ValidationError, match="admin_token"):
+        ServerSettings(
+            tracking_uri="x", model_name="m", host="0.0.0.0", admin_token=token,
+            local_mode=local_mode,
+        )
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "::", "example.internal"])
+def test_long_token_is_accepted_off_loopback(host):
+    s = ServerSettings(tracking_uri="x", model_name="m", host=host, admin_token="a" * 16)
+    assert s.host == host
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_loopback_keeps_local_mode_default(host):
+    s = ServerSettings(tracking_uri="x", model_name="m", host=host, local_mode=True)
+    assert s.admin_token.get_secret_value() == DEFAULT_ADMIN_TOKEN
+
+
+def test_router_refuses_a_weak_token_off_loopback():
+    from deploy.router import RouterSettings
+
+    with pytest.raises(ValidationError, match="not loopback"):
+        RouterSettings(stable_urls=["http://x"], host="0.0.0.0", local_mode=True)
+    with pytest.raises(ValidationError, match="not loopback"):
+        RouterSettings(stable_urls=["http://x"], host="0.0.0.0", admin_token="short")
+    assert RouterSettings(stable_urls=["http://x"], local_mode=True).host == "127.0.0.1"

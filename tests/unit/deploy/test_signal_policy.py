@@ -3,14 +3,15 @@ import statistics
 
 import pytest
 
+from deploy import followup_texts
 from deploy.signal_policy import (
-    DISSATISFIED_SLOW,
-    DISSATISFIED_WRONG,
+    WRONG_INTENTS,
     Outcome,
     SignalPolicy,
     edit_persistence_scores,
     feedback,
     followup,
+    followup_intent,
     plan_signals,
 )
 from ingest.schema import EDIT_WINDOWS_S
@@ -44,8 +45,9 @@ def test_certain_policy_is_deterministic():
         p_dissatisfied_wrong=1.0, p_feedback=1.0, p_feedback_noise=0.0, p_neutral_followup=0.0
     )
     rng = random.Random(0)
+    assert followup_intent(WRONG, policy, random.Random(0)) in WRONG_INTENTS
     text, dissatisfied = followup(WRONG, policy, rng)
-    assert dissatisfied and text in DISSATISFIED_WRONG
+    assert dissatisfied and text
     assert followup(CORRECT, policy, rng) is None
     assert feedback(CORRECT, policy, rng) == "accept"
     assert feedback(WRONG, policy, rng) == "reject"
@@ -54,8 +56,9 @@ def test_certain_policy_is_deterministic():
 def test_slow_correct_answer_can_annoy():
     policy = SignalPolicy(p_annoyed_slow=1.0, slow_latency_ms=100.0)
     slow = Outcome(True, False, False, latency_ms=500.0, completion_tokens=4)
+    assert followup_intent(slow, policy, random.Random(1)) == "slow"
     text, dissatisfied = followup(slow, policy, random.Random(1))
-    assert dissatisfied and text in DISSATISFIED_SLOW
+    assert dissatisfied and text
     assert (
         followup(CORRECT, policy.model_copy(update={"p_neutral_followup": 0.0}), random.Random(1))
         is None
@@ -87,3 +90,16 @@ def test_same_seed_same_plan():
     a = plan_signals(WRONG, SignalPolicy(), random.Random(11))
     b = plan_signals(WRONG, SignalPolicy(), random.Random(11))
     assert a == b
+
+
+def test_malformed_answer_draws_a_pasted_error_and_neutral_texts_vary():
+    policy = SignalPolicy(p_dissatisfied_wrong=1.0)
+    malformed = Outcome(False, True, False, latency_ms=50.0, completion_tokens=4)
+    assert followup_intent(malformed, policy, random.Random(0)) == "error"
+    chatty = SignalPolicy(p_neutral_followup=1.0)
+    rng = random.Random(2)
+    replies = [followup(CORRECT, chatty, rng) for _ in range(300)]
+    assert not any(r[1] for r in replies)
+    assert len({r[0] for r in replies}) >= 100
+    intents = {followup_intent(CORRECT, chatty, rng) for _ in range(200)}
+    assert intents == set(followup_texts.NEUTRAL)

@@ -45,3 +45,24 @@ def test_importing_the_config_imports_no_heavy_module():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_local_runs_name_the_in_process_runner_not_the_prism_switch():
+    from ingest.pipeline import local_runner_args
+
+    assert local_runner_args(None) == ["--runner=FnApiRunner"]
+    assert local_runner_args(["--runner=DirectRunner", "--direct_num_workers=2"]) == [
+        "--direct_num_workers=2",
+        "--runner=FnApiRunner",
+    ]
+    assert local_runner_args(["--runner=FlinkRunner"]) == ["--runner=FlinkRunner"]
+
+
+def test_expected_signals_and_grace_are_validated():
+    from ingest.config import JoinConfig
+
+    with pytest.raises(ValidationError):
+        JoinConfig(expected_signals=("telemetry",))
+    with pytest.raises(ValidationError):
+        JoinConfig(edit_persistence_grace_s=-1)
+    assert JoinConfig().horizon_s() == 1800.0

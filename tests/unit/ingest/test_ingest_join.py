@@ -163,3 +163,42 @@ def test_markers_are_never_carried_or_counted():
     out = join([item(completion("r1", T0)), nxt, nxt], watermark_us=T0_US)
     assert out.row is None and out.duplicates == 0
     assert [i.kind for i in out.pending] == ["completion"]
+
+
+def _join_cfg(items, watermark_us, expected=("edit_persistence", "followup", "feedback"), win=WIN):
+    return join_group(
+        "r1", items, watermark_us=watermark_us, finalized={}, windows=win,
+        reward_config=CFG, expected=expected,
+    )
+
+
+@pytest.mark.parametrize("late_by_s", [0.0, 0.5, 30.0])
+def test_last_checkpoint_at_or_just_after_its_nominal_time_joins(late_by_s):
+    from ingest.config import JoinConfig
+
+    j = JoinConfig()
+    win = Windows.from_seconds(
+        j.edit_persistence_window_s, j.followup_window_s, j.feedback_window_s,
+        grace=(j.edit_persistence_grace_s, j.followup_grace_s, j.feedback_grace_s),
+    )
+    ep = persistence("r1", T0 + timedelta(seconds=late_by_s), 600, 0.9)
+    items = [item(completion("r1", T0)), item(ep)]
+    out = _join_cfg(items, watermark_us=T0_US + 4000 * US, win=win)
+    assert out.row is not None and out.late == []
+    assert out.row["edit_persistence_600"] == pytest.approx(0.9)
+
+
+def test_final_once_the_expected_signals_arrived_without_waiting_for_a_followup():
+    ckpts = [item(persistence("r1", T0, w, 0.5)) for w in (30, 120, 300, 600)]
+    items = [item(completion("r1", T0)), *ckpts, item(feedback("r1", T0, True))]
+    watermark = T0_US + 610 * US  # follow-up (900 s) and feedback (1800 s) windows still open
+    out = _join_cfg(items, watermark, expected=("edit_persistence",))
+    assert out.row is not None and out.pending == []
+    assert out.row["feedback_accept"] is True and out.row["followup_dissatisfied"] is None
+    # with every kind expected it still waits for the follow-up
+    waiting = _join_cfg(items, watermark)
+    assert waiting.row is None and len(waiting.pending) == len(items)
+    # a missing checkpoint keeps it open while the persistence window is open
+    no_600 = items[:-2] + items[-1:]
+    partial = _join_cfg(no_600, watermark - 100 * US, expected=("edit_persistence",))
+    assert partial.row is None

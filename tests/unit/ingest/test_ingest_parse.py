@@ -148,6 +148,8 @@ def test_arbitrary_json_is_classified_not_raised(obj, kind):
         "negative_latency",
         "logprob_above_zero",
         "length_mismatch",
+        "non_finite",
+        "out_of_range",
     }
 
 
@@ -176,3 +178,69 @@ def test_v1_completion_event_still_parses() -> None:
     event = parse_event(json.dumps(v1).encode())
     assert isinstance(event, Completion) and event.prompt_token_ids == []
     assert event.routed_experts_source == "engine"
+
+
+@pytest.mark.parametrize(
+    ("raw_change", "reason", "field"),
+    [
+        (("latency_ms", "1e308"), "out_of_range", "latency_ms"),
+        (("latency_ms", "Infinity"), "non_finite", "latency_ms"),
+        (("latency_ms", "NaN"), "non_finite", "latency_ms"),
+        (("time_to_first_token_ms", "1e9"), "out_of_range", "time_to_first_token_ms"),
+    ],
+)
+def test_non_finite_and_out_of_range_numbers_are_dead_lettered(raw_change, reason, field):
+    name, token = raw_change
+    d = _completion_dict()
+    text = json.dumps(d).replace(f'"{name}": {json.dumps(d[name])}', f'"{name}": {token}')
+    assert token in text
+    dl = _reason(text.encode())
+    assert dl.reason == reason and field in dl.detail
+
+
+@pytest.mark.parametrize("token", ["-Infinity", "NaN", "-1e300"])
+def test_non_finite_or_huge_logprobs_are_dead_lettered(token):
+    d = _completion_dict()
+    text = json.dumps(d).replace('"response_logprobs": [-0.1', f'"response_logprobs": [{token}', 1)
+    assert token in text
+    dl = _reason(text.encode())
+    assert dl.reason in {"non_finite", "out_of_range"}
+    assert "response_logprobs[0]" in dl.detail
+
+
+def test_event_time_is_bounded_by_ingest_clock_not_the_producer_timestamp():
+    from datetime import UTC, datetime
+
+    far = datetime(2100, 1, 1, tzinfo=UTC)
+    ts_far = int(far.timestamp() * 1000)  # the producer stamped the record too
+    got = classify(_rec(completion("r1", far).to_json(), ts=ts_far), **LIMITS, now_ms=TS)
+    assert isinstance(got, DeadLetter) and got.reason == "future_timestamp"
+    assert "clock" in got.detail
+    # a valid event in a record whose producer timestamp is in the future is not 'stale'
+    ok = classify(_rec(completion("r1", T0).to_json(), ts=ts_far), **LIMITS, now_ms=TS)
+    assert not isinstance(ok, DeadLetter)
+
+
+def test_dead_letter_of_a_huge_payload_is_a_prefix_with_size_and_hash():
+    import hashlib
+
+    from ingest.parse import PAYLOAD_PREFIX_CHARS
+
+    raw = b"x" * (5 * 1024 * 1024)
+    dl = _reason(raw)
+    assert dl.reason == "too_large"
+    assert len(dl.payload) == PAYLOAD_PREFIX_CHARS and dl.payload_truncated
+    assert dl.payload_bytes == len(raw)
+    assert dl.payload_sha256 == hashlib.sha256(raw).hexdigest()
+    assert len(dl.to_json()) < 100_000
+
+
+def test_a_stored_oversized_dead_letter_is_cut_before_it_is_published():
+    from ingest.parse import PAYLOAD_PREFIX_CHARS, fit
+
+    old = DeadLetter(reason="too_large", detail="d", topic="t", partition=0, offset=1,
+                     payload="y" * 3_000_000)  # as stored by an earlier version
+    cut = fit(old)
+    assert len(cut.payload) == PAYLOAD_PREFIX_CHARS and cut.payload_truncated
+    assert cut.payload_bytes == 3_000_000 and len(cut.payload_sha256) == 64
+    assert fit(cut) == cut

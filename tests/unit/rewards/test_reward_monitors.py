@@ -35,7 +35,8 @@ def test_batch_monitors_hand_counted():
     m = batch_monitors(_table([1.0, 1.0, 0.5, None]), dead_letters=1)
     assert m["rows"] == 4
     assert m["no_edit_rate"] == pytest.approx(2 / 3)  # 2 of 3 rows with a persistence signal
-    assert m["malformed_rate"] == pytest.approx(1 / 5)
+    assert m["malformed_rate"] == 0.0  # a dead letter is not malformed model output
+    assert m["dead_letter_rate"] == pytest.approx(1 / 5)
     assert m["defaulted_share"] == 1.0  # no row has feedback or follow-up
     assert m["defaulted_share_edit_persistence"] == pytest.approx(0.25)
     assert m["mean_length"] == 8.0
@@ -53,3 +54,61 @@ def test_compare_batches_flags_a_jump_only():
 def test_empty_batch_is_all_zero():
     m = batch_monitors(REWARD_SCHEMA.empty_table())
     assert m["rows"] == 0 and m["no_edit_rate"] == 0 and m["reward_std"] == 0
+
+
+def _followup_table(pairs: list[tuple[str | None, bool | None]]) -> pa.Table:
+    from datetime import timedelta
+
+    from ingest.schema import Followup
+
+    rows = []
+    for i, (text, flag) in enumerate(pairs):
+        rid = f"f{i}"
+        sig = []
+        if text is not None:
+            fu = Followup(event_id=f"fu{i}", response_id=rid, event_time=T0 + timedelta(seconds=5),
+                          text=text, dissatisfied=flag)
+            sig = [_item(fu, 2 * i + 1)]
+        rows.append(reward_row(rid, _item(completion(rid, T0), 2 * i), sig, RewardConfig()))
+    return pa.Table.from_pylist(rows, schema=REWARD_SCHEMA)
+
+
+def test_detector_agreement_hand_counted():
+    from rewards.monitors import detector_agreement
+
+    table = _followup_table([
+        ("this is wrong", True),          # both dissatisfied
+        ("thanks, works now!", False),    # both neutral
+        ("thanks, works now!", True),     # flag says dissatisfied, detector does not
+        ("still the same error", None),   # no flag: not a pair
+        (None, None),                     # no follow-up
+    ])
+    m = detector_agreement(table)
+    assert m["followup_pairs"] == 3.0
+    assert m["detector_agreement"] == pytest.approx(2 / 3)
+    assert m["detector_rate"] == pytest.approx(1 / 3) and m["flag_rate"] == pytest.approx(2 / 3)
+    assert m["detector_precision"] == 1.0 and m["detector_recall"] == pytest.approx(0.5)
+    # kappa: chance = 1/3*2/3 + 2/3*1/3 = 4/9; (2/3 - 4/9) / (5/9) = 0.4
+    assert m["detector_kappa"] == pytest.approx(0.4)
+    assert batch_monitors(table)["detector_agreement"] == pytest.approx(2 / 3)
+
+
+def test_detector_agreement_without_pairs():
+    from rewards.monitors import detector_agreement
+
+    assert detector_agreement(_table([1.0])) == {"followup_pairs": 0.0}
+    assert detector_agreement(_table([1.0]).drop(["followup_flag"])) == {"followup_pairs": 0.0}
+
+
+def test_transport_dead_letters_are_not_malformed_model_output():
+    # 4 clean rows and 10 stale/too-large dead letters: the model produced nothing malformed
+    m = batch_monitors(_table([0.2, 0.4, 0.5, 0.3]), dead_letters=10)
+    assert m["malformed_rate"] == 0.0
+    assert m["dead_letter_rate"] == pytest.approx(10 / 14)
+
+
+def test_defaulted_share_counts_only_expected_signals():
+    # every row has persistence, none has follow-up or feedback (not expected): not defaulted
+    m = batch_monitors(_table([0.2, 0.4, None, 0.3]), expected_signals=("edit_persistence",))
+    assert m["defaulted_share"] == pytest.approx(0.25)
+    assert m["defaulted_share_followup"] == 1.0

@@ -18,7 +18,7 @@ def test_tagged_unions_parse():
 
 @pytest.mark.parametrize("bad", [{"lr": 0}, {"objective": {"type": "ppo"}}, {"stepz": 3},
                                  {"backend": {"type": "deepspeed", "zero_stage": 3}},
-                                 {"is_cap": 1.1}])
+                                 {"is_cap": 0.9}, {"dual_clip_c": 1.1}])
 def test_rejects_bad(bad):
     with pytest.raises(ValidationError):
         TrainerConfig.model_validate(bad)

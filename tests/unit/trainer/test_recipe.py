@@ -63,9 +63,10 @@ def test_run_training_writes_loadable_checkpoint(champion, rows, tmp_path, objec
     cfg = TrainerConfig(steps=3, batch_size=4, lr=1e-3, max_staleness=100,
                         objective={"type": objective})
     metrics = run_training(champion, rows, cfg, tmp_path / "cand")
-    for key in ("loss", "grad_norm", "clip_frac", "kl_k1", "ratio_mean", "moe/load_entropy",
-                "moe/over_capacity_frac", "moe/router_z_loss", "mismatch_kl_replay",
-                "rows_stale_dropped", "is_truncated_frac"):
+    for key in ("loss", "grad_norm", "clip_frac", "kl_theta_ref_k3", "ratio_mean",
+                "moe/load_entropy", "moe/over_capacity_frac", "moe/router_z_loss",
+                "mismatch_kl_replay", "rows_stale_dropped", "is_truncated_frac", "greedy_rows",
+                "kl_theta_anchor_k3", "dual_clip_frac"):
         assert key in metrics, key
     cand = load_checkpoint(tmp_path / "cand")
     before = load_checkpoint(champion)
@@ -84,7 +85,7 @@ def test_first_step_on_own_samples_is_on_policy(champion, rows):
     recipe.train()
     m = recipe.history[0]
     assert m["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
-    assert abs(m["kl_behaviour_k1"]) < 1e-4 and abs(m["kl_k1"]) < 1e-6
+    assert abs(m["kl_behaviour_k1"]) < 1e-4 and abs(m["kl_theta_ref_k3"]) < 1e-6
     assert m["replay_replaced"] == 0
 
 

@@ -1,0 +1,145 @@
+"""Which policy the loop runs: a tagged union on ``type`` (``toy`` | ``hf``), and the loader.
+
+``load_policy(config_or_dir)`` takes a :data:`PolicyConfig` or a checkpoint directory and returns a
+:class:`policy.base.Policy`; a directory's format is detected from its files (toy:
+``model.safetensors`` + ``config.json`` without ``model_type`` + ``metadata.json``; hf:
+``config.json`` with ``model_type``, or a ``*.gguf`` file). Importing this module imports neither
+torch nor transformers. Left out: downloading anything (no hub: ``build`` makes a tiny random model
+from a config class, ``path`` points at a local directory).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+HFFamily = Literal["qwen3_moe", "qwen2_moe", "olmoe", "mixtral", "llama", "qwen2", "qwen3"]
+
+
+class PolicyLoadError(ValueError):
+    """A checkpoint that cannot become a policy; the message names the file and the field."""
+
+
+class ToyPolicyConfig(BaseModel):
+    """The home-made toy MoE (policy/toy/)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["toy"] = Field("toy", description="Selects the toy MoE.")
+    path: Path | None = Field(None, description="A toy checkpoint directory; None = the cached "
+                              "warm-started champion the demo builds.")
+
+
+class TinyHFSpec(BaseModel):
+    """A tiny random-init HF model built from its config class (tests, presets): no download."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    family: HFFamily = Field("qwen3_moe", description="HF model_type to build.")
+    hidden: int = Field(64, ge=16, le=4096, description="hidden_size.")
+    layers: int = Field(2, ge=1, le=64, description="num_hidden_layers.")
+    heads: int = Field(4, ge=1, le=64, description="num_attention_heads (divides hidden).")
+    kv_heads: int = Field(2, ge=1, le=64, description="num_key_value_heads (divides heads).")
+    intermediate: int = Field(128, ge=8, description="Dense MLP width (dense layers/models).")
+    moe_intermediate: int = Field(64, ge=8, description="Width of one expert.")
+    experts: int = Field(4, ge=0, le=256, description="Routed experts per MoE layer (0 = dense).")
+    top_k: int = Field(2, ge=1, le=16, description="Experts per token.")
+    norm_topk_prob: bool = Field(True, description="Renormalise the top-k gate weights.")
+    mlp_only_layers: tuple[int, ...] = Field((), description="Qwen-MoE: dense layers by index.")
+    decoder_sparse_step: int = Field(1, ge=1, description="Qwen-MoE: every n-th layer is MoE.")
+    vocab: int = Field(512, ge=64, le=32768, description="BPE vocabulary of the local tokenizer.")
+    max_positions: int = Field(512, ge=32, description="max_position_embeddings.")
+    seed: int = Field(0, description="Seed of the weights and of the tokenizer corpus.")
+
+    @model_validator(mode="after")
+    def _check(self) -> TinyHFSpec:
+        if self.hidden % self.heads or self.heads % self.kv_heads:
+            raise ValueError(f"heads={self.heads} must divide hidden={self.hidden} and "
+                             f"kv_heads={self.kv_heads} must divide heads")
+        if self.experts and self.top_k > self.experts:
+            raise ValueError(f"top_k={self.top_k} exceeds experts={self.experts}")
+        return self
+
+
+class HFPolicyConfig(BaseModel):
+    """A Hugging Face ``transformers`` causal LM, dense or MoE (policy/hf.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["hf"] = Field("hf", description="Selects a Hugging Face causal LM.")
+    path: Path | None = Field(None, description="HF directory (config.json + safetensors + "
+                              "tokenizer) or a folder holding a GGUF file.")
+    gguf_file: str | None = Field(None, description="GGUF file name inside ``path``.")
+    build: TinyHFSpec | None = Field(None, description="Build a tiny random model instead.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Weights dtype (log-softmax is fp32 regardless).")
+    logprob_chunk: int = Field(256, ge=1, description="Positions per fp32 log-softmax chunk.")
+    chat_template: bool = Field(False, description="Feed prompts through the tokenizer's chat "
+                                "template as one user turn (instruct models), else as raw text.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> HFPolicyConfig:
+        if (self.path is None) == (self.build is None):
+            raise ValueError("set exactly one of 'path' and 'build'")
+        if self.gguf_file is not None and self.path is None:
+            raise ValueError("'gguf_file' needs 'path'")
+        return self
+
+
+PolicyConfig = Annotated[ToyPolicyConfig | HFPolicyConfig, Field(discriminator="type")]
+
+
+def checkpoint_format(directory: Path) -> Literal["toy", "hf", "gguf"]:
+    """Which loader a checkpoint directory needs; :class:`PolicyLoadError` if none fits."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise PolicyLoadError(f"{directory}: not a directory")
+    config = directory / "config.json"
+    if config.exists():
+        try:
+            data = json.loads(config.read_text())
+        except json.JSONDecodeError as e:
+            raise PolicyLoadError(f"{config}: not JSON ({e})") from e
+        if not isinstance(data, dict):
+            raise PolicyLoadError(f"{config}: expected a JSON object")
+        if "model_type" in data:
+            return "hf"
+        if (directory / "model.safetensors").exists() and "n_experts" in data:
+            return "toy"
+        raise PolicyLoadError(f"{config}: field 'model_type' missing (neither an HF config nor "
+                              "a toy checkpoint with model.safetensors)")
+    if sorted(directory.glob("*.gguf")):
+        return "gguf"
+    raise PolicyLoadError(f"{directory}: no config.json and no *.gguf file")
+
+
+def load_policy(config_or_dir: ToyPolicyConfig | HFPolicyConfig | Path | str, *,
+                workdir: Path | None = None):
+    """A :class:`policy.base.Policy` from a config or a checkpoint directory.
+
+    ``workdir`` is where an HF ``build`` spec materialises its directory (default: a temporary
+    folder); the policy's ``source_dir`` attribute names the directory it was loaded from.
+    """
+    if isinstance(config_or_dir, (str, Path)):
+        directory = Path(config_or_dir)
+        fmt = checkpoint_format(directory)
+        if fmt == "toy":
+            from policy.toy.adapter import ToyPolicy
+
+            return ToyPolicy.load(directory)
+        gguf = sorted(directory.glob("*.gguf"))[0].name if fmt == "gguf" else None
+        config_or_dir = HFPolicyConfig(path=directory, gguf_file=gguf)
+    if isinstance(config_or_dir, ToyPolicyConfig):
+        if config_or_dir.path is None:
+            raise PolicyLoadError("toy policy: field 'path' is required to load a checkpoint")
+        return load_policy(config_or_dir.path)
+    from policy.hf import HFPolicy
+
+    return HFPolicy.from_config(config_or_dir, workdir=workdir)
+
+
+__all__ = ["HFPolicyConfig", "PolicyConfig", "PolicyLoadError", "TinyHFSpec", "ToyPolicyConfig",
+           "checkpoint_format", "load_policy"]

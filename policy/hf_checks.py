@@ -1,0 +1,138 @@
+"""Checks and loaders for a Hugging Face model directory, failing early with the file and field.
+
+Before any weight is read: ``config.json`` must parse and describe a causal LM of a known family
+(an MoE whose ``model_type`` has no router replay here is refused), the safetensors tensors must
+have the shapes the config implies, and the tokenizer must define an EOS token. A GGUF file must
+parse (``gguf.GGUFReader``) before ``transformers`` de-quantises it. Every failure is a
+:class:`policy.config.PolicyLoadError` naming the file and the field. Left out: repairing anything.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from policy.config import PolicyLoadError
+
+EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+
+
+def check_dir(directory: Path) -> None:
+    """config.json -> causal LM of a known family; weights present with the config's shapes."""
+    config_path = directory / "config.json"
+    if not config_path.exists():
+        raise PolicyLoadError(f"{config_path}: missing")
+    try:
+        raw = json.loads(config_path.read_text())
+    except json.JSONDecodeError as e:
+        raise PolicyLoadError(f"{config_path}: not JSON ({e})") from e
+    check_config_dict(raw, config_path)
+    check_weight_shapes(directory, _auto_config(directory))
+
+
+def check_config_dict(raw: dict, where: Path | str) -> None:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from policy.hf import MOE_FAMILIES
+
+    model_type = raw.get("model_type")
+    if not model_type:
+        raise PolicyLoadError(f"{where}: field 'model_type' missing")
+    archs = raw.get("architectures") or []
+    if archs and not any(a.endswith(CAUSAL_SUFFIXES) for a in archs):
+        raise PolicyLoadError(f"{where}: field 'architectures' = {archs} is not a causal LM")
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise PolicyLoadError(f"{where}: field 'model_type' = '{model_type}' is not a causal LM "
+                              "known to transformers")
+    experts = [f for f in EXPERT_FIELDS if (raw.get(f) or 0) > 0]
+    if experts and model_type not in MOE_FAMILIES:
+        raise PolicyLoadError(f"{where}: field 'model_type' = '{model_type}' is an MoE "
+                              f"({experts[0]}={raw[experts[0]]}) of an unknown family; supported: "
+                              f"{sorted(MOE_FAMILIES)}")
+
+
+def _auto_config(directory: Path):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(directory)
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        raise PolicyLoadError(f"{directory / 'config.json'}: {e}") from e
+
+
+def check_weight_shapes(directory: Path, config) -> None:
+    """Every saved tensor that the config's model also names must have the model's shape."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise PolicyLoadError(f"{directory}: no *.safetensors weights next to config.json")
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in
+                    AutoModelForCausalLM.from_config(config).state_dict().items()}
+    for path in files:
+        with safe_open(str(path), "pt") as f:
+            for key in f.keys():
+                got = tuple(f.get_slice(key).get_shape())
+                want = expected.get(key)
+                if want is not None and got != want:
+                    raise PolicyLoadError(
+                        f"{path}: tensor '{key}' has shape {list(got)} but config.json "
+                        f"({_fields_for(config, want, got)}) implies {list(want)}")
+
+
+def _fields_for(config, want: tuple, got: tuple) -> str:
+    """Config fields whose value is a dimension that differs between the shapes."""
+    dims = {w for w, g in zip(want, got) if w != g} | set(want) - set(got)
+    names = [k for k, v in config.to_dict().items()
+             if isinstance(v, int) and not isinstance(v, bool) and v in dims]
+    return ", ".join(f"{k}={config.to_dict()[k]}" for k in names[:4]) or "shape fields"
+
+
+def load_dir(directory: Path, dtype):
+    """(model, tokenizer) from a checked HF directory."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+    except (ValueError, OSError, TypeError, json.JSONDecodeError) as e:
+        raise PolicyLoadError(f"{directory / 'tokenizer_config.json'}: tokenizer does not load "
+                              f"({e})") from e
+    try:
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
+    except (ValueError, OSError, RuntimeError) as e:
+        raise PolicyLoadError(f"{directory}: model weights do not load ({e})") from e
+    return model, tokenizer
+
+
+def check_tokenizer(tokenizer, directory: Path) -> None:
+    if tokenizer.eos_token_id is None:
+        raise PolicyLoadError(f"{directory / 'tokenizer_config.json'}: field 'eos_token' is not "
+                              "set: generation could never stop")
+
+
+def load_gguf(directory: Path, gguf_file: str, dtype):
+    """(model, tokenizer) from ``directory/gguf_file``, parsed first so a broken file is named."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = directory / gguf_file
+    if not path.is_file():
+        raise PolicyLoadError(f"{path}: GGUF file missing (field 'gguf_file')")
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+        arch = reader.fields.get("general.architecture")
+    except (ValueError, OSError, KeyError, IndexError) as e:
+        raise PolicyLoadError(f"{path}: not a valid GGUF file ({e})") from e
+    if arch is None:
+        raise PolicyLoadError(f"{path}: field 'general.architecture' missing")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=gguf_file)
+        model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=gguf_file, dtype=dtype)
+    except (ValueError, OSError, RuntimeError, KeyError) as e:
+        raise PolicyLoadError(f"{path}: transformers cannot read this GGUF ({e})") from e
+    return model, tokenizer

@@ -1,0 +1,72 @@
+"""What the operator sees: ratchet's own lines and real warnings on the terminal, everything in a
+log file in the workdir.
+
+Library chatter — Beam's type-hint notices, MLflow's run links and warnings, kafka-python's
+connection errors at shutdown, Ray and DeepSpeed start-up lines — goes to the log file only.
+The terminal gets INFO from ratchet's packages, and WARNING or worse from anything that is not
+on the chatter list. Python ``warnings`` are captured into the log file.
+
+Deliberately left out: progress bars (runtime/progress.py draws them on stderr).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+OWN = ("ratchet", "ingest", "rewards", "trainer", "gating", "deploy", "policy", "tasks", "runtime")
+"""Loggers whose INFO lines are ratchet's own narrative."""
+
+CHATTER = (
+    "apache_beam", "kafka", "mlflow", "urllib3", "httpx", "httpcore", "ray", "deepspeed",
+    "alembic", "py.warnings", "great_expectations", "matplotlib", "filelock", "torch",
+    "transformers", "huggingface_hub", "fsspec", "botocore", "uvicorn",
+)
+"""Loggers that never reach the terminal: their records go to the log file only."""
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class TerminalFilter(logging.Filter):
+    """Keep ratchet's INFO lines and other loggers' warnings; drop the chatter list."""
+
+    def __init__(self, verbose: bool = False) -> None:
+        super().__init__()
+        self.verbose = verbose
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = record.name
+        if _under(name, CHATTER):
+            return self.verbose
+        if _under(name, OWN):
+            return record.levelno >= (logging.DEBUG if self.verbose else logging.INFO)
+        return record.levelno >= logging.WARNING
+
+
+def _under(name: str, roots: tuple[str, ...]) -> bool:
+    return any(name == r or name.startswith(r + ".") for r in roots)
+
+
+def setup(log_file: Path | None, *, verbose: bool = False) -> None:
+    """Route logging: the terminal (filtered) and, if given, ``log_file`` (everything)."""
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")  # else its own stderr handler
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.setLevel(logging.DEBUG)
+    terminal = logging.StreamHandler(sys.stderr)
+    terminal.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+    terminal.addFilter(TerminalFilter(verbose))
+    root.addHandler(terminal)
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        to_file = logging.FileHandler(log_file)
+        to_file.setFormatter(logging.Formatter(LOG_FORMAT))
+        to_file.setLevel(logging.DEBUG)
+        root.addHandler(to_file)
+    logging.captureWarnings(True)
+    for name in ("urllib3", "kafka", "httpx", "httpcore", "matplotlib", "filelock"):
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)

@@ -1,0 +1,124 @@
+"""The cross-cycle view: one HTML page on the experiment with every cycle's gate scores, span
+size and outcome, re-published after each cycle.
+
+The page (``overview/cycles.html``, with ``overview/cycles.json``) is an artifact of one run named
+``cycles-overview`` (tag ``ratchet.stage=overview``) in the cycles' experiment, so it is one click
+from the runs table. It is built from what each cycle run records (tags ``ratchet.cycle_seq``,
+``ratchet.outcome``, ``ratchet.champion_version``, ``ratchet.candidate_version``; metrics
+``gate.candidate_pass_rate``, ``gate.champion_pass_rate``, ``gate.ci_low``, ``gate.ci_high``,
+``span_rows``, ``live.*``), not from local files, so it is the same for every controller.
+
+Deliberately left out: the per-gate report (gating/report.py) and the demo's PNG (ratchet/demo.py).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+
+OVERVIEW_RUN = "cycles-overview"
+FIELDS = ("gate.candidate_pass_rate", "gate.champion_pass_rate", "gate.ci_low", "gate.ci_high",
+          "span_rows", "live.edit_persistence", "live.dissatisfied_rate")
+
+
+def cycle_records(tracking_uri: str, experiment: str) -> list[dict]:
+    """One dict per finished cycle run of ``experiment``, oldest first."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    runs = client.search_runs([exp.experiment_id], "tags.`ratchet.stage` = 'cycle'",
+                              order_by=["attributes.start_time ASC"], max_results=5000)
+    out = []
+    for run in runs:
+        tags, metrics = run.data.tags, run.data.metrics
+        out.append({
+            "seq": tags.get("ratchet.cycle_seq", "?"), "run_id": run.info.run_id,
+            "outcome": tags.get("ratchet.outcome", run.info.status.lower()),
+            "champion_version": tags.get("ratchet.champion_version"),
+            "candidate_version": tags.get("ratchet.candidate_version"),
+            **{name: metrics.get(name) for name in FIELDS},
+        })
+    return out
+
+
+def render(records: list[dict], experiment: str) -> str:
+    """The overview page: a table and an inline SVG of the gate pass rates."""
+    head = ["cycle", "outcome", "candidate", "champion", "cand. pass", "champ. pass",
+            "change 95% CI", "span rows", "live edit p.", "live dissat."]
+    rows = []
+    for r in records:
+        ci = ("-" if r["gate.ci_low"] is None else
+              f"[{r['gate.ci_low']:+.3f}, {r['gate.ci_high']:+.3f}]")
+        cells = [r["seq"], r["outcome"], r["candidate_version"] or "-",
+                 r["champion_version"] or "-", _f(r["gate.candidate_pass_rate"]),
+                 _f(r["gate.champion_pass_rate"]), ci, _f(r["span_rows"], 0),
+                 _f(r["live.edit_persistence"]), _f(r["live.dissatisfied_rate"])]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    table = ("<table border=1 cellpadding=4><tr>" + "".join(f"<th>{h}</th>" for h in head)
+             + "</tr>" + "".join(rows) + "</table>")
+    return (f"<html><head><meta charset='utf-8'><title>{html.escape(experiment)} cycles</title>"
+            f"</head><body><h2>Cycles of experiment {html.escape(experiment)}</h2>"
+            f"{_svg(records)}<p>Gate pass rate of the candidate (blue, bar = 95% CI of the change "
+            f"added to the champion's rate) and of the champion it was gated against (gray); "
+            f"green = promoted.</p>{table}</body></html>")
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _svg(records: list[dict], width: int = 640, height: int = 220, pad: int = 30) -> str:
+    pts = [(i, r) for i, r in enumerate(records) if r["gate.candidate_pass_rate"] is not None]
+    if not pts:
+        return "<p>(no gated cycles yet)</p>"
+    n = max(len(records) - 1, 1)
+
+    def xy(i: int, y: float) -> tuple[float, float]:
+        return pad + i * (width - 2 * pad) / n, height - pad - y * (height - 2 * pad)
+
+    parts = [f"<svg width='{width}' height='{height}' xmlns='http://www.w3.org/2000/svg'>",
+             f"<rect width='{width}' height='{height}' fill='white' stroke='#ccc'/>"]
+    for i, r in pts:
+        cx, cy = xy(i, r["gate.candidate_pass_rate"])
+        champ = r["gate.champion_pass_rate"]
+        if champ is not None and r["gate.ci_low"] is not None:
+            _, y0 = xy(i, champ + r["gate.ci_low"])
+            _, y1 = xy(i, champ + r["gate.ci_high"])
+            parts.append(f"<line x1='{cx}' x2='{cx}' y1='{y0}' y2='{y1}' stroke='steelblue'/>")
+        if champ is not None:
+            gx, gy = xy(i, champ)
+            parts.append(f"<rect x='{gx - 3}' y='{gy - 3}' width='6' height='6' fill='gray'/>")
+        color = "green" if r["outcome"] == "promoted" else "steelblue"
+        parts.append(f"<circle cx='{cx}' cy='{cy}' r='4' fill='{color}'/>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def publish(tracking_uri: str, experiment: str) -> str | None:
+    """Re-render the overview into the experiment's overview run; returns its run id."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    records = cycle_records(tracking_uri, experiment)
+    if not records:
+        return None
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    found = client.search_runs([exp.experiment_id], "tags.`ratchet.stage` = 'overview'",
+                               max_results=1)
+    if found:
+        run_id = found[0].info.run_id
+    else:
+        run = client.create_run(exp.experiment_id, run_name=OVERVIEW_RUN,
+                                tags={"ratchet.stage": "overview"})
+        run_id = run.info.run_id
+        client.set_terminated(run_id)
+    mlflow.set_tracking_uri(tracking_uri)
+    client.log_text(run_id, render(records, experiment), "overview/cycles.html")
+    client.log_text(run_id, json.dumps(records, indent=1), "overview/cycles.json")
+    client.set_tag(run_id, "mlflow.note.content",
+                   f"Cross-cycle overview of {len(records)} cycles: see overview/cycles.html")
+    return run_id

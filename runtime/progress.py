@@ -1,0 +1,70 @@
+"""Progress of long steps: a bar on a terminal, a line per tenth with an ETA otherwise.
+
+``with Progress("warm start", total=300) as p: ... p.update()`` draws a ``tqdm`` bar on stderr
+when stderr is a terminal. Without a terminal (CI, a log file, ``make demo | tee``) it logs one
+line per 10% of the work with the rate and the time left, so a long step is never silent.
+
+Deliberately left out: nesting and multi-process bars.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from types import TracebackType
+from typing import Self
+
+log = logging.getLogger("ratchet.progress")
+
+
+class Progress:
+    """Counts ``update(n)`` calls against ``total`` for one named step."""
+
+    def __init__(self, desc: str, total: int, *, unit: str = "it", bar: bool | None = None):
+        self.desc, self.total, self.unit = desc, max(int(total), 0), unit
+        self.done = 0
+        self._t0 = time.monotonic()
+        self._next_line = 0.1
+        use_bar = sys.stderr.isatty() if bar is None else bar
+        self._bar = None
+        if use_bar and self.total:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total, desc=desc, unit=unit, leave=False,
+                             file=sys.stderr, mininterval=0.5, dynamic_ncols=True)
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        if self._bar is not None:
+            self._bar.update(n)
+            return
+        if self.total and self.done / self.total >= self._next_line and self.done < self.total:
+            log.info("%s: %s", self.desc, self.status())
+            while self._next_line <= self.done / self.total:
+                self._next_line += 0.1
+
+    def status(self) -> str:
+        """'120/300 it, 4.1 it/s, ~44 s left'."""
+        elapsed = max(time.monotonic() - self._t0, 1e-9)
+        rate = self.done / elapsed
+        left = (self.total - self.done) / rate if rate > 0 else float("inf")
+        eta = f"~{left:.0f} s left" if left != float("inf") else "time left unknown"
+        return f"{self.done}/{self.total} {self.unit}, {rate:.1f} {self.unit}/s, {eta}"
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> Self:
+        if self._bar is None and self.total:
+            log.info("%s: %d %s to go", self.desc, self.total, self.unit)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+        if exc_type is None:
+            log.info("%s: done, %d %s in %.1f s", self.desc, self.done, self.unit,
+                     time.monotonic() - self._t0)

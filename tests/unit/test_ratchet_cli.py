@@ -1,0 +1,199 @@
+"""The operator's mistakes get fast, one-line answers, before any service starts."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from ratchet.cli import EXIT_FAILED, EXIT_USAGE, main
+
+
+def _run(capsys, *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+def test_misspelt_config_key_is_refused_with_a_suggestion(tmp_path, capsys):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"trainer": {"stepz": 3}}))
+    work = tmp_path / "work"
+    code, err = _run(capsys, "cycle", "--config", str(cfg), "--workdir", str(work))
+    assert code == EXIT_USAGE
+    assert err == f"ratchet: error: {cfg}: unknown key 'trainer.stepz'; did you mean " \
+                  "'trainer.steps'?"
+    assert not work.exists(), "nothing may start before the config is accepted"
+
+
+def test_out_of_range_config_value_names_the_field(tmp_path, capsys):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"fleet": {"replicas": 0}}))
+    code, err = _run(capsys, "config", "show", "--config", str(cfg))
+    assert code == EXIT_USAGE and "fleet.replicas" in err and len(err.splitlines()) == 1
+
+
+def test_replay_reports_the_real_line_number(tmp_path, capsys):
+    rec = tmp_path / "rec.jsonl"
+    good = json.dumps({"topic": "t", "key": None, "value": "{}", "timestamp_ms": 1})
+    rec.write_text("\n".join([good] * 20 + ["{oops"]) + "\n")
+    code, err = _run(capsys, "replay", str(rec), "--workdir", str(tmp_path / "w"))
+    assert code == EXIT_USAGE and f"{rec}:21: not valid JSON" in err
+    assert not (tmp_path / "w").exists()
+
+
+def test_replay_record_without_timestamp_is_refused(tmp_path, capsys):
+    rec = tmp_path / "rec.jsonl"
+    rec.write_text(json.dumps({"topic": "t", "value": "{}"}) + "\n")
+    code, err = _run(capsys, "replay", str(rec), "--workdir", str(tmp_path / "w"))
+    assert code == EXIT_USAGE and f"{rec}:1: record lacks timestamp_ms" in err
+
+
+def test_missing_replay_file(tmp_path, capsys):
+    code, err = _run(capsys, "replay", str(tmp_path / "nope.jsonl"))
+    assert code == EXIT_USAGE and "no such recording" in err
+
+
+@pytest.mark.parametrize("every", ["0s", "5", "5 hours", "10s"])
+def test_bad_or_tight_every_is_refused(tmp_path, every, capsys):
+    code, err = _run(capsys, "loop", "--every", every, "--workdir", str(tmp_path / "w"))
+    assert code == EXIT_USAGE and "--every" in err or "duration" in err
+    assert not (tmp_path / "w").exists()
+
+
+def test_gates_show_against_an_unreachable_server_fails_without_retrying():
+    """One health probe and out: MLflow (and its minutes of retries) is never even imported."""
+    import subprocess
+    import sys
+
+    from runtime.services import free_port
+
+    code = (f"import sys; from ratchet.cli import main; "
+            f"rc = main(['gates', 'show', '3', '--tracking-uri', "
+            f"'http://127.0.0.1:{free_port()}']); "
+            f"assert 'mlflow' not in sys.modules; sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == EXIT_FAILED, proc.stderr
+    err = proc.stderr.strip()
+    assert "not reachable" in err and len(err.splitlines()) == 1
+
+
+def test_demo_refuses_a_workdir_it_did_not_create(tmp_path, capsys):
+    notes = tmp_path / "mine" / "notes.txt"
+    notes.parent.mkdir()
+    notes.write_text("precious")
+    code, err = _run(capsys, "demo", "--workdir", str(notes.parent))
+    assert code == EXIT_USAGE and "refusing to delete" in err
+    assert notes.read_text() == "precious"
+
+
+def test_demo_workdir_marker_allows_reuse(tmp_path):
+    from ratchet.demo import MARKER, prepare_workdir
+
+    work = tmp_path / "w"
+    prepare_workdir(work)
+    (work / "old-span").write_text("x")
+    prepare_workdir(work)
+    assert sorted(p.name for p in work.iterdir()) == [MARKER]
+
+
+def test_config_show_prints_the_resolved_config(capsys):
+    assert main(["config", "show"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["model_name"] == "ratchet-toy" and "trainer" in shown
+
+
+def test_spans_show_without_spans(tmp_path, capsys):
+    code, err = _run(capsys, "spans", "show", "span-000001", "--workdir", str(tmp_path))
+    assert code == EXIT_FAILED and "has no spans" in err
+
+
+def test_terminal_shows_own_lines_and_real_warnings_only():
+    from ratchet.console import TerminalFilter
+
+    keep = TerminalFilter()
+
+    def rec(name: str, level: int) -> logging.LogRecord:
+        return logging.LogRecord(name, level, __file__, 1, "m", None, None)
+
+    assert keep.filter(rec("ratchet.cycle", logging.INFO))
+    assert keep.filter(rec("trainer.recipe", logging.INFO))
+    assert keep.filter(rec("some.library", logging.WARNING))
+    assert not keep.filter(rec("some.library", logging.INFO))
+    assert not keep.filter(rec("apache_beam.typehints.native_type_compatibility",
+                               logging.WARNING))
+    assert not keep.filter(rec("kafka.conn", logging.ERROR))
+    assert not keep.filter(rec("py.warnings", logging.WARNING))
+    assert TerminalFilter(verbose=True).filter(rec("kafka.conn", logging.ERROR))
+
+
+def test_progress_without_a_terminal_logs_lines_with_time_left(caplog):
+    from runtime.progress import Progress
+
+    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+        with Progress("warm start", total=20, unit="step", bar=False) as p:
+            for _ in range(20):
+                p.update()
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == "warm start: 20 step to go"
+    assert any("2/20 step" in line and "left" in line for line in lines)
+    assert lines[-1].startswith("warm start: done, 20 step in")
+    assert len(lines) <= 12
+
+
+def test_cycle_outcome_is_readable_and_a_quarantine_fails():
+    from ratchet.cycle import CycleResult
+    from ratchet.runner import describe, failed
+
+    ok = CycleResult(index=2, run_id="r", span_rows=300, champion_version=3,
+                     candidate_version=4, gate_passed=True, promoted=True,
+                     candidate_pass_rate=0.5, champion_pass_rate=0.4, seconds={"ingest": 1.0})
+    text = describe(ok)
+    assert text.startswith("cycle 2: candidate v4 vs champion v3: promoted")
+    assert "CycleResult(" not in text and not failed(ok)
+    bad = CycleResult(index=0, run_id="r", skipped="span span-0001 failed validation")
+    assert failed(bad) and "skipped — span span-0001 failed validation" in describe(bad)
+    idle = CycleResult(index=0, run_id="r", skipped="span has 0 rows < min_rows_to_train")
+    assert not failed(idle)
+
+
+
+
+def _row(cycle: int, champion: int, candidate: int, promoted: bool, rolled_back: bool = False):
+    from ratchet.demo import CycleRow
+
+    return CycleRow(
+        cycle=cycle, served_version=champion, pass_rate_live=0.4, edit_persistence=0.5,
+        dissatisfied_rate=0.2, mean_latency_ms=12.0, completion_tokens=9.0, span_rows=300,
+        champion_version=champion, candidate_version=candidate, gate_candidate=0.45,
+        gate_champion=0.40, gate_ci_low=0.01, gate_ci_high=0.09, gate_tasks=400,
+        outcome="rolled back" if rolled_back else ("promoted" if promoted else "rejected"),
+        promoted=promoted, rolled_back=rolled_back, seconds=30.0, cycle_run_id="c",
+        gate_run_id="g", train_run_id="t")
+
+
+def test_demo_table_names_the_versions_it_compared():
+    from ratchet.demo import format_table
+
+    lines = format_table([_row(0, 1, 2, True), _row(1, 2, 3, False)]).splitlines()
+    assert "gated" in lines[0] and "change CI" in lines[0]
+    assert "v2/v1" in lines[1] and "promoted" in lines[1] and "[+0.010,+0.090]" in lines[1]
+    assert "v3/v2" in lines[2] and "rejected" in lines[2]
+    assert max(len(line) for line in lines) <= 120
+
+
+def test_demo_plot_and_overview_page(tmp_path):
+    from ratchet.demo import plot
+    from ratchet.history import render
+
+    png = tmp_path / "cycles.png"
+    plot([_row(0, 1, 2, True), _row(1, 2, 3, False, rolled_back=True)], png)
+    assert png.stat().st_size > 10_000
+    page = render([{"seq": "0001", "run_id": "r", "outcome": "promoted",
+                    "champion_version": "1", "candidate_version": "2",
+                    "gate.candidate_pass_rate": 0.45, "gate.champion_pass_rate": 0.4,
+                    "gate.ci_low": 0.01, "gate.ci_high": 0.09, "span_rows": 300.0,
+                    "live.edit_persistence": 0.5, "live.dissatisfied_rate": None}], "exp<1>")
+    assert "<svg" in page and "[+0.010, +0.090]" in page and "exp&lt;1&gt;" in page

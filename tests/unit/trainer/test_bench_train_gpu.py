@@ -1,0 +1,33 @@
+"""bench/train_gpu.py without a GPU: it says so and writes nothing; --smoke runs its code path."""
+
+import pytest
+import torch
+
+from bench import train_gpu
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA behaviour")
+def test_without_cuda_it_says_so_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(train_gpu, "RESULTS", tmp_path / "train_gpu.json")
+    assert train_gpu.main(["--models", "toy"]) == 0
+    assert "no CUDA" in capsys.readouterr().err
+    assert not (tmp_path / "train_gpu.json").exists()
+
+
+def test_smoke_runs_every_model_on_cpu_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(train_gpu, "RESULTS", tmp_path / "train_gpu.json")
+    assert train_gpu.main(["--smoke", "--models", "olmoe,qwen3moe,toy"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "tok/s" in ln]
+    assert len(lines) == 3 and all("MFU" in ln for ln in lines)
+    assert not (tmp_path / "train_gpu.json").exists()
+
+
+def test_hf_active_params_count_top_k_of_the_experts():
+    model = train_gpu.hf_moe("olmoe", smoke=True)
+    c = model.config
+    total = sum(p.numel() for p in model.parameters())
+    experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    embed = model.get_input_embeddings().weight.numel()
+    expected = total - embed - experts + experts * c.num_experts_per_tok // c.num_experts
+    assert train_gpu.hf_active_params(model) == expected
+    assert 0 < experts and c.num_experts_per_tok < c.num_experts

@@ -1,0 +1,125 @@
+"""The recipe applies the RL corrections: greedy rows, top-p rows, groups per behaviour version,
+the value-head baseline, and the fixed anchor next to the trust region."""
+
+import pyarrow as pa
+import pytest
+import torch
+
+from policy.toy.checkpoint import load_metadata, save_checkpoint
+from tasks.toy import generate_tasks
+from trainer.config import TrainerConfig
+from trainer.recipe import RLRecipe
+from trainer.rollout import sample_rows
+
+TINY = dict(steps=1, lr=1e-9, max_staleness=100)
+
+
+@pytest.fixture
+def champion(tiny_model, tmp_path):
+    return save_checkpoint(tiny_model, tmp_path / "champion", metadata={"model_version": 1})
+
+
+def _rows(model, n=6, samples=1, **kw):
+    return sample_rows(model, generate_tasks(n, seed=0, split="train"), samples_per_task=samples,
+                       model_version=1, seed=0, max_new_tokens=6, **kw)
+
+
+def test_greedy_rows_are_counted_and_get_no_policy_gradient(tiny_model, champion):
+    greedy = _rows(tiny_model, temperature=0.0)
+    rows = pa.concat_tables([greedy, _rows(tiny_model, temperature=1.0)])
+    recipe = RLRecipe(champion, rows, TrainerConfig(batch_size=6, **TINY))
+    recipe.setup()
+    assert recipe.counts["rows_greedy"] == greedy.num_rows
+    greedy_idx = [i for i, s in enumerate(recipe.samples) if s.temperature == 0]
+    m = recipe.train_step(greedy_idx)
+    assert m["greedy_rows"] == len(greedy_idx) == 6
+    assert m["loss"] == 0.0  # no policy-gradient term from a deterministic behaviour policy
+
+
+def test_only_greedy_rows_is_no_trainable_data(tiny_model, champion):
+    recipe = RLRecipe(champion, _rows(tiny_model, temperature=0.0), TrainerConfig(**TINY))
+    with pytest.raises(ValueError, match="greedy"):
+        recipe.setup()
+
+
+def test_top_p_rows_are_scored_under_the_champions_nucleus(tiny_model, champion):
+    """Rows the champion sampled at T = 0.8, top_p = 0.7: before any update pi_theta equals the
+    logged (truncated, renormalised) behaviour logprob, token by token. Under the full softmax
+    (today's code) every logged logprob exceeds the trainer's."""
+    rows = _rows(tiny_model, n=8, samples=2, temperature=0.8, top_p=0.7)
+    recipe = RLRecipe(champion, rows, TrainerConfig(batch_size=rows.num_rows, **TINY))
+    recipe.setup()
+    assert recipe.counts["rows_top_p"] == rows.num_rows
+    assert recipe.counts["tokens_outside_nucleus"] == 0  # the champion sampled them itself
+    recipe.train()
+    m = recipe.history[0]
+    assert abs(m["kl_behaviour_k1"]) < 1e-4 and m["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert m["is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_groups_are_per_prompt_and_behaviour_version(tiny_model, champion):
+    rows = _rows(tiny_model, samples=2, temperature=1.0)  # 6 prompts x 2
+    versions = [1] * 8 + [1, 0, 1, 0]  # prompts 4 and 5: one row per version each
+    rows = rows.set_column(rows.schema.get_field_index("model_version"), "model_version",
+                           pa.array(versions, pa.int64()))
+    recipe = RLRecipe(champion, rows, TrainerConfig(**TINY), current_version=1)
+    recipe.setup()
+    assert recipe.counts["rows_group_baseline"] == 8
+    # leave-one-out inside a pair: b_i = the other row's reward
+    r = [s.reward for s in recipe.samples]
+    assert recipe.group_b[:2].tolist() == pytest.approx([r[1], r[0]])
+
+
+def test_value_head_is_the_baseline_without_groups(tiny_model, champion):
+    rows = _rows(tiny_model, n=8, temperature=1.0)  # one row per prompt: no groups
+    recipe = RLRecipe(champion, rows, TrainerConfig(batch_size=8, **TINY))
+    recipe.setup()
+    assert recipe.counts["rows_group_baseline"] == 0
+    m = recipe.train_step(list(range(8)))
+    assert "value_loss" in m and recipe.value is not None
+    before = [p.clone() for p in recipe.value.head.parameters()]
+    recipe.train_step(list(range(8)))
+    assert any(not torch.equal(a, b) for a, b in zip(before, recipe.value.head.parameters()))
+
+
+def test_anchor_next_to_the_trust_region(tiny_model, champion, tmp_path):
+    torch.manual_seed(1)
+    anchor_model = type(tiny_model)(tiny_model.config).eval()  # a different first champion
+    anchor = save_checkpoint(anchor_model, tmp_path / "anchor", metadata={"model_version": 0})
+    rows = _rows(tiny_model, n=4, samples=2, temperature=1.0)
+    cfg = TrainerConfig(batch_size=8, anchor_path=str(anchor), **TINY)
+    recipe = RLRecipe(champion, rows, cfg)
+    recipe.setup()
+    assert recipe.counts["anchor_is_champion"] == 0
+    recipe.train()
+    m = recipe.history[0]
+    assert m["kl_theta_ref_k3"] < 1e-6 < 1e-3 < m["kl_theta_anchor_k3"]
+    cand = recipe.save_checkpoint(tmp_path / "cand")
+    assert load_metadata(cand)["anchor"] == str(anchor.resolve())
+    # the next cycle starts from the candidate and finds the anchor in its metadata
+    nxt = RLRecipe(cand, rows, TrainerConfig(batch_size=8, **TINY))
+    nxt.setup()
+    assert nxt.anchor_dir == anchor.resolve() and nxt.counts["anchor_is_champion"] == 0
+
+
+def test_first_champion_is_its_own_anchor(tiny_model, champion):
+    rows = _rows(tiny_model, n=4, samples=2, temperature=1.0)
+    recipe = RLRecipe(champion, rows, TrainerConfig(batch_size=8, **TINY))
+    recipe.setup()
+    assert recipe.counts["anchor_is_champion"] == 1 and recipe.logp_anchor is recipe.logp_ref
+    recipe.train()
+    m = recipe.history[0]
+    assert m["kl_theta_anchor_k3"] == m["kl_theta_ref_k3"]
+
+
+def test_top_p_rows_with_a_vocabulary_too_large_for_the_nucleus_are_refused(
+        tiny_model, champion, monkeypatch):
+    import trainer.recipe
+
+    monkeypatch.setattr(trainer.recipe, "NUCLEUS_MAX_VOCAB", tiny_model.config.vocab_size - 1)
+    rows = _rows(tiny_model, temperature=0.8, top_p=0.7)
+    with pytest.raises(ValueError, match="top_p < 1.*NUCLEUS_MAX_VOCAB"):
+        RLRecipe(champion, rows, TrainerConfig(**TINY)).setup()
+    recipe = RLRecipe(champion, _rows(tiny_model, temperature=0.8), TrainerConfig(**TINY))
+    recipe.setup()  # top_p = 1 rows need no nucleus
+    assert recipe.counts["rows_top_p"] == 0
