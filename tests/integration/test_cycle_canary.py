@@ -58,11 +58,16 @@ def world(broker, mlflow_server, tmp_path_factory):
 
 
 def _config(world) -> RatchetConfig:
+    from deploy.simulator import SIMULATED_SKEW_S
+
     return RatchetConfig.model_validate({
         "model_name": world["name"],
         "experiment": f"canary-{world['name']}",
         "ingest": {
             "group_id": f"canary-{uuid.uuid4().hex[:6]}",
+            # The simulator compresses time: its signals are stamped up to 10 event-minutes
+            # ahead of the wall clock, which ingest's future bound would dead-letter.
+            "parse": {"max_future_skew_s": SIMULATED_SKEW_S},
             "join": {"followup_window_s": 600.0, "feedback_window_s": 600.0,
                      "allowed_lateness_s": 0.0},
             "validation": {"max_reward_mean_drift": 10.0, "max_reward_std_drift": 10.0,
