@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -71,10 +70,12 @@ def test_promotion_is_compare_and_set(mlflow_server, tmp_path):
     from runtime import registry
 
     name = f"cas-{uuid.uuid4().hex[:8]}"
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    (ckpt / "model.safetensors").write_bytes(b"w")
-    (ckpt / "config.json").write_text(json.dumps({}))
+    from policy.toy.checkpoint import save_checkpoint
+    from policy.toy.model import MoEConfig, MoETransformer
+
+    ckpt = tmp_path / "ckpt"  # a real (tiny) checkpoint: the registry refuses unloadable ones
+    save_checkpoint(MoETransformer(MoEConfig(d_model=16, n_layers=1, n_heads=2, n_experts=2,
+                                             top_k=1, d_ff=16, max_seq_len=32)), ckpt)
     mlflow.set_tracking_uri(mlflow_server.uri)
     mlflow.set_experiment("cas-test")
     with mlflow.start_run():

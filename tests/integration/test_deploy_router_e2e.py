@@ -111,7 +111,7 @@ def test_both_sides_of_a_window_are_measured(deployment, broker):
 def test_openai_client_through_the_router_streams_and_sticks(deployment):
     import openai
 
-    _, v1, v2, router, _ = deployment
+    _, v1, v2, router, _, _ = deployment
     client = openai.OpenAI(base_url=f"{router.url}/v1", api_key="local", max_retries=0)
     for conv in ("stream-a", "stream-b", "stream-c", "stream-d"):
         raw = client.chat.completions.with_raw_response.create(
