@@ -1,8 +1,9 @@
 """Progress of long steps: a bar on a terminal, a line per tenth with an ETA otherwise.
 
 ``with Progress("warm start", total=300) as p: ... p.update()`` draws a ``tqdm`` bar on stderr
-when stderr is a terminal. Without a terminal (CI, a log file, ``make demo | tee``) it logs one
-line per 10% of the work with the rate and the time left, so a long step is never silent.
+when stderr is a terminal. Without a terminal (CI, a log file, ``make demo | tee``) it logs a
+line at each quarter of the work with the rate and the time left, and one when done, so a long
+step is never silent and a 3-cycle demo stays well under a screenful of lines.
 
 Deliberately left out: nesting and multi-process bars.
 """
@@ -17,6 +18,9 @@ from typing import Self
 
 log = logging.getLogger("ratchet.progress")
 
+STEP = 0.25
+"""Without a terminal, a line each time this share of the work is done."""
+
 
 class Progress:
     """Counts ``update(n)`` calls against ``total`` for one named step."""
@@ -25,7 +29,7 @@ class Progress:
         self.desc, self.total, self.unit = desc, max(int(total), 0), unit
         self.done = 0
         self._t0 = time.monotonic()
-        self._next_line = 0.1
+        self._next_line = STEP
         use_bar = sys.stderr.isatty() if bar is None else bar
         self._bar = None
         if use_bar and self.total:
@@ -42,7 +46,7 @@ class Progress:
         if self.total and self.done / self.total >= self._next_line and self.done < self.total:
             log.info("%s: %s", self.desc, self.status())
             while self._next_line <= self.done / self.total:
-                self._next_line += 0.1
+                self._next_line += STEP
 
     def status(self) -> str:
         """'120/300 it, 4.1 it/s, ~44 s left'."""
@@ -58,8 +62,6 @@ class Progress:
             self._bar = None
 
     def __enter__(self) -> Self:
-        if self._bar is None and self.total:
-            log.info("%s: %d %s to go", self.desc, self.total, self.unit)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
