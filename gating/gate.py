@@ -229,7 +229,9 @@ class GateRunner:
                 self.tracking_uri, self.model_name, self.candidate_version,
                 expected=self.champion_version,
             )
-        log.info("gate %s", format_table(verdict))
+        log.info("gate %s: candidate v%s vs champion %s", PASS if verdict.passed else FAIL,
+                 verdict.candidate_version, verdict.champion_version)
+        log.debug("gate %s", format_table(verdict))
         return verdict
 
     def _create_run(self) -> str:

@@ -38,7 +38,7 @@ class TerminalFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         name = record.name
-        if _under(name, CHATTER):
+        if _under(name, CHATTER) or "apache_beam" in record.pathname:  # Beam logs via root too
             return self.verbose
         if _under(name, OWN):
             return record.levelno >= (logging.DEBUG if self.verbose else logging.INFO)
@@ -53,6 +53,7 @@ def setup(log_file: Path | None, *, verbose: bool = False) -> None:
     """Route logging: the terminal (filtered) and, if given, ``log_file`` (everything)."""
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")  # else its own stderr handler
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)

@@ -131,7 +131,7 @@ class ModelLease:
                     f"waited {self.wait_s:.0f} s. Run one controller per model, or retry later."
                 )
             time.sleep(min(self.poll_s, max(0.0, deadline - time.monotonic())) or 0.01)
-        log.info("lease on %s held by %s", self.model_name, self.owner)
+        log.debug("lease on %s held by %s", self.model_name, self.owner)
         self._stop.clear()
         self._thread = threading.Thread(target=self._renew, name="lease-renew", daemon=True)
         self._thread.start()

@@ -127,6 +127,9 @@ def test_terminal_shows_own_lines_and_real_warnings_only():
     assert not keep.filter(rec("kafka.conn", logging.ERROR))
     assert not keep.filter(rec("py.warnings", logging.WARNING))
     assert TerminalFilter(verbose=True).filter(rec("kafka.conn", logging.ERROR))
+    beam_via_root = rec("root", logging.WARNING)
+    beam_via_root.pathname = "/venv/site-packages/apache_beam/io/gcp/bigquery.py"
+    assert not keep.filter(beam_via_root)
 
 
 def test_progress_without_a_terminal_logs_lines_with_time_left(caplog):
