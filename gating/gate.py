@@ -212,8 +212,7 @@ class GateRunner:
         import mlflow
 
         mlflow.set_tracking_uri(self.tracking_uri)
-        nested = mlflow.active_run() is not None  # resuming a child run under the caller's
-        with mlflow.start_run(run_id=self._create_run(), nested=nested) as run:
+        with self._start_run() as run:
             verdict = GateVerdict(
                 passed=all(g.passed for g in gates), run_id=run.info.run_id,
                 model_name=self.model_name, candidate_version=self.candidate_version,
@@ -234,21 +233,22 @@ class GateRunner:
         log.debug("gate %s", format_table(verdict))
         return verdict
 
-    def _create_run(self) -> str:
-        """The gate run, started when the gate began (so its duration in the UI is the gate's
-        real one), nested under the caller's active run if there is one."""
+    def _start_run(self):  # -> mlflow's ActiveRun context manager
+        """The gate run. Under a caller's run (a cycle) it is created as a child that started
+        when the gate began, so its duration in the UI is the gate's real one. A standalone gate
+        opens its run in the gate experiment at logging time (MLflow resumes a run only in the
+        caller's active experiment)."""
         import mlflow
         from mlflow import MlflowClient
 
+        name = f"gate-v{self.candidate_version}"
         parent = mlflow.active_run()
-        tags = {"mlflow.runName": f"gate-v{self.candidate_version}"}
-        if parent is not None:
-            tags["mlflow.parentRunId"] = parent.info.run_id
-        experiment_id = parent.info.experiment_id if parent else self._experiment_id()
+        if parent is None:
+            return mlflow.start_run(run_name=name, experiment_id=self._experiment_id())
         run = MlflowClient(tracking_uri=self.tracking_uri).create_run(
-            experiment_id, start_time=self.started_ms, tags=tags,
-            run_name=tags["mlflow.runName"])
-        return run.info.run_id
+            parent.info.experiment_id, start_time=self.started_ms, run_name=name,
+            tags={"mlflow.parentRunId": parent.info.run_id})
+        return mlflow.start_run(run_id=run.info.run_id, nested=True)
 
     def _experiment_id(self) -> str:
         from mlflow import MlflowClient
