@@ -93,9 +93,14 @@ async def create_completion(
         }
         for i, r in enumerate(results)
     ]
+    return _response(call, settings, results, "text_completion", choices)
+
+
+def _response(call, settings, results, kind: str, choices: list[dict]) -> JSONResponse:
+    """The non-streaming body both endpoints share: id, object kind, choices, usage."""
     content = {
         "id": call.response_id,
-        "object": "text_completion",
+        "object": kind,
         "created": call.created_unix,
         "model": settings.model_name,
         "system_fingerprint": _fingerprint(results[0].model_version),
@@ -184,16 +189,7 @@ async def create_chat_completion(
         }
         for i, r in enumerate(results)
     ]
-    content = {
-        "id": call.response_id,
-        "object": "chat.completion",
-        "created": call.created_unix,
-        "model": settings.model_name,
-        "system_fingerprint": _fingerprint(results[0].model_version),
-        "choices": choices,
-        "usage": gateway.usage(call, results),
-    }
-    return JSONResponse(content, headers=call.headers())
+    return _response(call, settings, results, "chat.completion", choices)
 
 
 def _chat_logprobs(r) -> dict:
