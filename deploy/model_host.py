@@ -1,9 +1,10 @@
-"""The model a replica serves, loaded by registry version, swapped atomically on reload.
+"""The policy a replica serves, loaded by registry version, swapped atomically on reload.
 
 ``ModelHost.load(version)`` checks that the version exists (LookupError if not), downloads the
-checkpoint directory from MLflow (runtime.registry.download_checkpoint), builds the model from
-safetensors (never unpickles), checks it — every tensor the shape ``config.json`` implies
-(strict load) and every floating-point weight finite — and only then replaces the served model.
+checkpoint directory from MLflow (runtime.registry.download_checkpoint), loads it through the
+policy plug (``policy.config.load_policy``: the toy or a Hugging Face directory, detected from its
+files; safetensors only, never unpickled), checks it — every tensor the shape ``config.json``
+implies and every floating-point weight finite — and only then replaces the served policy.
 A version that fails the checks is refused with ``ModelLoadError``: the previous model keeps
 serving and the error stays in ``load_error`` (``/readyz``, ``/metrics``) until a load succeeds.
 A request holds a reference to the ``ServedModel`` it started with, so a swap never disturbs a
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 from runtime import registry
 
 if TYPE_CHECKING:
-    from policy.toy.model import MoETransformer
+    from policy.base import Policy
 
 
 class ModelLoadError(ValueError):
@@ -31,10 +32,22 @@ class ModelLoadError(ValueError):
 
 @dataclass(frozen=True)
 class ServedModel:
-    """One loaded model and the registry version it came from."""
+    """One loaded policy and the registry version it came from. A bare toy ``MoETransformer``
+    given as ``policy`` is wrapped in ``ToyPolicy`` (tests and benches build those directly)."""
 
-    model: MoETransformer
+    policy: Policy
     version: int
+
+    def __post_init__(self) -> None:
+        if not hasattr(self.policy, "tokenizer_info"):
+            from policy.toy.adapter import ToyPolicy
+
+            object.__setattr__(self, "policy", ToyPolicy(self.policy))
+
+    @property
+    def model(self):
+        """The policy's torch module."""
+        return self.policy.module
 
 
 class ModelHost:
@@ -77,7 +90,7 @@ class ModelHost:
             self.load_error = None
             return served
 
-    def _build(self, version: int) -> MoETransformer:
+    def _build(self, version: int) -> Policy:
         if not registry.version_exists(self.tracking_uri, self.model_name, version):
             raise LookupError(f"version {version} of model {self.model_name!r} does not exist")
         self.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -87,26 +100,29 @@ class ModelHost:
         return load_checked(directory)
 
 
-def load_checked(directory: Path) -> MoETransformer:
-    """Build the checkpoint in ``directory``; ModelLoadError if its weights cannot be served."""
+def load_checked(directory: Path) -> Policy:
+    """Load the checkpoint in ``directory`` as a policy; ModelLoadError if it cannot be served
+    (no loader fits, shapes disagree with config.json, a truncated file, non-finite weights)."""
     import torch
     from safetensors import SafetensorError
 
-    from policy.toy.checkpoint import load_checkpoint
+    from policy.config import PolicyLoadError, load_policy
 
     try:
-        model = load_checkpoint(directory)
-    except (RuntimeError, ValueError, KeyError, SafetensorError) as exc:  # shape, keys, config
+        policy = load_policy(directory)
+    except PolicyLoadError as exc:  # names the file and the field already
+        raise ModelLoadError(str(exc)[:1000]) from exc
+    except (RuntimeError, ValueError, KeyError, OSError, SafetensorError) as exc:
         first = str(exc).strip().splitlines()
         raise ModelLoadError(
             f"weights do not match config.json: {' '.join(first[:4])[:600]}"
         ) from exc
     bad = [
         name
-        for name, t in model.state_dict().items()
+        for name, t in policy.module.state_dict().items()
         if t.is_floating_point() and not bool(torch.isfinite(t).all())
     ]
     if bad:
         more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
         raise ModelLoadError(f"non-finite weights in {', '.join(bad[:3])}{more}")
-    return model
+    return policy

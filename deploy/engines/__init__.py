@@ -14,10 +14,10 @@ if TYPE_CHECKING:
     from deploy.settings import TorchEngineConfig, VllmEngineConfig
 
 
-def toy_source(host: ModelHost):
-    """``model_source`` for the torch engine: the host's current model as a ``StepModel``,
-    adapted once per loaded version."""
-    from deploy.engines.torch_engine import ToyStepModel
+def policy_source(host: ModelHost):
+    """``model_source`` for the torch engine: the host's current policy (toy or Hugging Face) as
+    a ``StepModel``, adapted once per loaded version."""
+    from deploy.engines.hf_step import step_model
 
     cache: dict = {}
 
@@ -26,10 +26,14 @@ def toy_source(host: ModelHost):
         if served is None:
             return None
         if cache.get("served") is not served:
-            cache["served"], cache["model"] = served, ToyStepModel(served.model, served.version)
+            cache["served"], cache["model"] = served, step_model(served.policy, served.version)
         return cache["model"]
 
     return source
+
+
+toy_source = policy_source
+"""The former name (it serves any policy now)."""
 
 
 def make_engine(config: TorchEngineConfig | VllmEngineConfig, host: ModelHost) -> Engine:
@@ -37,7 +41,7 @@ def make_engine(config: TorchEngineConfig | VllmEngineConfig, host: ModelHost) -
         from deploy.engines.torch_engine import TorchEngine
 
         return TorchEngine(
-            toy_source(host), max_batch=config.max_batch, max_wait_ms=config.max_wait_ms
+            policy_source(host), max_batch=config.max_batch, max_wait_ms=config.max_wait_ms
         )
     from deploy.engines.vllm_engine import VllmEngine
 
@@ -45,6 +49,6 @@ def make_engine(config: TorchEngineConfig | VllmEngineConfig, host: ModelHost) -
         url=config.url,
         served_model=config.served_model,
         timeout_s=config.timeout_s,
-        router_pass=toy_source(host) if config.teacher_forced_experts else None,
+        router_pass=policy_source(host) if config.teacher_forced_experts else None,
         version_source=lambda: host.current.version if host.current else None,
     )

@@ -10,9 +10,10 @@ sent when it is sampled (its time-to-first-token is real and includes the wait i
 Requests arriving while a batch decodes wait for the next batch (no continuous batching).
 
 The model is reached through ``StepModel``, a narrow interface (encode, decode, prefill, step):
-``ToyStepModel`` adapts policy/toy's MoETransformer; a Hugging Face policy needs only another
-adapter. Log-probabilities are policy/toy/generate.py's ``sampling_logprobs`` — the distribution
-actually sampled from, the same function the trainer's rollouts use.
+``ToyStepModel`` adapts policy/toy's MoETransformer, ``deploy/engines/hf_step.py``'s
+``HFStepModel`` a Hugging Face policy (``step_model`` there picks one for any policy).
+Log-probabilities are policy/toy/generate.py's ``sampling_logprobs`` — the distribution actually
+sampled from, the same function the trainer's rollouts use.
 
 Deliberately left out: continuous batching (joining rows into a running batch), prefix caching,
 and anything HTTP.
@@ -63,6 +64,8 @@ class StepModel(Protocol):
     version: int
     max_seq_len: int
     eos_id: int
+    eos_ids: tuple[int, ...]
+    """Every id that ends a sequence (``eos_id`` is the first of them)."""
 
     def encode_prompt(self, prompt: str) -> list[int]: ...
 
@@ -115,6 +118,7 @@ class ToyStepModel:
         self.model, self.version = model.eval(), version
         self.max_seq_len = model.config.max_seq_len
         self.eos_id = EOS
+        self.eos_ids = (EOS,)
 
     def encode_prompt(self, prompt: str) -> list[int]:
         from policy.toy.generate import encode_prompt
@@ -394,7 +398,7 @@ def _append(model, row: _Row, tok: int, lp: float, session, i: int, now: float) 
     row.logprobs.append(min(lp, 0.0))
     if session.last_routes is not None:
         row.routes.append(session.last_routes[i].tolist())
-    if tok == model.eos_id:
+    if tok in model.eos_ids:
         row.finish = "stop"
     else:
         row.text = model.decode(row.ids)

@@ -21,7 +21,7 @@ def _weights(directory):
 
 
 def test_good_checkpoint_loads(checkpoint):
-    assert load_checked(checkpoint).config is not None
+    assert load_checked(checkpoint).module.config is not None
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
