@@ -1,6 +1,8 @@
 """The promotion gate: benchmark a candidate against the champion and record the verdict.
 
-:func:`run_gate` downloads both checkpoints from the registry, runs the held-out suite on each,
+:func:`run_gate` downloads both checkpoints from the registry, loads each through the policy plug
+(``policy.config.load_policy``: the toy or a Hugging Face directory, whichever the checkpoint
+is; a candidate that does not load fails the ``loads`` gate), runs the held-out suite on each,
 measures health (finite weights, expert-load entropy, KL to the champion), evaluates every gate
 (gating/gates.py) and records ONE MLflow run — nested under the caller's active run if there is
 one — holding each gate as a metric plus a pass/fail tag, the CIs as metrics, the resolved config
@@ -31,7 +33,7 @@ from gating.report import format_table, render_html
 from runtime import registry
 
 if TYPE_CHECKING:
-    from policy.toy.model import MoETransformer
+    from policy.base import Policy
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +76,8 @@ class GateRunner:
         self.champion_version = champion_version
         self.config = config
         self.workdir = Path(workdir)
-        self.candidate: MoETransformer | None = None
-        self.champion: MoETransformer | None = None
+        self.candidate: Policy | None = None
+        self.champion: Policy | None = None
         self.candidate_dir: Path | None = None
         self.champion_dir: Path | None = None
         self._downloads: Path | None = None
@@ -83,20 +85,20 @@ class GateRunner:
 
     # -- setup -----------------------------------------------------------------------------------
     def setup(self) -> None:
-        from policy.toy.checkpoint import load_checkpoint
+        from policy.config import load_policy
 
         clock = _Clock()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._downloads = Path(tempfile.mkdtemp(prefix="checkpoints-", dir=self.workdir))
         self.candidate_dir = self._download(self.candidate_version)
         try:
-            self.candidate = load_checkpoint(self.candidate_dir)
+            self.candidate = load_policy(self.candidate_dir)
         except Exception as e:  # a broken artefact is a failing verdict, not a crashed cycle
             self.load_error = f"{type(e).__name__}: {str(e)[:500]}"
             log.warning("candidate v%d does not load: %s", self.candidate_version, self.load_error)
         if self.champion_version is not None:
             self.champion_dir = self._download(self.champion_version)
-            self.champion = load_checkpoint(self.champion_dir)
+            self.champion = load_policy(self.champion_dir)
         clock.lap("seconds.setup")
         self.setup_seconds = clock.laps
 
@@ -123,7 +125,7 @@ class GateRunner:
             champ = self._cached_suite(self.champion_dir, self.champion, tasks, checker)
         clock.lap("seconds.suites")
         health = HealthFigures(
-            nonfinite_params=count_nonfinite(self.candidate),
+            nonfinite_params=count_nonfinite(self.candidate.module),
             kl_to_champion=self._kl(tasks, cand),
         )
         clock.lap("seconds.health")
@@ -148,7 +150,7 @@ class GateRunner:
 
         return build_suite(self.config.suite)
 
-    def _run_suite(self, model: MoETransformer, tasks, checker) -> SuiteResult:
+    def _run_suite(self, model: Policy, tasks, checker) -> SuiteResult:
         from gating.suite import run_suite
 
         s = self.config.suite
@@ -157,7 +159,7 @@ class GateRunner:
             token_penalty=s.token_penalty, batch_size=s.batch_size,
         )
 
-    def _cached_suite(self, ckpt: Path, model: MoETransformer, tasks, checker) -> SuiteResult:
+    def _cached_suite(self, ckpt: Path, model: Policy, tasks, checker) -> SuiteResult:
         """Greedy decoding is deterministic: a suite result is reused for the same weights and
         suite config (keyed by their hashes, so a re-created registry cannot hit a stale one)."""
         path = self.workdir / "suite-cache" / f"{suite_cache_key(self.config, ckpt)}.json"
@@ -171,13 +173,14 @@ class GateRunner:
     def _kl(self, tasks, cand: SuiteResult) -> float | None:
         """KL on the candidate's own completions, fed the same (fitted) prompts it saw."""
         from gating.health import kl_to_champion
-        from gating.suite import fit_prompt, prompt_room
+        from gating.suite import fit_prompt_ids, prompt_room
 
         if self.champion is None:
             return None
-        room = prompt_room(self.candidate.config.max_seq_len, self.config.suite.max_new_tokens)
+        room = prompt_room(self.candidate.max_seq_len, self.config.suite.max_new_tokens)
         by_id = {t.task_id: t for t in tasks}
-        prompts = [fit_prompt(by_id[o.task_id].prompt, room) for o in cand.tasks]
+        prompts = [fit_prompt_ids(self.candidate, by_id[o.task_id].prompt, room)
+                   for o in cand.tasks]
         completions = [o.token_ids for o in cand.tasks]
         return kl_to_champion(self.candidate, self.champion, prompts, completions)
 

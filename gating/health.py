@@ -16,11 +16,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from policy.toy.generate import encode_prompt
-from policy.toy.tokenizer import PAD
-
 if TYPE_CHECKING:
-    from policy.toy.model import MoETransformer
+    from policy.base import Policy
 
 
 def count_nonfinite(model: torch.nn.Module) -> int:
@@ -29,9 +26,9 @@ def count_nonfinite(model: torch.nn.Module) -> int:
     return int(sum(int((~torch.isfinite(t)).sum()) for t in tensors if t.is_floating_point()))
 
 
-def _right_pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+def _right_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(r) for r in rows)
-    tokens = torch.full((len(rows), width), PAD, dtype=torch.long)
+    tokens = torch.full((len(rows), width), pad, dtype=torch.long)
     mask = torch.zeros(len(rows), width, dtype=torch.bool)
     for i, r in enumerate(rows):
         tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
@@ -39,32 +36,48 @@ def _right_pad(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens, mask
 
 
+def _hidden(policy: Policy, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    ones = torch.ones(tokens.shape[0])
+    return policy.token_logprobs(tokens, tokens, mask, ones, return_hidden=True).hidden
+
+
 @torch.no_grad()
 def kl_to_champion(
-    candidate: MoETransformer,
-    champion: MoETransformer,
-    prompts: list[str],
+    candidate: Policy,
+    champion: Policy,
+    prompts: list[list[int]],
     completions: list[list[int]],
     *,
     batch_size: int = 64,
+    chunk: int = 1024,
 ) -> float:
     """Mean over completion tokens of ``KL(pi_cand(.|prefix) || pi_champ(.|prefix))`` in nats.
 
-    ``completions[i]`` are the generated token ids of ``prompts[i]`` (EOS included). Every
-    position that predicts a completion token counts once.
+    ``prompts[i]`` are the ids the prompt was fed as, ``completions[i]`` the generated ids (EOS
+    included). Every position that predicts a completion token counts once. Logits are made
+    only at those positions, ``chunk`` at a time (a large vocabulary fits). Both policies must
+    share a tokenizer (a candidate is trained from its champion). Bare toy models are wrapped.
     """
+    from policy.base import as_policy, output_head
+
+    candidate, champion = as_policy(candidate), as_policy(champion)
+    pad = candidate.tokenizer_info.pad_id
     total, count = 0.0, 0
     for i in range(0, len(prompts), batch_size):
-        rows, targets = [], []
-        for p, c in zip(prompts[i : i + batch_size], completions[i : i + batch_size], strict=True):
-            prefix = encode_prompt(p)
-            rows.append(prefix + list(c))
-            targets.append((len(prefix) - 1, len(prefix) - 1 + len(c)))  # predicting positions
-        tokens, mask = _right_pad(rows)  # (B, T)
-        logp_c = torch.log_softmax(candidate(tokens, pad_mask=mask).logits, -1)  # (B, T, V)
-        logp_r = torch.log_softmax(champion(tokens, pad_mask=mask).logits, -1)  # (B, T, V)
-        kl = (logp_c.exp() * (logp_c - logp_r)).sum(-1)  # (B, T)
-        for b, (lo, hi) in enumerate(targets):
-            total += float(kl[b, lo:hi].sum())
-            count += hi - lo
+        rows, where = [], []
+        for b, (p, c) in enumerate(zip(prompts[i : i + batch_size],
+                                       completions[i : i + batch_size], strict=True)):
+            rows.append(list(p) + list(c))
+            where += [(b, t) for t in range(len(p) - 1, len(p) - 1 + len(c))]
+        if not where:
+            continue
+        tokens, mask = _right_pad(rows, pad)
+        idx = torch.tensor(where)
+        h_c = _hidden(candidate, tokens, mask)[idx[:, 0], idx[:, 1]]
+        h_r = _hidden(champion, tokens, mask)[idx[:, 0], idx[:, 1]]
+        for s in range(0, len(where), chunk):
+            logp_c = torch.log_softmax(output_head(candidate)(h_c[s:s + chunk]).float(), -1)
+            logp_r = torch.log_softmax(output_head(champion)(h_r[s:s + chunk]).float(), -1)
+            total += float((logp_c.exp() * (logp_c - logp_r)).sum())
+        count += len(where)
     return total / count if count else 0.0

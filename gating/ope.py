@@ -34,7 +34,7 @@ from gating.records import GateResult
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from policy.toy.model import MoETransformer
+    from policy.base import Policy
 
 
 @dataclass(frozen=True)
@@ -107,62 +107,69 @@ def load_rows(paths: list[str], *, model_version: int | None, max_rows: int) -> 
     return table.slice(0, max_rows)
 
 
-def sequence_log_ratios(model: MoETransformer, rows: pa.Table, *, batch_size: int = 32
-                        ) -> np.ndarray:
+def sequence_log_ratios(model: Policy, rows: pa.Table, *, batch_size: int = 32) -> np.ndarray:
     """``(n,)`` sum over response tokens of ``log pi_model - logged log pi_b``; rows too long
-    for the model's context get NaN (and so no weight)."""
+    for the model's context get NaN (and so no weight). The prompt is fed as the logged
+    ``prompt_token_ids`` when the rows carry them (what was served), else re-encoded by the
+    policy's tokenizer. ``model``: a policy (a bare toy ``MoETransformer`` is wrapped)."""
     import torch
 
-    from policy.toy.generate import encode_prompt
+    from policy.base import as_policy
 
+    policy = as_policy(model)
     prompts = rows["prompt"].to_pylist()
+    served = (rows["prompt_token_ids"].to_pylist() if "prompt_token_ids" in rows.column_names
+              else [None] * len(prompts))
     responses = rows["response_token_ids"].to_pylist()
     logged = rows["response_logprobs"].to_pylist()
     temps = rows["temperature"].to_pylist()
     out = np.full(len(prompts), np.nan)
     for i in range(0, len(prompts), batch_size):
-        seqs = [(encode_prompt(p), list(y)) for p, y in zip(prompts[i:i + batch_size],
-                                                           responses[i:i + batch_size])]
+        seqs = [(list(ids) if ids else policy.encode_prompt(p), list(y))
+                for p, ids, y in zip(prompts[i:i + batch_size], served[i:i + batch_size],
+                                     responses[i:i + batch_size])]
         with torch.no_grad():
-            lps = _response_logprobs(model, seqs, temps[i:i + batch_size])
+            lps = _response_logprobs(policy, seqs, temps[i:i + batch_size])
         for j, lp in enumerate(lps):
             if lp is not None:
                 out[i + j] = float(lp.sum()) - float(np.sum(logged[i + j]))
     return out
 
 
-def _response_logprobs(model: MoETransformer, seqs: list[tuple[list[int], list[int]]],
+def _response_logprobs(policy: Policy, seqs: list[tuple[list[int], list[int]]],
                        temps: list[float]) -> list:
-    """Per-token log-probs ``(len(y),)`` of each response under ``model`` at its temperature."""
+    """Per-token log-probs ``(len(y),)`` of each response under ``policy`` at its temperature
+    (the policy's chunked fp32 log-softmax)."""
     import torch
 
-    from policy.toy.tokenizer import PAD
-
-    fit = [len(x) + len(y) <= model.config.max_seq_len and len(y) > 0 for x, y in seqs]
-    rows = [x + y for (x, y), ok in zip(seqs, fit) if ok]
-    if not rows:
+    fit = [len(x) + len(y) <= policy.max_seq_len and len(y) > 0 for x, y in seqs]
+    kept = [(x, y, t) for (x, y), ok, t in zip(seqs, fit, temps) if ok]
+    if not kept:
         return [None] * len(seqs)
-    width = max(len(r) for r in rows)
-    tokens = torch.full((len(rows), width), PAD, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.bool)
-    for k, r in enumerate(rows):
-        tokens[k, : len(r)] = torch.tensor(r)
-        mask[k, : len(r)] = True
-    logits = model(tokens, pad_mask=mask).logits  # (B, T, V)
+    width = max(len(x) + len(y) for x, y, _ in kept)
+    pad = policy.tokenizer_info.pad_id
+    tokens = torch.full((len(kept), width), pad, dtype=torch.long)
+    targets = torch.full((len(kept), width), pad, dtype=torch.long)
+    mask = torch.zeros(len(kept), width, dtype=torch.bool)
+    for k, (x, y, _) in enumerate(kept):
+        seq = torch.tensor(x + y)
+        tokens[k, : len(seq)] = seq
+        targets[k, : len(seq) - 1] = seq[1:]
+        mask[k, : len(seq)] = True
+    temp = torch.tensor([t if t > 0 else 1.0 for _, _, t in kept], dtype=torch.float32)
+    logp = policy.token_logprobs(tokens, targets, mask, temp).logprobs  # (B, T)
     out, k = [], 0
-    for (x, y), ok, t in zip(seqs, fit, temps):
+    for (x, y), ok in zip(seqs, fit):
         if not ok:
             out.append(None)
             continue
-        pos = slice(len(x) - 1, len(x) - 1 + len(y))  # positions predicting y
-        logp = torch.log_softmax(logits[k, pos] / (t if t > 0 else 1.0), -1)  # (len(y), V)
-        out.append(logp.gather(1, torch.tensor(y).unsqueeze(1)).squeeze(1).numpy())
+        out.append(logp[k, len(x) - 1 : len(x) - 1 + len(y)].float().numpy())  # predicting y
         k += 1
     return out
 
 
 def ope_gate(
-    candidate: MoETransformer, config: OpeConfig, champion_version: int, *,
+    candidate: Policy, config: OpeConfig, champion_version: int, *,
     confidence: float = 0.95, seed: int = 0,
 ) -> tuple[GateResult, dict[str, float]]:
     """The ``ope_reward`` gate and its supporting figures (ESS, clipped fraction, n)."""

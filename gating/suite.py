@@ -1,6 +1,7 @@
 """The benchmark suite runner: greedy answers on held-out tasks, checked and scored.
 
-:func:`run_suite` asks a model for a greedy completion of every task's prompt (batched,
+:func:`run_suite` asks a policy (any :class:`policy.base.Policy`, toy or Hugging Face: prompts go
+through the policy's own tokenizer) for a greedy completion of every task's prompt (batched,
 reproducible: no sampling), grades each answer with a checker — by default
 :func:`tasks.toy.check`, the same function the rewards use, so benchmark and reward cannot
 drift apart — and scores it so that a correct but bloated answer scores below a correct tight
@@ -24,7 +25,7 @@ from runtime.progress import Progress
 from tasks.toy import CheckResult, Task, check, generate_tasks
 
 if TYPE_CHECKING:
-    from policy.toy.model import MoETransformer
+    from policy.base import Policy
 
 Checker = Callable[[Task, str], CheckResult]
 
@@ -48,7 +49,8 @@ def build_suite(config: SuiteConfig) -> tuple[list[Task], Checker]:
 
 
 def prompt_room(max_seq_len: int, max_new_tokens: int) -> int:
-    """Prompt bytes that fit beside BOS and ``max_new_tokens`` in the model's context."""
+    """Prompt tokens (bytes for the toy) that fit beside BOS and ``max_new_tokens`` in the
+    model's context."""
     room = max_seq_len - 1 - max_new_tokens
     if room < 1:
         raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt under "
@@ -63,6 +65,19 @@ def fit_prompt(prompt: str, max_bytes: int) -> str:
     return prompt if len(raw) <= max_bytes else raw[-max_bytes:].decode("utf-8", errors="ignore")
 
 
+def fit_prompt_ids(policy: Policy, prompt: str, room: int) -> list[int]:
+    """The ids ``prompt`` is fed as, cut to its last ``room`` tokens (a leading BOS kept) so a
+    long prompt keeps its end, where the completion starts. The toy cuts the text by bytes first
+    (:func:`fit_prompt`), as it always has."""
+    if policy.type == "toy":
+        return policy.encode_prompt(fit_prompt(prompt, room))
+    ids = policy.encode_prompt(prompt)
+    if len(ids) <= room + 1:
+        return ids
+    bos = policy.tokenizer_info.bos_id
+    return ids[:1] + ids[-room:] if bos is not None and ids[0] == bos else ids[-(room + 1):]
+
+
 def _count_experts(load: list[list[int]], routed: list[list[list[int]]]) -> None:
     """Add one generation's routing ``(tokens, layers, top_k)`` into ``load`` ``(layers, E)``."""
     for token in routed:
@@ -72,7 +87,7 @@ def _count_experts(load: list[list[int]], routed: list[list[list[int]]]) -> None
 
 
 def run_suite(
-    model: MoETransformer,
+    model: Policy,
     tasks: list[Task],
     *,
     max_new_tokens: int,
@@ -81,26 +96,27 @@ def run_suite(
     token_penalty: float = 0.5,
     batch_size: int = 64,
 ) -> SuiteResult:
-    """Greedy completions for ``tasks``, graded by ``checker`` and scored by length."""
-    from policy.toy.generate import generate
+    """Greedy completions for ``tasks``, graded by ``checker`` and scored by length. ``model``:
+    a policy (a bare toy ``MoETransformer`` is wrapped)."""
+    from policy.base import as_policy
 
     start = time.perf_counter()
-    cfg = model.config
-    routed = cfg.ffn == "moe"
-    load = [[0] * cfg.n_experts for _ in range(cfg.n_layers)] if routed else []
-    room = prompt_room(cfg.max_seq_len, max_new_tokens)
+    policy = as_policy(model)
+    spec = policy.moe_spec
+    load = [[0] * spec.n_experts for _ in range(spec.n_moe_layers)] if spec.is_moe else []
+    room = prompt_room(policy.max_seq_len, max_new_tokens)
     outcomes: list[TaskOutcome] = []
     progress = Progress(f"gate suite ({len(tasks)} tasks)", total=len(tasks), unit="task")
     for i in range(0, len(tasks), batch_size):
         batch = tasks[i : i + batch_size]
         progress.update(len(batch))
-        gens = generate(
-            model, [fit_prompt(t.prompt, room) for t in batch], max_new_tokens=max_new_tokens,
-            temperature=0.0, top_p=1.0, seed=seed,
+        gens = policy.generate(
+            [fit_prompt_ids(policy, t.prompt, room) for t in batch],
+            max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, seed=seed,
         )
         for task, gen in zip(batch, gens, strict=True):
             result = checker(task, gen.text)
-            if routed:
+            if spec.is_moe:
                 _count_experts(load, gen.routed_experts)
             n = len(gen.token_ids)
             outcomes.append(TaskOutcome(
