@@ -1,11 +1,15 @@
 """Make sure the registry has a champion: the first one is a supervised warm start.
 
-Idempotent: if alias ``champion`` is set, nothing happens. Otherwise the toy MoE is warm-started on
-the task family (to a mediocre pass rate, leaving room for RL), logged as version 1 and aliased
-``champion``. The warm start is deterministic for (model config, seed, steps), so its result is
-cached under ``.cache/warm_start/<key>`` like any other one-time build cost; a cached start is
-reported as such in the bootstrap run. Deliberately left out: gating the bootstrap champion
-(there is nothing to compare it with; every cycle's gate reports the champion's pass rate).
+Idempotent: if alias ``champion`` is set, nothing happens. Otherwise the configured policy
+(``config.policy``) becomes version 1, aliased ``champion``: the toy MoE is warm-started on the
+task family (to a mediocre pass rate, leaving room for RL), or a toy checkpoint given by ``path``
+is logged as it is; a Hugging Face policy is built (a tiny random model from its ``build`` spec,
+or loaded from ``path``) and warm-started the same way through the policy plug
+(trainer/sft_policy.py). Warm starts are deterministic for their recipe (model config, seed,
+steps), so the result is cached under ``.cache/warm_start/<key>`` (toy) or
+``.cache/ratchet/hf-champion-<key>`` (HF) like any other one-time build cost; a cached start is
+reported as such in the bootstrap run. Deliberately left out: gating the bootstrap champion (there
+is nothing to compare it with; every cycle's gate reports the champion's pass rate).
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from runtime import registry
 log = logging.getLogger(__name__)
 
 CACHE = Path(__file__).resolve().parent.parent / ".cache" / "warm_start"
+HF_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "ratchet"
+HF_RECIPE = "sft_policy-v1"
+"""Bumped when trainer/sft_policy.py or policy/tiny.py change what a cached HF champion holds."""
 
 
 def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) -> int:
@@ -30,17 +37,25 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
         return version
     import mlflow
 
-    from policy.toy.model import MoEConfig
-
     cfg = config.champion
-    model_config = MoEConfig.model_validate_json(cfg.model_config_path.read_text())
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_experiment(config.experiment)
     with mlflow.start_run(run_name="bootstrap-champion"):
-        mlflow.set_tags({"ratchet.stage": "bootstrap", "ratchet.model": config.model_name})
-        mlflow.log_dict(model_config.model_dump(), "model_config.json")
+        mlflow.set_tags({"ratchet.stage": "bootstrap", "ratchet.model": config.model_name,
+                         "ratchet.policy": config.policy.type})
+        mlflow.log_dict(config.policy.model_dump(mode="json"), "policy_config.json")
         start = time.perf_counter()
-        out, cached = _warm_start_cached(model_config, seed=cfg.seed, steps=cfg.sft_steps)
+        if config.policy.type == "hf":
+            out, cached = _hf_champion_cached(config.policy, seed=cfg.seed, steps=cfg.sft_steps,
+                                              workdir=workdir)
+        elif config.policy.path is not None:
+            out, cached = config.policy.path, True
+        else:
+            from policy.toy.model import MoEConfig
+
+            model_config = MoEConfig.model_validate_json(cfg.model_config_path.read_text())
+            mlflow.log_dict(model_config.model_dump(), "model_config.json")
+            out, cached = _warm_start_cached(model_config, seed=cfg.seed, steps=cfg.sft_steps)
         seconds = time.perf_counter() - start
         mlflow.log_metric("warm_start_seconds", seconds)
         mlflow.set_tag("warm_start_cached", str(cached).lower())
@@ -70,3 +85,52 @@ def _warm_start_cached(model_config, *, seed: int, steps: int) -> tuple[Path, bo
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out, False
+
+
+def hf_champion_key(policy_config, *, seed: int, steps: int) -> str:
+    """Cache key of an HF champion: its policy config, the warm start's seed and steps, the
+    recipe version and the transformers version that built it."""
+    import transformers
+
+    recipe = f"{policy_config.model_dump_json()}|{seed}|{steps}|{HF_RECIPE}|" \
+             f"{transformers.__version__}"
+    return hashlib.sha256(recipe.encode()).hexdigest()[:16]
+
+
+def _hf_champion_cached(policy_config, *, seed: int, steps: int, workdir: Path
+                        ) -> tuple[Path, bool]:
+    """The HF directory of the warm-started policy, built and trained at most once."""
+    import tempfile
+
+    from policy.config import load_policy
+    from trainer.sft_policy import warm_start_policy
+
+    key = hf_champion_key(policy_config, seed=seed, steps=steps)
+    out = HF_CACHE / f"hf-champion-{key}"
+    if (out / "config.json").exists():
+        return out, True
+    HF_CACHE.mkdir(parents=True, exist_ok=True)
+    policy = load_policy(policy_config, workdir=Path(workdir) / "hf-build")
+    curve = warm_start_policy(policy, seed=seed, steps=steps)
+    tmp = Path(tempfile.mkdtemp(prefix=f".hf-champion-{key}.", dir=HF_CACHE))
+    policy.save(tmp, metadata={"origin": "warm_start", "seed": seed, "steps": steps,
+                               "final_ce": curve[-1] if curve else None, **policy.describe()})
+    try:
+        tmp.rename(out)
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("warm-started HF champion %s (%d steps, final CE %.3f)", out.name, steps,
+             curve[-1] if curve else float("nan"))
+    return out, False
+
+
+def describe_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) -> dict:
+    """``Policy.describe()`` of the registry's champion (downloaded and loaded)."""
+    from policy.config import load_policy
+
+    version = registry.resolve_alias(tracking_uri, config.model_name, registry.CHAMPION)
+    if version is None:
+        return {"type": config.policy.type}
+    directory = registry.download_checkpoint(tracking_uri, config.model_name, version,
+                                             Path(workdir) / "checkpoints")
+    return {**load_policy(directory).describe(), "version": version}

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from deploy.rollout import RolloutConfig
 from gating.config import GateConfig
 from ingest.config import IngestConfig
+from policy.config import PolicyConfig, ToyPolicyConfig
 from trainer.config import TrainerConfig
 
 _TOY_MODEL = Path(__file__).resolve().parent.parent / "trainer" / "configs" / "toy.json"
@@ -95,6 +96,12 @@ class RatchetConfig(_Config):
     min_rows_to_train: int = Field(
         32, ge=1, description="A span with fewer reward rows is not trained on."
     )
+    policy: PolicyConfig = Field(
+        default_factory=ToyPolicyConfig,
+        description="The model the loop improves: the toy MoE (type 'toy') or a Hugging Face "
+        "causal LM (type 'hf': a local directory, a GGUF file or a tiny random build). It is "
+        "what the first champion is made from; later versions keep its format.",
+    )
     champion: ChampionBootstrapConfig = Field(default_factory=ChampionBootstrapConfig)
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
@@ -128,9 +135,24 @@ def load_config(path: Path | None) -> RatchetConfig:
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
     try:
-        return RatchetConfig.model_validate(data)
+        config = RatchetConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(f"{path}: {_describe(e.errors()[0], data)}") from None
+    _check_policy_paths(config, path)
+    return config
+
+
+def _check_policy_paths(config: RatchetConfig, path: Path) -> None:
+    """A policy directory or GGUF file named in the config must exist (checked before any
+    service starts; whether it loads is checked when the champion is built)."""
+    policy = config.policy
+    if policy.path is None:
+        return
+    if not policy.path.is_dir():
+        raise ConfigError(f"{path}: policy.path: {policy.path} is not a directory")
+    gguf = getattr(policy, "gguf_file", None)
+    if gguf is not None and not (policy.path / gguf).is_file():
+        raise ConfigError(f"{path}: policy.gguf_file: no file {gguf} in {policy.path}")
 
 
 def _describe(error: dict, data: object) -> str:

@@ -226,7 +226,7 @@ def demo_config(config: RatchetConfig) -> RatchetConfig:
 def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool = False) -> int:
     from deploy.fleet import Fleet
     from deploy.simulator import SIMULATED_SKEW_S, UserSimulator
-    from ratchet.bootstrap import ensure_champion
+    from ratchet.bootstrap import describe_champion, ensure_champion
     from ratchet.cycle import Cycle
     from ratchet.runner import services
     from runtime import registry
@@ -238,6 +238,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
     stage_seconds: list[dict[str, float]] = []
     with services(workdir, bootstrap=None, tracking_uri=None) as ep:
         ensure_champion(config, tracking_uri=ep.tracking_uri, workdir=workdir)
+        policy = describe_champion(config, tracking_uri=ep.tracking_uri, workdir=workdir)
         bootstrap_s = time.perf_counter() - t0
         fleet = Fleet.start(
             n_replicas=config.fleet.replicas, tracking_uri=ep.tracking_uri,
@@ -290,7 +291,8 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
         png = workdir / "cycles.png"
         plot(rows, png)
         summary = {
-            "total_seconds": round(total_s, 1), "bootstrap_seconds": round(bootstrap_s, 1),
+            "policy": policy, "total_seconds": round(total_s, 1),
+            "bootstrap_seconds": round(bootstrap_s, 1),
             "promotions": sum(r.promoted for r in rows), "stage_seconds": stage_seconds,
             "cycles": [asdict(r) for r in rows],
         }

@@ -63,3 +63,23 @@ def test_config_reference_is_current():
     doc = Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md"
     assert doc.read_text() == render(), "regenerate: python -m ratchet.config_doc > docs/CONFIG.md"
 
+
+
+def test_policy_defaults_to_the_toy_and_the_hf_preset_parses():
+    assert load_config(None).policy.type == "toy"
+    preset = load_config(ROOT / "configs" / "tiny-qwen3moe.json")
+    assert preset.policy.type == "hf" and preset.policy.build.family == "qwen3_moe"
+
+
+def test_a_missing_policy_directory_is_refused_naming_the_key(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"policy": {"type": "hf", "path": str(tmp_path / "nope")}}))
+    with pytest.raises(ConfigError, match="policy.path: .*nope is not a directory"):
+        load_config(path)
+    path.write_text(json.dumps({"policy": {"type": "hf", "path": str(tmp_path),
+                                           "gguf_file": "m.gguf"}}))
+    with pytest.raises(ConfigError, match="policy.gguf_file: no file m.gguf"):
+        load_config(path)
+    path.write_text(json.dumps({"policy": {"type": "hf"}}))
+    with pytest.raises(ConfigError, match="exactly one of 'path' and 'build'"):
+        load_config(path)
