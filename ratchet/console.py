@@ -54,6 +54,7 @@ def setup(log_file: Path | None, *, verbose: bool = False) -> None:
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")  # else its own stderr handler
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' load/save bars
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)

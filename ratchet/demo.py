@@ -36,6 +36,9 @@ def prepare_workdir(workdir: Path) -> None:
     if workdir.exists():
         if not workdir.is_dir():
             raise WorkdirError(f"--workdir {workdir} is a file, not a directory")
+        if {p.name for p in workdir.iterdir()} <= {MARKER, "ratchet.log"} and \
+                (workdir / MARKER).exists():
+            return  # just prepared (the CLI does it before its log file opens): keep the log
         if any(workdir.iterdir()):
             if not (workdir / MARKER).exists():
                 raise WorkdirError(

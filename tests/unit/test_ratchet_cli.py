@@ -99,6 +99,19 @@ def test_demo_workdir_marker_allows_reuse(tmp_path):
     assert sorted(p.name for p in work.iterdir()) == [MARKER]
 
 
+def test_demo_keeps_the_log_the_cli_just_opened(tmp_path):
+    """The CLI prepares the workdir, opens ratchet.log, then the demo prepares it again: the log
+    it announced must survive."""
+    from ratchet.demo import MARKER, prepare_workdir
+
+    work = tmp_path / "w"
+    prepare_workdir(work)
+    (work / "ratchet.log").write_text("first line\n")
+    prepare_workdir(work)
+    assert (work / "ratchet.log").read_text() == "first line\n"
+    assert sorted(p.name for p in work.iterdir()) == [MARKER, "ratchet.log"]
+
+
 def test_config_show_prints_the_resolved_config(capsys):
     assert main(["config", "show"]) == 0
     shown = json.loads(capsys.readouterr().out)
