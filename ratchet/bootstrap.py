@@ -111,7 +111,7 @@ def _hf_champion_cached(policy_config, *, seed: int, steps: int, workdir: Path
         return out, True
     HF_CACHE.mkdir(parents=True, exist_ok=True)
     policy = load_policy(policy_config, workdir=Path(workdir) / "hf-build")
-    curve = warm_start_policy(policy, seed=seed, steps=steps)
+    curve = warm_start_policy(policy, seed=seed, steps=steps) if steps else []
     tmp = Path(tempfile.mkdtemp(prefix=f".hf-champion-{key}.", dir=HF_CACHE))
     policy.save(tmp, metadata={"origin": "warm_start", "seed": seed, "steps": steps,
                                "final_ce": curve[-1] if curve else None, **policy.describe()})

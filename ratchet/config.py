@@ -33,7 +33,8 @@ class ChampionBootstrapConfig(_Config):
 
     model_config_path: Path = Field(_TOY_MODEL, description="MoEConfig JSON of the toy model.")
     sft_steps: int = Field(
-        300, ge=1, le=1_000_000, description="Supervised warm-start steps (batch 32)."
+        300, ge=0, le=1_000_000,
+        description="Supervised warm-start steps (batch 32); 0 = none (a pretrained HF policy).",
     )
     seed: int = Field(0, ge=0, description="Seed of the warm start.")
 
@@ -146,6 +147,13 @@ def _check_policy_paths(config: RatchetConfig, path: Path) -> None:
     """A policy directory or GGUF file named in the config must exist (checked before any
     service starts; whether it loads is checked when the champion is built)."""
     policy = config.policy
+    if getattr(policy, "package", None) is not None:
+        from policy.config import PolicyLoadError, packaged_file
+
+        try:
+            packaged_file(policy.package, policy.gguf_file)
+        except PolicyLoadError as e:
+            raise ConfigError(f"{path}: {e}") from None
     if policy.path is None:
         return
     if not policy.path.is_dir():
