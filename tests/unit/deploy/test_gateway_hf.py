@@ -100,7 +100,7 @@ def test_hf_completion_logs_served_ids_processed_logprobs_and_routes(app_client,
 def test_hf_batched_rows_equal_single_rows(qwen):
     """Left padding in a batch changes nothing: greedy ids and logprobs equal those of the same
     prompt decoded alone (position ids and attention mask are right)."""
-    engine = TorchEngine(lambda: HFStepModel(qwen, 1), max_wait_ms=100)
+    engine = TorchEngine(lambda: HFStepModel(qwen, 1), max_wait_ms=500)
     engine.start()
     try:
         reqs = [SamplingRequest(PROMPT, 5, 0.0), SamplingRequest("x = 1\n" * 6, 5, 0.0)]
