@@ -119,8 +119,11 @@ def _hf_champion_cached(policy_config, *, seed: int, steps: int, workdir: Path
         tmp.rename(out)
     except OSError:  # another process finished first
         shutil.rmtree(tmp, ignore_errors=True)
-    log.info("warm-started HF champion %s (%d steps, final CE %.3f)", out.name, steps,
-             curve[-1] if curve else float("nan"))
+    if curve:
+        log.info("warm-started HF champion %s (%d steps, final CE %.3f)", out.name, steps,
+                 curve[-1])
+    else:
+        log.info("built HF champion %s (no warm start)", out.name)
     return out, False
 
 
