@@ -21,7 +21,7 @@ PRESET = Path(__file__).resolve().parents[2] / "configs" / "tiny-qwen3moe.json"
 def test_tiny_qwen3moe_preset_runs_a_cycle_and_gates_an_hf_candidate(tmp_path):
     from policy.config import load_policy
     from ratchet.config import load_config
-    from ratchet.demo import run
+    from ratchet.demo import prepare_workdir, run
     from runtime import registry
 
     config = load_config(PRESET)
@@ -33,6 +33,7 @@ def test_tiny_qwen3moe_preset_runs_a_cycle_and_gates_an_hf_candidate(tmp_path):
         "fleet": config.fleet.model_copy(update={"replicas": 1}),
     })
     workdir = tmp_path / "demo"
+    prepare_workdir(workdir)  # as the CLI does
     assert run(config, workdir=workdir, cycles=1) == 0
 
     summary = json.loads((workdir / "demo_summary.json").read_text())
