@@ -6,7 +6,8 @@ process group, niced, with a private ``TMPDIR`` and ``VLLM_CACHE_ROOT`` under it
 leaves ZMQ sockets in /tmp and a cache in ~/.cache/vllm). Like the other services of
 runtime/services.py it is stopped by its own PID (SIGTERM to its group, then SIGKILL), and the
 kernel kills it if the process that started it dies (``PR_SET_PDEATHSIG``). The flags are the
-ones measured on the CPU build (/work/shared/STACK.md): bf16, a 512-token context, 8 sequences,
+ones measured on the CPU build (/work/shared/STACK.md): bf16 (float32 on request), a 512-token
+context, 8 sequences,
 eager mode, and ``--logprobs-mode processed_logprobs`` — the logprobs of the distribution actually
 sampled (temperature and top-p applied), which is what the behaviour log needs.
 
@@ -30,7 +31,7 @@ READY_MARKER = ".bootstrapped"
 """Written last by scripts/vllm_venv.sh: a venv without it is incomplete."""
 
 SERVER_FLAGS = (
-    "--dtype", "bfloat16", "--max-model-len", "512", "--max-num-seqs", "8", "--enforce-eager",
+    "--max-model-len", "512", "--max-num-seqs", "8", "--enforce-eager",
     "--logprobs-mode", "processed_logprobs",
 )
 
@@ -71,11 +72,14 @@ class VllmServer(_Service):
         *,
         venv: Path | str | None = None,
         served_model: str | None = None,
+        dtype: str = "bfloat16",
         extra_args: tuple[str, ...] = (),
         nice: int = 10,
         timeout_s: float = 900.0,
     ) -> VllmServer:
-        """Start vLLM on ``model_dir`` and wait until ``/health`` answers 200."""
+        """Start vLLM on ``model_dir`` and wait until ``/health`` answers 200. ``dtype``: the
+        weights' dtype in vLLM (``bfloat16`` as measured; ``float32`` to compare with an fp32
+        policy without the bf16 rounding)."""
         problem = venv_problem(venv)
         if problem:
             raise FileNotFoundError(problem)
@@ -85,7 +89,7 @@ class VllmServer(_Service):
         argv = ["nice", "-n", str(nice), str(vllm_venv(venv) / "bin" / "python"), "-m",
                 "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                 "--served-model-name", served_model, "--host", HOST, "--port", str(port),
-                *SERVER_FLAGS, *extra_args]
+                "--dtype", dtype, *SERVER_FLAGS, *extra_args]
         began = time.monotonic()
         server = cls(cls._spawn(argv, workdir, _env(workdir)), workdir, port, model_dir,
                      served_model)

@@ -166,10 +166,11 @@ class ManagedVllm:
         workdir: Path,
         *,
         venv: Path | None = None,
+        dtype: str = "bfloat16",
         start_timeout_s: float = 900.0,
         drain_timeout_s: float = 60.0,
     ) -> None:
-        self.source, self.workdir, self.venv = source, Path(workdir), venv
+        self.source, self.workdir, self.venv, self.dtype = source, Path(workdir), venv, dtype
         self.start_timeout_s, self.drain_timeout_s = start_timeout_s, drain_timeout_s
         self.target: _Target | None = None
         self.server = None
@@ -191,7 +192,7 @@ class ManagedVllm:
                 self._starts += 1
                 server = VllmServer.start(
                     directory, self.workdir / f"v{version}-{self._starts}", venv=self.venv,
-                    served_model=f"v{version}", timeout_s=self.start_timeout_s)
+                    served_model=f"v{version}", dtype=self.dtype, timeout_s=self.start_timeout_s)
             except Exception as exc:
                 self.load_error = f"{type(exc).__name__}: {exc}"[:2000]
                 raise
