@@ -233,7 +233,8 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
 
     t0 = time.perf_counter()
     config = demo_config(config)
-    prepare_workdir(workdir)
+    if not (workdir / MARKER).exists():  # the CLI prepared it, and its log file is in it now
+        raise WorkdirError(f"--workdir {workdir} was not prepared (call prepare_workdir first)")
     rows: list[CycleRow] = []
     stage_seconds: list[dict[str, float]] = []
     with services(workdir, bootstrap=None, tracking_uri=None) as ep:
