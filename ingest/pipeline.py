@@ -463,10 +463,26 @@ which downloads its binary from GitHub on every run (then falls back to this one
 runner the switch would land on does the same work with no network call."""
 
 
+UNSUPPORTED_RUNNERS = {
+    "DaskRunner": "Beam 2.77's DaskRunner cannot run this pipeline: its ParDo drops output tags "
+    "(with_outputs: dead letters, times and conversations all land in the main output), drops "
+    "what finish_bundle emits (the reward-row tables), does not expand a Splittable DoFn (the "
+    "Kafka read), computes only the last sink of a pipeline with two, and has no metrics "
+    "(ingest/RUNNERS.md)",
+}
+"""Runners known not to run this pipeline, and why (checked here; a run would be wrong, not
+slow)."""
+
+
 def local_runner_args(beam_args: list[str] | None) -> list[str]:
     """Beam arguments with the runner made explicit: none or ``DirectRunner`` -> ``FnApiRunner``
-    (same in-process execution, no Prism download); any other runner is kept."""
+    (same in-process execution, no Prism download); any other runner is kept, unless it is one
+    of ``UNSUPPORTED_RUNNERS`` (``ValueError`` with the reason)."""
     args = [a for a in beam_args or [] if a not in ("--runner=DirectRunner", "--runner=direct")]
+    for a in args:
+        name = a.partition("=")[2].rsplit(".", 1)[-1] if a.startswith("--runner=") else ""
+        if name in UNSUPPORTED_RUNNERS:
+            raise ValueError(UNSUPPORTED_RUNNERS[name])
     if not any(a.startswith("--runner") for a in args):
         args.append(LOCAL_RUNNER)
     return args

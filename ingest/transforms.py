@@ -332,12 +332,9 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
     carried = p | "CarriedEvents" >> beam.Create(
         sorted(_by_bucket((k, tuple(i)) for k, i in spec.carried).items())
     )
+    convs = ((i.conversation_id, (k, i.event_time_us)) for k, i in spec.carried)
     carried_conv = p | "CarriedConversations" >> beam.Create(
-        sorted(
-            _by_bucket(
-                (i.conversation_id, (k, i.event_time_us)) for k, i in spec.carried if i.conversation_id
-            ).items()
-        )
+        sorted(_by_bucket(c for c in convs if c[0]).items())
     )
     next_markers = (
         (parsed.conv, carried_conv)
