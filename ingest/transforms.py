@@ -10,9 +10,9 @@ a batch into one element per *bucket* (``bucket_of(response_id)``: a stable hash
 ``BUCKETS`` shards) holding every event of the batch for the response ids of that bucket, and
 the shuffle groups by bucket, not by response id. The join then groups a bucket's events by
 response id in memory and applies the same per-response-id rules (``join_group``); side outputs
-leave as one multi-line element per bundle and kind. Per-element Beam overhead (coders, DoFn
-invocation, the shuffle) was most of the pipeline's time when each response id was its own
-element; the rules and their outputs are unchanged.
+leave as one multi-line element per bundle and kind. This cuts the elements Beam encodes and
+shuffles from one per response id and batch to one per bucket and batch; the rules and their
+outputs are unchanged (tests/integration/test_ingest_columnar.py).
 
 Deliberately left out: planning ranges, validating, writing spans and committing offsets
 (ingest/pipeline.py), and the join and parse rules themselves (ingest/join.py, ingest/parse.py).
