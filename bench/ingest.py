@@ -13,6 +13,9 @@ the same process:
 - ``span_events_per_s``: the whole span, end to end: the pipeline plus the commit (Great
   Expectations, whose import alone costs ~4 s; the span file, the manifest, dead letters,
   offset commit);
+- ``pipeline_cpu_events_per_s``: events per CPU second of this process in the pipeline phase
+  (less sensitive to other load than wall clock; with a multi-process runner the workers' CPU
+  is not in it); ``cpu_ratio`` = raw consume CPU seconds / pipeline CPU seconds;
 - ``ratio`` = beam / raw (and ``span_ratio`` = span / raw) from the same repeat, and
   ``peak_rss_mb`` of this process (Beam runs in-process unless a multi-process runner is named).
 
@@ -60,7 +63,7 @@ def produce(bootstrap: str, n_events: int) -> tuple[int, float]:
     return sent, time.perf_counter() - t
 
 
-def raw_consume(bootstrap: str) -> tuple[int, float]:
+def raw_consume(bootstrap: str) -> tuple[int, float, float]:
     from kafka import KafkaConsumer, TopicPartition
 
     from ingest.kafka_io import FETCH_SETTINGS, high_watermarks
@@ -74,7 +77,7 @@ def raw_consume(bootstrap: str) -> tuple[int, float]:
         for t in TOPICS.values()
         for p, hw in high_watermarks(bootstrap, t).items()
     }
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     consumer.assign(list(ends))
     for tp in ends:
         consumer.seek(tp, 0)
@@ -85,9 +88,9 @@ def raw_consume(bootstrap: str) -> tuple[int, float]:
             if recs[-1].offset + 1 >= ends[tp]:
                 done.add(tp)
         done |= {tp for tp, e in ends.items() if e == 0}
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     consumer.close()
-    return n, dt
+    return n, dt, cpu
 
 
 def one_span(bootstrap: str, work: Path, i: int, beam_args: list[str], profile: Path | None):
@@ -108,12 +111,13 @@ def one_span(bootstrap: str, work: Path, i: int, beam_args: list[str], profile: 
     phases = {}
     t0 = time.perf_counter()
     for name, step in (("setup", job.setup), ("pipeline", job.run), ("commit", job.commit)):
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         if name == "pipeline" and profile is not None:
             out = _profiled(step, profile)
         else:
             out = step()
         phases[name] = round(time.perf_counter() - t, 2)
+        phases[f"{name}_cpu"] = round(time.process_time() - cpu, 2)
     job.cleanup()
     return out, phases, time.perf_counter() - t0
 
@@ -124,7 +128,7 @@ def _profiled(step, path: Path):
     import io
     import pstats
 
-    prof = cProfile.Profile()
+    prof = cProfile.Profile(time.process_time)  # CPU time: robust to a loaded machine
     out = prof.runcall(step)
     buf = io.StringIO()
     stats = pstats.Stats(prof, stream=buf)
@@ -165,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
         if args.profile:  # an extra span, not timed: cProfile slows it down
             one_span(broker.bootstrap, work, -1, beam_args, args.profile)
         for i in range(args.repeats):
-            raw_n, raw_s = raw_consume(broker.bootstrap)
+            raw_n, raw_s, raw_cpu = raw_consume(broker.bootstrap)
             span, phases, span_s = one_span(broker.bootstrap, work, i, beam_args, None)
             events_in = span.completions_in + span.signals_in + span.dead_letters
             if events_in != sent or raw_n != sent:
@@ -180,7 +184,12 @@ def main(argv: list[str] | None = None) -> dict:
                     "span_events_per_s": round(events_in / span_s, 1),
                     "span_ratio": round(events_in / span_s / raw_rate, 3),
                     "span_phase_seconds": phases,
+                    "pipeline_cpu_events_per_s": round(
+                        events_in / max(phases["pipeline_cpu"], 1e-9), 1
+                    ),
+                    "cpu_ratio": round(raw_cpu / max(phases["pipeline_cpu"], 1e-9), 3),
                     "raw_seconds": round(raw_s, 2),
+                    "raw_cpu_seconds": round(raw_cpu, 2),
                     "rows": span.rows,
                     "pending": span.pending,
                     "dead_letters": span.dead_letters,
@@ -191,7 +200,14 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
-    keys = ("beam_events_per_s", "raw_consume_events_per_s", "ratio", "span_events_per_s")
+    keys = (
+        "beam_events_per_s",
+        "raw_consume_events_per_s",
+        "ratio",
+        "span_events_per_s",
+        "pipeline_cpu_events_per_s",
+        "cpu_ratio",
+    )
     result = {
         "events": sent,
         "repeats": args.repeats,
