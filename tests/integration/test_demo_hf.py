@@ -19,9 +19,12 @@ PRESET = Path(__file__).resolve().parents[2] / "configs" / "tiny-qwen3moe.json"
 
 
 def test_tiny_qwen3moe_preset_runs_a_cycle_and_gates_an_hf_candidate(tmp_path):
+    import os
+    import subprocess
+    import sys
+
     from policy.config import load_policy
     from ratchet.config import load_config
-    from ratchet.demo import prepare_workdir, run
     from runtime import registry
 
     config = load_config(PRESET)
@@ -32,9 +35,17 @@ def test_tiny_qwen3moe_preset_runs_a_cycle_and_gates_an_hf_candidate(tmp_path):
             "suite": config.gate.suite.model_copy(update={"size": 32})}),
         "fleet": config.fleet.model_copy(update={"replicas": 1}),
     })
+    config_file = tmp_path / "tiny-qwen3moe-it.json"
+    config_file.write_text(config.model_dump_json())
     workdir = tmp_path / "demo"
-    prepare_workdir(workdir)  # as the CLI does
-    assert run(config, workdir=workdir, cycles=1) == 0
+    # The CLI in its own process, as a user runs it (MLflow's process-global run and experiment
+    # state stays out of this test session).
+    env = {**os.environ, "PYTHONPATH": str(PRESET.parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-m", "ratchet.cli", "demo", "--config", str(config_file), "--cycles",
+         "1", "--workdir", str(workdir)], cwd=PRESET.parents[1], env=env, capture_output=True,
+        text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
 
     summary = json.loads((workdir / "demo_summary.json").read_text())
     policy = summary["policy"]
