@@ -28,6 +28,7 @@ import json
 import random
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -35,10 +36,12 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ratchet.cycle import Cycle
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # bench/ingest.py would shadow the ingest package
 
-RESULTS = Path(__file__).parent / "results" / "loop.json"
-PNG = Path(__file__).parent / "results" / "loop.png"
+from ratchet.cycle import Cycle  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "loop.json"
 FRESH_SEED = 20261123
 """Seed of the fresh held-out draw (the gate suite uses seed 0, bench/learning.py seed 7)."""
 TOKEN = "loop-bench-token"
@@ -177,17 +180,12 @@ def run_loop(args, *, seed: int, placebo: bool, fresh, workdir: Path, scores: di
     from deploy.fleet import Fleet, RouterProcess
     from deploy.simulator import SIMULATED_SKEW_S, UserSimulator
     from ratchet.runner import services
-    from runtime import registry
-    from trainer.fixtures import champion_dir
-
     arm = "placebo" if placebo else "rl"
     name = f"loop-{arm}-s{seed}"
     rows = []
     with services(workdir, bootstrap=None, tracking_uri=None) as ep:
         uri = ep.tracking_uri
-        first = champion_dir()
-        v1 = registry.log_checkpoint(first, model_name=name, alias=registry.CHAMPION,
-                                     tags={"ratchet.origin": "warm_start (cached)"}).version
+        v1 = _register_first(uri, name)
         common = dict(n_replicas=1, tracking_uri=uri, model_name=name, bootstrap=ep.bootstrap,
                       admin_token=TOKEN, api_keys_path=workdir / "api_keys.json",
                       signal_max_skew_s=SIMULATED_SKEW_S, version=v1)
@@ -212,6 +210,20 @@ def run_loop(args, *, seed: int, placebo: bool, fresh, workdir: Path, scores: di
             finally:
                 sim.close()
     return rows
+
+
+def _register_first(uri: str, name: str) -> int:
+    """The cached warm-started champion as version 1 of ``name``, alias ``champion``."""
+    import mlflow
+
+    from runtime import registry
+    from trainer.fixtures import champion_dir
+
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment(f"loop-{name}")
+    with mlflow.start_run(run_name="first-champion"):
+        return registry.log_checkpoint(champion_dir(), model_name=name, alias=registry.CHAMPION,
+                                       tags={"ratchet.origin": "warm_start (cached)"}).version
 
 
 def _one_cycle(args, i, arm, seed, cycle, sim, uri, name, workdir, fresh, scores) -> dict:
@@ -352,14 +364,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    import logging
-
     import torch
 
+    from ratchet import console
     from tasks.toy import generate_tasks
     from trainer.fixtures import champion_dir
 
-    logging.basicConfig(level=logging.WARNING)
+    log_file = Path(tempfile.gettempdir()) / f"ratchet-loop-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    console.setup(log_file)  # ratchet's own lines here, library chatter to the log file
+    say(f"full log: {log_file}")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     fresh = generate_tasks(args.fresh_tasks, seed=FRESH_SEED, split="heldout")
