@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import random
 import shutil
 import statistics
@@ -45,6 +46,9 @@ RESULTS = ROOT / "bench" / "results" / "loop.json"
 FRESH_SEED = 20261123
 """Seed of the fresh held-out draw (the gate suite uses seed 0, bench/learning.py seed 7)."""
 TOKEN = "loop-bench-token"
+CANARY_TRAFFIC = "canary-traffic"
+"""Thread of the traffic kept on the router during a canary; its progress lines stay off the
+terminal."""
 BOOTSTRAP = 2000
 
 
@@ -61,11 +65,8 @@ class BenchCycle(Cycle):
     api_key = ""
 
     def _timed(self, result, stage, fn):
-        say(f"  stage {stage} ...")
-        try:
-            return super()._timed(result, stage, fn)
-        finally:
-            say(f"  stage {stage} took {result.seconds.get(stage, 0.0):.0f} s")
+        say(f"  stage {stage} ...")  # the cycle itself logs when it is done
+        return super()._timed(result, stage, fn)
 
     def _canary(self, state):
         from deploy.simulator import UserSimulator
@@ -78,7 +79,7 @@ class BenchCycle(Cycle):
             while not stop.is_set():
                 sim.run_round(8, concurrency=4)
 
-        thread = threading.Thread(target=traffic, daemon=True)
+        thread = threading.Thread(target=traffic, daemon=True, name=CANARY_TRAFFIC)
         thread.start()
         try:
             return super()._canary(state)
@@ -165,7 +166,8 @@ def loop_config(args, *, name: str, seed: int, router_url: str):
             "join": {"allowed_lateness_s": 1.0},
         },
         "trainer": {"seed": seed, "steps": args.train_steps},
-        "gate": {"suite": {"size": args.gate_tasks}},
+        "gate": {"suite": {"size": args.gate_tasks},
+                 "improvement": {"min_pass_rate_ci_low": args.gate_ci_margin}},
         "fleet": {"router_url": router_url, "admin_token": TOKEN,
                   "rollout_timeout_s": args.rollout_timeout_s},
         "rollout": {"steps": [0.5, 1.0], "window_s": args.window_s, "max_extensions": 6,
@@ -175,14 +177,15 @@ def loop_config(args, *, name: str, seed: int, router_url: str):
     })
 
 
-def run_loop(args, *, seed: int, placebo: bool, fresh, workdir: Path, scores: dict) -> list[dict]:
-    """``args.cycles`` cycles of one arm; ``scores`` caches fresh-set scores by checkpoint key."""
+def run_loop(args, *, seed: int, placebo: bool, fresh, workdir: Path, scores: dict,
+             rows: list[dict], on_cycle) -> None:
+    """``args.cycles`` cycles of one arm, appended to ``rows`` (``on_cycle()`` after each);
+    ``scores`` caches fresh-set scores by checkpoint key."""
     from deploy.fleet import Fleet, RouterProcess
     from deploy.simulator import SIMULATED_SKEW_S, UserSimulator
     from ratchet.runner import services
     arm = "placebo" if placebo else "rl"
     name = f"loop-{arm}-s{seed}"
-    rows = []
     with services(workdir, bootstrap=None, tracking_uri=None) as ep:
         uri = ep.tracking_uri
         v1 = _register_first(uri, name)
@@ -207,9 +210,9 @@ def run_loop(args, *, seed: int, placebo: bool, fresh, workdir: Path, scores: di
                 for i in range(args.cycles):
                     rows.append(_one_cycle(args, i, arm, seed, cycle, sim, uri, name, workdir,
                                            fresh, scores))
+                    on_cycle()
             finally:
                 sim.close()
-    return rows
 
 
 def _register_first(uri: str, name: str) -> int:
@@ -281,7 +284,7 @@ def summarise(args, rows: list[dict], scores: dict, fresh_n: int) -> dict:
                 last[r["seed"]] = scores[r["score_key"]]
         return last
 
-    rl = finals("rl")
+    rl = finals("rl") or {-1: first}
     diffs = [[float(a) - float(b) for a, b in zip(s.passed, first.passed)] for s in rl.values()]
     ci_low, ci_high = bootstrap_ci(diffs)
     placebo = finals("placebo")
@@ -304,7 +307,8 @@ def summarise(args, rows: list[dict], scores: dict, fresh_n: int) -> dict:
                       "note": "tasks.toy held-out split, drawn with replacement; not the gate "
                               "suite's draw (seed 0) nor bench/learning.py's (seed 7)"},
         "sizes": {k: getattr(args, k) for k in ("requests", "train_steps", "gate_tasks",
-                                                "window_s", "min_requests", "min_signals")},
+                                                "window_s", "min_requests", "min_signals",
+                                                "gate_ci_margin", "fresh_tasks")},
         "per_cycle": rows,
     }
 
@@ -340,6 +344,7 @@ def plot(rows: list[dict], path: Path) -> None:
                     ax.axvline(r["cycle"] + 1, color="green", alpha=0.12)
                 if r["rolled_back"]:
                     ax.axvline(r["cycle"] + 1, color="red", alpha=0.12)
+        ax.set_xticks(sorted({r["cycle"] + 1 for r in rows}))
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("cycle", fontsize=8)
     axes[0].legend(fontsize=6)
@@ -356,6 +361,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=128, help="Requests per traffic round.")
     parser.add_argument("--train-steps", type=int, default=20)
     parser.add_argument("--gate-tasks", type=int, default=400)
+    parser.add_argument("--gate-ci-margin", type=float, default=0.0,
+                        help="Gate: the pass-rate change CI lower bound must exceed this (the "
+                        "project default 0.0; -1 lets ties through, for smoke runs only).")
     parser.add_argument("--fresh-tasks", type=int, default=2000)
     parser.add_argument("--window-s", type=float, default=8.0)
     parser.add_argument("--min-requests", type=int, default=15)
@@ -372,6 +380,8 @@ def main() -> None:
 
     log_file = Path(tempfile.gettempdir()) / f"ratchet-loop-{time.strftime('%Y%m%d-%H%M%S')}.log"
     console.setup(log_file)  # ratchet's own lines here, library chatter to the log file
+    for handler in logging.getLogger().handlers[:1]:  # the terminal's
+        handler.addFilter(lambda r: r.threadName != CANARY_TRAFFIC or r.levelno >= logging.WARNING)
     say(f"full log: {log_file}")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
@@ -380,20 +390,27 @@ def main() -> None:
     scores = {"first": score(champion_dir(), fresh)}
     say(f"first champion: fresh pass {scores['first'].pass_rate:.3f}")
     rows: list[dict] = []
+
+    def write(complete: bool) -> dict:
+        """Written after every cycle (``complete`` false until the end): a run cut short still
+        leaves its figures."""
+        out = summarise(args, rows, scores, len(fresh))
+        out["complete"], out["total_seconds"] = complete, round(time.perf_counter() - t0, 1)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(out, indent=2, default=lambda o: asdict(o)))
+        plot(rows, args.out.with_suffix(".png"))
+        return out
+
     arms = [False, True] if args.placebo else [False]
     for placebo in arms:
         for seed in args.seeds:
             workdir = Path(tempfile.mkdtemp(prefix="ratchet-loop-"))
             try:
-                rows += run_loop(args, seed=seed, placebo=placebo, fresh=fresh, workdir=workdir,
-                                 scores=scores)
+                run_loop(args, seed=seed, placebo=placebo, fresh=fresh, workdir=workdir,
+                         scores=scores, rows=rows, on_cycle=lambda: write(False))
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
-    out = summarise(args, rows, scores, len(fresh))
-    out["total_seconds"] = round(time.perf_counter() - t0, 1)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2, default=lambda o: asdict(o)))
-    plot(rows, args.out.with_suffix(".png"))
+    out = write(True)
     say(f"pass first {out['pass_first']:.3f} -> final {out['pass_final']:.3f}, final - first "
         f"CI [{out['ci_low']:+.3f}, {out['ci_high']:+.3f}], placebo delta "
         f"{out['placebo_delta']}, {out['promotions']} promotion(s); {out['total_seconds']:.0f} s")
