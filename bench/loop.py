@@ -259,6 +259,7 @@ def _one_cycle(args, i, arm, seed, cycle, sim, uri, name, workdir, fresh, scores
         "skipped": result.skipped, "rollout": result.rollout, "promoted": result.promoted,
         "rolled_back": result.rolled_back, "candidate_version": result.candidate_version,
         "gate_candidate": result.candidate_pass_rate, "gate_champion": result.champion_pass_rate,
+        "gate_candidate_tokens": result.candidate_tokens, "gate_passed": result.gate_passed,
         "gate_ci_low": result.gate_ci_low, "gate_ci_high": result.gate_ci_high,
         "gate_tasks": result.gate_tasks, "champion_after": champion,
         "fresh_pass": s.pass_rate, "fresh_ci_low": low, "fresh_ci_high": high,
