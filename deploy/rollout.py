@@ -3,9 +3,10 @@
 ``RolloutController`` moves the router's canary weight through configured steps (e.g. 10% → 25% →
 50% → 100%). Each step has a window in event time, ``[start, start + window_s)``; the step is judged
 only once the window is closed twice over: the wall clock has passed its end (no more traffic in
-it), and the ingested data is final up to its end (``ProductSource.closed_until()`` — the ingest
-watermark minus the join horizon, so every completion in the window has had all its delayed
-signals joined). The judge (deploy/judge.py) compares the canary and stable arms on error rate,
+it), and the ingested data is final up to its end (``ProductSource.closed_until()``: every
+completion in the window is a reward row, because its expected signals all arrived or its join
+windows closed against ingest's watermark; see ``final_until_us``). The judge (deploy/judge.py)
+compares the canary and stable arms on error rate,
 p95 latency (from the router's ledger) and edit persistence and dissatisfied follow-ups (from the
 reward rows of each model version). Pass → next step; ``extend`` (too few samples) → the window
 grows by another ``window_s`` (at most ``max_extensions`` times, then rollback); fail → rollback:
@@ -116,11 +117,32 @@ class RewardTable:
         return ArmSamples(edit_persistence=persistence, dissatisfied=dissatisfied)
 
 
+def final_until_us(
+    watermark_us: int, horizon_us: int, pending_completions_us: list[int]
+) -> int:
+    """Event time before which every completion ingest has read is final (its reward row is in).
+
+    Two ways a completion becomes final in ingest's join (ingest/join.py): every expected signal
+    arrived (``join.expected_signals``), or its windows closed against the watermark. The
+    watermark is where ingest holds its input complete (largest event time seen, never past its
+    own clock, less the allowed lateness), so every completion before it has been read; of those,
+    the ones still waiting for signals are exactly the completions ingest carries as pending. So
+    everything before ``min(watermark, earliest pending completion)`` is final, and at the latest
+    everything before ``watermark - horizon`` (all windows closed) is.
+    """
+    by_watermark = watermark_us - horizon_us
+    by_rows = min([watermark_us, *pending_completions_us])
+    return max(by_watermark, by_rows)
+
+
 class RewardSpans:
     """Product metrics from ingest's committed spans under ``output_root`` (ingest/spans.py).
 
-    A completion is final once the ingest watermark is ``horizon_s`` past it (its join windows
-    have closed), so ``closed_until`` = latest span watermark − ``horizon_s``.
+    ``closed_until`` is :func:`final_until_us` of the latest span: its watermark and the event
+    times of the completions it carries as pending. A window thus closes as soon as its
+    completions have their expected signals, not only once the watermark is ``horizon_s`` past
+    it (under compressed time the watermark, bounded by ingest's clock, gets there only
+    ``horizon_s`` of wall time later).
     """
 
     def __init__(self, output_root: Path, *, model_name: str, horizon_s: float) -> None:
@@ -131,15 +153,15 @@ class RewardSpans:
     def closed_until(self) -> datetime | None:
         from ingest.spans import SpanStore
 
-        marks = [
-            m["watermark_us"]
-            for m in SpanStore(self.output_root).manifests_list()
-            if m.get("watermark_us") is not None
-        ]
-        if not marks:
+        store = SpanStore(self.output_root)
+        manifests = store.manifests_list()
+        if not manifests or manifests[-1].get("watermark_us") is None:
             return None
-        latest = min(max(marks) / 1e6, _FAR_FUTURE.timestamp())  # a drained span: far future
-        return datetime.fromtimestamp(latest, UTC) - timedelta(seconds=self.horizon_s)
+        state = store.load_state()  # the latest span's carried (pending) events
+        pending = [i.event_time_us for _, i in state.pending if i.kind == "completion"]
+        final = final_until_us(manifests[-1]["watermark_us"], int(self.horizon_s * 1e6), pending)
+        bounded = min(max(final, 0), int(_FAR_FUTURE.timestamp() * 1e6))  # drained: far future
+        return datetime.fromtimestamp(bounded / 1e6, UTC)
 
     def product(self, start: datetime, end: datetime, version: int) -> ArmSamples:
         from ingest.spans import read_spans

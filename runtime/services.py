@@ -187,6 +187,22 @@ class _Service:
         (workdir / f"{cls.name}.pid").write_text(str(proc.pid))
         return proc
 
+    def _wait_healthy(self, url: str, timeout_s: float, what: str, *, poll_s: float = 0.25,
+                      hint: str = "") -> None:
+        """Poll ``url`` until it answers 200; raise if the child exits or ``timeout_s`` passes."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._check_running()
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} not healthy in {timeout_s}s{hint}")
+            time.sleep(poll_s)
+
     def _check_running(self) -> None:
         code = self.proc.poll()
         if code is not None:
@@ -291,15 +307,4 @@ class MlflowServer(_Service):
         return server
 
     def _wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self._check_running()
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"mlflow server at {self.uri} not healthy in {timeout_s}s")
-            time.sleep(0.25)
+        self._wait_healthy(f"{self.uri}/health", timeout_s, f"mlflow server at {self.uri}")

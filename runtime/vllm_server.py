@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import os
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from runtime.services import HOST, _Service, free_port
@@ -102,19 +100,8 @@ class VllmServer(_Service):
         return server
 
     def _wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self._check_running()
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"vLLM at {self.url} not healthy in {timeout_s}s; see "
-                                   f"{self.workdir / (self.name + '.log')}")
-            time.sleep(0.5)
+        self._wait_healthy(f"{self.url}/health", timeout_s, f"vLLM at {self.url}", poll_s=0.5,
+                           hint=f"; see {self.workdir / (self.name + '.log')}")
 
     def rss_bytes(self) -> int:
         """Resident memory of the server and every process in its group (vLLM's engine core

@@ -30,13 +30,6 @@ from runtime import registry
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
-    # Known gap, stated: both passed before ingest learned to bound event time by its own clock.
-    # The simulator compresses time (signals stamped up to 10 event-minutes ahead), ingest now
-    # never moves the watermark past the wall clock, so a rollout window's rows are only known
-    # to be closed ~horizon_s (600 s) of wall time later and the controller times out
-    # ("undecided") instead of judging. Needs the judge to close windows on complete rows.
-    pytest.mark.xfail(run=False, reason="canary windows never close under compressed time "
-                                        "since ingest bounds the watermark by its clock"),
 ]
 
 TOKEN = "canary-cycle-token"
