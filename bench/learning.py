@@ -9,8 +9,8 @@ setting). Arms:
 
 - ``rl``: ``run_training`` with the trainer's defaults (plus ``--config``);
 - ``placebo``: the same, rewards shuffled across rows (seeded): must stay within noise of 0;
-- ``filtered_sft``: cross-entropy on the same rows whose reward is > 0 (``trainer.sft.
-  filtered_sft``, same steps, rows per step and lr); RL should match or beat it;
+- ``filtered_sft``: cross-entropy on the same rows whose reward is > 0
+  (``trainer.filtered_sft``, same steps, rows per step and lr); RL should match or beat it;
 - ``one_sample``: one logged row per prompt (2,000 rows, seeded pick), the production regime:
   no natural groups, so the baseline is the value head;
 - ``stale_on`` / ``stale_off``: the policy being trained is the champion two versions later
@@ -83,8 +83,8 @@ def train_arm(arm: str, seed: int, start: Path, rows, config: dict, steps: int,
               out: Path) -> dict:
     """Train one arm for one seed into ``out``; returns the trainer's summary metrics."""
     from trainer.config import TrainerConfig
+    from trainer.filtered_sft import filtered_sft
     from trainer.recipe import run_training
-    from trainer.sft import filtered_sft
 
     cfg = TrainerConfig.model_validate({**config, "seed": seed, "steps": steps})
     if arm == "filtered_sft":
