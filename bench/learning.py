@@ -27,7 +27,7 @@ on the held-out split's ``generate_tasks(<=1000, seed=7, "heldout")`` draw and t
 logged prompts (the learning test's sets); the fresh set chose nothing (its tasks exclude that
 draw: ``tasks.toy.FRESH_EXCLUDES``). The tuning log is in trainer/config.py and bench/README.md.
 
-    .venv/bin/python bench/learning.py [--steps 120 --seeds 0 1 2 3 4 --fresh 2000 --arms ...]
+    .venv/bin/python -m bench.learning [--steps 120 --seeds 0 1 2 3 4 --fresh 2000 --arms ...]
 
 Writes bench/results/learning.json.
 """
@@ -118,7 +118,9 @@ def _summary(arm: str, before, per_seed: list[dict]) -> dict:
 
 
 def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: int,
-        config: dict) -> dict:
+        config: dict, out: Path) -> dict:
+    """Seeds outer, arms inner (so a cut-short run has every arm on its first seeds); the
+    results file is rewritten after every run (``complete`` says whether all ran)."""
     import torch
 
     from policy.toy.checkpoint import load_checkpoint
@@ -129,42 +131,56 @@ def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: in
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
     rows, fresh = fixture_rows(), fresh_tasks(n_fresh)
-    starts = {"champion": champion_dir()}
-    if any(a.startswith("stale") for a in arms):
-        starts["descendant"] = descendant_dir(2)
-    total = len(starts) + len(arms) * len(seeds)
-    befores = {}
-    for name, path in starts.items():
-        befores[name] = evaluate(load_checkpoint(path), fresh)
-        _progress(len(befores), total, t0, f"before: {name} pass {befores[name].pass_rate:.3f}")
-    results, done = {}, len(starts)
-    for arm in arms:
-        start = "descendant" if arm.startswith("stale") else "champion"
-        per_seed = []
-        for seed in seeds:
-            with tempfile.TemporaryDirectory() as tmp:
-                t1 = time.perf_counter()
-                metrics = train_arm(arm, seed, starts[start], rows, config, steps,
-                                    Path(tmp) / "cand")
-                seconds = time.perf_counter() - t1
-                after = evaluate(load_checkpoint(Path(tmp) / "cand"), fresh)
-            per_seed.append({"seed": seed, "pass_after": after.pass_rate,
-                             "tokens_after": after.mean_tokens, "by_kind_after": after.by_kind,
-                             "train_seconds": seconds, "passed": after.passed,
-                             **{k: metrics[k] for k in ("kl_theta_ref_k3", "rows_used",
-                                                        "rows_kept") if k in metrics}})
+    makers = {"champion": champion_dir, "descendant": lambda: descendant_dir(2)}
+    needed = {"descendant" if a.startswith("stale") else "champion" for a in arms}
+    total = len(needed) + len(arms) * len(seeds)
+    starts, befores, done = {}, {}, 0
+    per_arm: dict[str, list[dict]] = {arm: [] for arm in arms}
+    for seed in seeds:
+        for arm in arms:
+            start = "descendant" if arm.startswith("stale") else "champion"
+            if start not in starts:  # built and scored when first needed
+                starts[start] = makers[start]()
+                befores[start] = evaluate(load_checkpoint(starts[start]), fresh)
+                done += 1
+                _progress(done, total, t0, f"before: {start} pass "
+                          f"{befores[start].pass_rate:.3f}")
+            per_arm[arm].append(_one(arm, seed, starts[start], rows, config, steps, fresh))
             done += 1
+            s = per_arm[arm][-1]
             _progress(done, total, t0, f"{arm} seed {seed}: {befores[start].pass_rate:.3f} -> "
-                      f"{after.pass_rate:.3f}, tokens {befores[start].mean_tokens:.2f} -> "
-                      f"{after.mean_tokens:.2f}, train {seconds:.0f} s")
-        results[arm] = {"start": start, **_summary(arm, befores[start], per_seed)}
-    return _result(results, befores, seeds, steps, n_fresh, rows, config, t0)
+                      f"{s['pass_after']:.3f}, tokens {befores[start].mean_tokens:.2f} -> "
+                      f"{s['tokens_after']:.2f}, train {s['train_seconds']:.0f} s")
+            result = _result(per_arm, befores, seeds, steps, n_fresh, rows, config, t0)
+            result["complete"] = done == total
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(result, indent=2))
+    return result
 
 
-def _result(arms: dict, befores: dict, seeds, steps, n_fresh, rows, config, t0) -> dict:
+def _one(arm: str, seed: int, start: Path, rows, config: dict, steps: int, fresh) -> dict:
+    from policy.toy.checkpoint import load_checkpoint
+    from trainer.evaluate import evaluate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t1 = time.perf_counter()
+        metrics = train_arm(arm, seed, start, rows, config, steps, Path(tmp) / "cand")
+        seconds = time.perf_counter() - t1
+        after = evaluate(load_checkpoint(Path(tmp) / "cand"), fresh)
+    return {"seed": seed, "pass_after": after.pass_rate, "tokens_after": after.mean_tokens,
+            "by_kind_after": after.by_kind, "train_seconds": seconds, "passed": after.passed,
+            **{k: metrics[k] for k in ("kl_theta_ref_k3", "rows_used", "rows_kept",
+                                       "is_weight_mean", "reward_mean") if k in metrics}}
+
+
+def _result(per_arm: dict, befores: dict, seeds, steps, n_fresh, rows, config, t0) -> dict:
+    arms = {arm: {"start": "descendant" if arm.startswith("stale") else "champion",
+                  **_summary(arm, befores["descendant" if arm.startswith("stale")
+                                          else "champion"], runs)}
+            for arm, runs in per_arm.items() if runs}
     rl = arms.get("rl", {})
-    champ = befores["champion"]
-    out = {
+    champ = befores.get("champion") or next(iter(befores.values()))
+    return {
         "pass_before": champ.pass_rate, "tokens_before": champ.mean_tokens,
         "pass_after": rl.get("pass_after"), "tokens_after": rl.get("tokens_after"),
         "delta": rl.get("delta"), "ci_low": rl.get("ci_low"), "ci_high": rl.get("ci_high"),
@@ -172,18 +188,20 @@ def _result(arms: dict, befores: dict, seeds, steps, n_fresh, rows, config, t0) 
         "sft_delta": arms.get("filtered_sft", {}).get("delta"),
         "by_kind_before": champ.by_kind,
         "arms": arms, "seeds": seeds,
-        "sizes": {"fresh_tasks": n_fresh, "fresh_distinct": None, "steps": steps,
-                  "batch_size": config.get("batch_size", 64), "fixture_rows": rows.num_rows,
-                  "bootstrap": BOOTSTRAP},
+        "sizes": {"fresh_tasks": n_fresh, "fresh_distinct": len(set(_ids(n_fresh))),
+                  "steps": steps, "batch_size": config.get("batch_size", 64),
+                  "fixture_rows": rows.num_rows, "bootstrap": BOOTSTRAP},
         "befores": {k: {"pass": v.pass_rate, "tokens": v.mean_tokens, "by_kind": v.by_kind}
                     for k, v in befores.items()},
         "trainer_config": {**config, "steps": steps},
         "total_seconds": time.perf_counter() - t0,
     }
+
+
+def _ids(n: int) -> list[str]:
     from tasks.toy import fresh_tasks
 
-    out["sizes"]["fresh_distinct"] = len({t.task_id for t in fresh_tasks(n_fresh)})
-    return out
+    return [t.task_id for t in fresh_tasks(n)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -192,19 +210,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--fresh", type=int, default=2000)
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--config", type=json.loads, default={},
                    help="TrainerConfig fields as JSON, e.g. '{\"lr\": 1e-4}'")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
-    result = run(args.steps, args.seeds, args.fresh, args.arms, args.threads, args.config)
+    result = run(args.steps, args.seeds, args.fresh, args.arms, args.threads, args.config,
+                 args.out)
     print(f"{'arm':<14}{'before':>8}{'after':>8}{'delta':>8}{'95% CI':>18}{'tokens':>16}")
     for arm, r in result["arms"].items():
         print(f"{arm:<14}{r['pass_before']:>8.3f}{r['pass_after']:>8.3f}{r['delta']:>+8.3f}"
               f"  [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
               f"{r['tokens_before']:>8.2f} ->{r['tokens_after']:>5.2f}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
