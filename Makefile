@@ -10,7 +10,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 export RAY_AUTH_MODE := disabled
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
 
-.PHONY: demo test test-unit test-integration lint lock clean
+.PHONY: demo test test-unit test-integration test-vllm lint lock clean
 
 $(BIN)/.bootstrapped: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,6 +32,15 @@ test-unit: $(BIN)/.bootstrapped
 
 test-integration: $(BIN)/.bootstrapped
 	$(BIN)/python -m pytest -q -m integration
+
+# The optional vLLM tier: its own venv (~3 GB, scripts/vllm_venv.sh), then only the `vllm` marker.
+VLLM_VENV := .cache/vllm-venv
+
+$(VLLM_VENV)/.bootstrapped:
+	PY=$(PY) UV=$(BIN)/uv scripts/vllm_venv.sh $(VLLM_VENV)
+
+test-vllm: $(BIN)/.bootstrapped $(VLLM_VENV)/.bootstrapped
+	$(BIN)/python -m pytest -q -m vllm tests/vllm
 
 lint: $(BIN)/.bootstrapped
 	$(BIN)/ruff check ratchet ingest rewards trainer gating deploy policy tasks runtime bench tests

@@ -62,6 +62,9 @@ class CycleResult:
     span_ids: list[str] = field(default_factory=list)
     dead_letters: int = 0
     span_validated: bool = False
+    detector_agreement: float | None = None
+    """Share of follow-ups where ingest's dissatisfied detector agrees with the client's own flag
+    (None when no follow-up carried a flag)."""
     champion_version: int | None = None
     candidate_version: int | None = None
     gate_passed: bool = False
@@ -292,6 +295,7 @@ class Cycle:
             pause_point("ingest", self.workdir)
         result.dead_letters, result.span_validated = span.dead_letters, span.validated
         result.span_rows = span.rows
+        result.detector_agreement = span.monitors.get("detector_agreement")
         self._choose_spans(state, result, span)
 
     def _choose_spans(self, state: CycleState, result: CycleResult, span) -> None:

@@ -59,6 +59,8 @@ class CycleRow:
     mean_latency_ms: float
     completion_tokens: float
     span_rows: int
+    detector_agreement: float | None
+    """Share of the span's follow-ups where ingest's detector agreed with the simulator's flag."""
     champion_version: int | None
     candidate_version: int | None
     gate_candidate: float | None
@@ -93,12 +95,13 @@ def _ci(row: CycleRow) -> str:
 _COLUMNS = [  # (header, width, cell)
     ("cycle", 5, lambda r: str(r.cycle)),
     ("served", 6, lambda r: _version(r.served_version)),
-    ("live_pass", 9, lambda r: _num(r.pass_rate_live)),
-    ("edit_p600", 9, lambda r: _num(r.edit_persistence)),
+    ("pass", 5, lambda r: _num(r.pass_rate_live)),
+    ("edit", 5, lambda r: _num(r.edit_persistence)),
     ("dissat", 6, lambda r: _num(r.dissatisfied_rate)),
     ("lat_ms", 6, lambda r: _num(r.mean_latency_ms, 1)),
     ("tokens", 6, lambda r: _num(r.completion_tokens, 1)),
     ("rows", 5, lambda r: str(r.span_rows)),
+    ("detect", 6, lambda r: _num(r.detector_agreement, 2)),
     ("gated", 9, lambda r: f"{_version(r.candidate_version)}/{_version(r.champion_version)}"),
     ("cand", 5, lambda r: _num(r.gate_candidate)),
     ("champ", 5, lambda r: _num(r.gate_champion)),
@@ -107,9 +110,10 @@ _COLUMNS = [  # (header, width, cell)
     ("outcome", 11, lambda r: r.outcome),
     ("sec", 5, lambda r: f"{r.seconds:.0f}"),
 ]
-"""``gated`` is candidate/champion: the versions the gate compared; ``cand``/``champ`` are their
+"""``pass`` and ``edit`` are the live traffic's pass rate and 600-s edit persistence; ``gated`` is
+candidate/champion: the versions the gate compared; ``cand``/``champ`` are their
 gate-suite pass rates on the same ``n`` tasks and ``change CI`` the 95% paired-bootstrap CI of the
-difference."""
+difference; ``detect`` is the follow-up detector's agreement with the simulator's own flag."""
 
 
 def format_table(rows: list[CycleRow]) -> str:
@@ -233,7 +237,8 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
 
     t0 = time.perf_counter()
     config = demo_config(config)
-    prepare_workdir(workdir)
+    if not (workdir / MARKER).exists():  # the CLI prepared it, and its log file is in it now
+        raise WorkdirError(f"--workdir {workdir} was not prepared (call prepare_workdir first)")
     rows: list[CycleRow] = []
     stage_seconds: list[dict[str, float]] = []
     with services(workdir, bootstrap=None, tracking_uri=None) as ep:
@@ -270,6 +275,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                     dissatisfied_rate=stats.dissatisfied_rate,
                     mean_latency_ms=stats.mean_latency_ms,
                     completion_tokens=stats.mean_completion_tokens, span_rows=result.span_rows,
+                    detector_agreement=result.detector_agreement,
                     champion_version=result.champion_version,
                     candidate_version=result.candidate_version,
                     gate_candidate=result.candidate_pass_rate,

@@ -1,9 +1,10 @@
-"""Progress of long steps: a bar on a terminal, a line per tenth with an ETA otherwise.
+"""Progress of long steps: a bar on a terminal, a line per quarter with an ETA otherwise.
 
 ``with Progress("warm start", total=300) as p: ... p.update()`` draws a ``tqdm`` bar on stderr
 when stderr is a terminal. Without a terminal (CI, a log file, ``make demo | tee``) it logs a
-line at each quarter of the work with the rate and the time left, and one when done, so a long
-step is never silent and a 3-cycle demo stays well under a screenful of lines.
+line at each quarter of the work, or after a minute without one, with the rate and the time left,
+and one when done: a slow step (the first warm start on a loaded machine) is never silent for
+more than a minute, and a 3-cycle demo stays well under a screenful of lines.
 
 Deliberately left out: nesting and multi-process bars.
 """
@@ -19,7 +20,10 @@ from typing import Self
 log = logging.getLogger("ratchet.progress")
 
 STEP = 0.25
-"""Without a terminal, a line each time this share of the work is done."""
+"""Without a terminal, a line each time this share of the work is done..."""
+
+QUIET_S = 60.0
+"""...or when this many seconds passed since the last line."""
 
 
 class Progress:
@@ -30,6 +34,7 @@ class Progress:
         self.done = 0
         self._t0 = time.monotonic()
         self._next_line = STEP
+        self._last_line = self._t0
         use_bar = sys.stderr.isatty() if bar is None else bar
         self._bar = None
         if use_bar and self.total:
@@ -43,8 +48,12 @@ class Progress:
         if self._bar is not None:
             self._bar.update(n)
             return
-        if self.total and self.done / self.total >= self._next_line and self.done < self.total:
+        if not self.total or self.done >= self.total:
+            return
+        now = time.monotonic()
+        if self.done / self.total >= self._next_line or now - self._last_line >= QUIET_S:
             log.info("%s: %s", self.desc, self.status())
+            self._last_line = now
             while self._next_line <= self.done / self.total:
                 self._next_line += STEP
 

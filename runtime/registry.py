@@ -14,6 +14,7 @@ lifecycle (runtime/services.py). mlflow is imported inside functions (it costs s
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -27,6 +28,8 @@ PREVIOUS_CHAMPION = "previous-champion"
 _MODEL_CODE = Path(__file__).with_name("mlflow_model.py")
 _REQUIREMENTS = ["torch==2.13.0", "safetensors", "mlflow==3.17.2"]
 _HF_REQUIREMENTS = ["transformers==5.23.0", "tokenizers"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -61,15 +64,17 @@ def log_checkpoint(
     from policy.config import checkpoint_format
 
     fmt = checkpoint_format(Path(checkpoint_dir))  # refuses a directory no policy can load
-    info = mlflow.pyfunc.log_model(
-        name="checkpoint",
-        python_model=str(_MODEL_CODE),
-        artifacts={"checkpoint": str(checkpoint_dir)},
-        code_paths=None,
-        registered_model_name=model_name,
-        pip_requirements=_REQUIREMENTS + (_HF_REQUIREMENTS if fmt != "toy" else []),
-    )
+    with _mlflow_prints_off():
+        info = mlflow.pyfunc.log_model(
+            name="checkpoint",
+            python_model=str(_MODEL_CODE),
+            artifacts={"checkpoint": str(checkpoint_dir)},
+            code_paths=None,
+            registered_model_name=model_name,
+            pip_requirements=_REQUIREMENTS + (_HF_REQUIREMENTS if fmt != "toy" else []),
+        )
     version = int(info.registered_model_version)
+    log.debug("registered %s version %d from %s", model_name, version, checkpoint_dir)
     client = _client(mlflow.get_tracking_uri())
     for key, value in (tags or {}).items():
         client.set_model_version_tag(model_name, str(version), key, value)
@@ -77,6 +82,22 @@ def log_checkpoint(
         client.set_registered_model_alias(model_name, alias, str(version))
     run = mlflow.active_run()
     return CheckpointRef(model_name, version, run.info.run_id if run else None)
+
+
+def _mlflow_prints_off():
+    """Silence MLflow's ``eprint`` lines ("Created version '3' of model …") for a block.
+
+    They are written straight to stderr, past logging, so the terminal would show two of them
+    per cycle; the registry logs its own line to the log file instead. MLflow's own counted
+    switch is used: a plain ``MLFLOW_LOGGING_STREAM.enabled = False`` is turned back on by
+    log_model's inner blocks.
+    """
+    from mlflow.utils.autologging_utils.logging_and_warnings import (
+        MlflowEventsAndWarningsBehaviorGlobally,
+    )
+
+    return MlflowEventsAndWarningsBehaviorGlobally(
+        disable_event_logs=True, disable_warnings=False, reroute_warnings=False)
 
 
 def resolve_alias(tracking_uri: str, model_name: str, alias: str) -> int | None:

@@ -66,3 +66,21 @@ def test_refuses_to_log_a_directory_no_policy_loads(mlflow_server, tmp_path):
     (tmp_path / "junk" / "notes.txt").write_text("hello")
     with pytest.raises(PolicyLoadError, match="no config.json"):
         _log(mlflow_server.uri, tmp_path / "junk", None)
+
+
+def test_registering_a_version_prints_nothing(mlflow_server, tmp_path, capfd):
+    """MLflow's "Created version '3' of model …" lines bypass logging; the terminal never
+    sees them (the operator's terminal shows ratchet's lines only)."""
+    import torch
+
+    from policy.toy.adapter import ToyPolicy
+    from policy.toy.model import MoEConfig, MoETransformer
+
+    torch.manual_seed(0)
+    ToyPolicy(MoETransformer(MoEConfig(d_model=32, n_layers=2, n_heads=2, d_ff=48))).save(
+        tmp_path / "toy-ck")
+    capfd.readouterr()
+    ref = _log(mlflow_server.uri, tmp_path / "toy-ck", None)
+    err = capfd.readouterr().err
+    assert ref.version >= 1
+    assert "Created version" not in err and "registered model" not in err, err

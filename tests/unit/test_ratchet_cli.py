@@ -99,6 +99,29 @@ def test_demo_workdir_marker_allows_reuse(tmp_path):
     assert sorted(p.name for p in work.iterdir()) == [MARKER]
 
 
+def test_demo_run_keeps_the_log_file_the_cli_opened(tmp_path, monkeypatch):
+    """The CLI prepares the workdir, then opens WORKDIR/ratchet.log; run() must not wipe it."""
+    import ratchet.runner
+    from ratchet.config import RatchetConfig
+    from ratchet.demo import WorkdirError, prepare_workdir, run
+
+    class Reached(Exception):
+        pass
+
+    def services(*args, **kwargs):
+        raise Reached  # stop before any service starts: the workdir is what is under test
+
+    monkeypatch.setattr(ratchet.runner, "services", services)
+    work = tmp_path / "w"
+    with pytest.raises(WorkdirError):
+        run(RatchetConfig(), workdir=work, cycles=1)
+    prepare_workdir(work)
+    (work / "ratchet.log").write_text("first line\n")
+    with pytest.raises(Reached):
+        run(RatchetConfig(), workdir=work, cycles=1)
+    assert (work / "ratchet.log").read_text() == "first line\n"
+
+
 def test_config_show_prints_the_resolved_config(capsys):
     assert main(["config", "show"]) == 0
     shown = json.loads(capsys.readouterr().out)
@@ -147,6 +170,21 @@ def test_progress_without_a_terminal_logs_lines_with_time_left(caplog):
     assert len(lines) == 4
 
 
+def test_progress_without_a_terminal_is_never_silent_for_a_minute(caplog, monkeypatch):
+    """A slow step (1000 warm-start steps on a loaded machine) logs before its first quarter."""
+    import runtime.progress
+    from runtime.progress import Progress
+
+    now = [0.0]
+    monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+        p = Progress("warm start", total=1000, unit="step", bar=False)
+        for now[0] in (30.0, 61.0, 62.0, 130.0):  # 4 steps, far from a quarter
+            p.update()
+    lines = [r.getMessage().split(",")[0] for r in caplog.records]
+    assert lines == ["warm start: 2/1000 step", "warm start: 4/1000 step"]
+
+
 def test_cycle_outcome_is_readable_and_a_quarantine_fails():
     from ratchet.cycle import CycleResult
     from ratchet.runner import describe, failed
@@ -171,8 +209,9 @@ def _row(cycle: int, champion: int, candidate: int, promoted: bool, rolled_back:
     return CycleRow(
         cycle=cycle, served_version=champion, pass_rate_live=0.4, edit_persistence=0.5,
         dissatisfied_rate=0.2, mean_latency_ms=12.0, completion_tokens=9.0, span_rows=300,
-        champion_version=champion, candidate_version=candidate, gate_candidate=0.45,
-        gate_champion=0.40, gate_ci_low=0.01, gate_ci_high=0.09, gate_tasks=400,
+        detector_agreement=0.875, champion_version=champion, candidate_version=candidate,
+        gate_candidate=0.45, gate_champion=0.40, gate_ci_low=0.01, gate_ci_high=0.09,
+        gate_tasks=400,
         outcome="rolled back" if rolled_back else ("promoted" if promoted else "rejected"),
         promoted=promoted, rolled_back=rolled_back, seconds=30.0, cycle_run_id="c",
         gate_run_id="g", train_run_id="t")
@@ -185,6 +224,7 @@ def test_demo_table_names_the_versions_it_compared():
     assert "gated" in lines[0] and "change CI" in lines[0]
     assert "v2/v1" in lines[1] and "promoted" in lines[1] and "[+0.010,+0.090]" in lines[1]
     assert "v3/v2" in lines[2] and "rejected" in lines[2]
+    assert "detect" in lines[0] and " 0.88 " in lines[1]  # detector vs simulator agreement
     assert max(len(line) for line in lines) <= 120
 
 
