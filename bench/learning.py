@@ -1,99 +1,232 @@
-"""Does RL on the recorded fixture improve the warm-started champion? Three seeds.
+"""Does RL on the recorded fixture improve the warm-started champion? A controlled experiment.
 
-Before and after ``run_training`` on tests/fixtures/rl_rows.parquet (recorded from the cached
-champion, see trainer/fixtures.py):
-- ``pass_before/after``, ``tokens_before/after``: greedy pass rate and mean completion tokens on
-  held-out tasks (the benchmark split, which no training data comes from);
-- ``logged_pass_before/after``: the RL objective itself, the sampled (T = 1, the serving
-  temperature of the fixture) pass rate on the first 160 of the fixture's prompts
-  (``trainer.fixtures.logged_eval_tasks``), ``SAMPLES`` per prompt.
+Every arm starts from a checkpoint, trains on logged rows of the recorded fixture
+(tests/fixtures/rl_rows.parquet: 2,000 train-split prompts x 4 samples at T = 1 from the cached
+champion, trainer/fixtures.py) for the same number of steps and rows per step, once per seed, and
+is scored greedy on the **fresh** set (``tasks.toy.fresh_tasks()``: 2,000 held-out-bucket tasks,
+split ``"fresh"``, disjoint from the train split and from every held-out task that chose a
+setting). Arms:
 
-    .venv/bin/python bench/learning.py [--steps 120 --seeds 0 1 2 --heldout 300]
+- ``rl``: ``run_training`` with the trainer's defaults (plus ``--config``);
+- ``placebo``: the same, rewards shuffled across rows (seeded): must stay within noise of 0;
+- ``filtered_sft``: cross-entropy on the same rows whose reward is > 0
+  (``trainer.filtered_sft``, same steps, rows per step and lr); RL should match or beat it;
+- ``one_sample``: one logged row per prompt (2,000 rows, seeded pick), the production regime:
+  no natural groups, so the baseline is the value head;
+- ``stale_on`` / ``stale_off``: the policy being trained is the champion two versions later
+  (``trainer.fixtures.descendant_dir(2)``: two continuations of the warm start, 100 SFT steps
+  each), the rows are the fixture's, logged by version 1: two versions old. The off-policy
+  correction (truncated pi_prox / pi_b weights, the GSPO band) on vs off. Their "before" is
+  the descendant's own pass rate.
 
-Writes bench/results/learning.json (means over seeds and the per-seed figures).
+Per arm: the pass-rate change on the fresh set with a paired-bootstrap 95% CI (tasks resampled,
+per-task change averaged over seeds first), mean completion tokens before/after, per-seed detail.
+
+Which set tuned what: the trainer's defaults that were ever tuned (``lr`` 1e-4 against 2e-4 and
+above, 120 steps) were chosen on the held-out split's ``generate_tasks(300, seed=7, "heldout")``
+draw (the old bench and the learning test) and the logged train-split prompts; no setting was
+tuned on the fresh set, and its tasks exclude that draw (up to 1,000 tasks of it:
+``tasks.toy.FRESH_EXCLUDES``). The fresh set's seed and size are fixed (``FRESH_SEED``,
+``FRESH_SIZE``). Run as a module (``bench/ingest.py`` would shadow the ``ingest`` package):
+
+    .venv/bin/python -m bench.learning [--steps 120 --seeds 0 1 2 3 4 --fresh 2000 --arms ...]
+
+Writes bench/results/learning.json (rewritten after every run; ``complete`` says whether all ran).
+Cost, measured on the shared 2-core machine at load ~9: a run of 120 steps takes 5 to 9 minutes
+(recipe setup ~40 CPU-s for 8,000 rows, ~1.1 CPU-s per step, ~28 CPU-s per greedy pass over 2,000
+tasks), so the 30 runs of the default take hours there; ``--seeds``/``--arms`` cut it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "learning.json"
-HELDOUT_SEED = 7
-SAMPLES = 8
+ARMS = ("rl", "placebo", "filtered_sft", "one_sample", "stale_on", "stale_off")
+BOOTSTRAP = 4000
 
 
-def run(steps: int, seeds: list[int], n_heldout: int, threads: int, config: dict) -> dict:
+def paired_bootstrap(before: list[bool], afters: list[list[bool]], *, n_boot: int = BOOTSTRAP,
+                     seed: int = 0) -> tuple[float, float, float]:
+    """Mean pass-rate change and its 95% percentile CI, resampling tasks: per task the change is
+    (mean over seeds of after) - before, so seeds share the task draw (paired)."""
+    import numpy as np
+
+    b = np.asarray(before, dtype=float)
+    d = np.mean(np.asarray(afters, dtype=float), axis=0) - b
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, len(d), size=(n_boot, len(d)))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(d.mean()), float(lo), float(hi)
+
+
+def arm_rows(arm: str, rows, seed: int):
+    """The rows an arm trains on (pyarrow Table)."""
+    import pyarrow as pa
+
+    if arm == "placebo":
+        rewards = rows.column("reward").to_pylist()
+        random.Random(f"placebo/{seed}").shuffle(rewards)
+        i = rows.column_names.index("reward")
+        return rows.set_column(i, "reward", pa.array(rewards, rows.schema.field("reward").type))
+    if arm == "one_sample":
+        by_prompt: dict[str, list[int]] = {}
+        for i, p in enumerate(rows.column("prompt").to_pylist()):
+            by_prompt.setdefault(p, []).append(i)
+        rng = random.Random(f"one_sample/{seed}")
+        return rows.take(sorted(rng.choice(ix) for ix in by_prompt.values()))
+    return rows
+
+
+def train_arm(arm: str, seed: int, start: Path, rows, config: dict, steps: int,
+              out: Path) -> dict:
+    """Train one arm for one seed into ``out``; returns the trainer's summary metrics."""
+    from trainer.config import TrainerConfig
+    from trainer.filtered_sft import filtered_sft
+    from trainer.recipe import run_training
+
+    cfg = TrainerConfig.model_validate({**config, "seed": seed, "steps": steps})
+    if arm == "filtered_sft":
+        kept = filtered_sft(start, rows, out, steps=steps, batch_size=cfg.batch_size, lr=cfg.lr,
+                            seed=seed)
+        return {"rows_kept": kept}
+    if arm.startswith("stale"):
+        cfg = cfg.model_copy(update={"off_policy_correction": arm == "stale_on"})
+        return run_training(start, rows, cfg, out, current_version=3)
+    return run_training(start, arm_rows(arm, rows, seed), cfg, out)
+
+
+def _progress(done: int, total: int, t0: float, what: str) -> None:
+    elapsed = time.perf_counter() - t0
+    left = elapsed / done * (total - done) if done else float("nan")
+    print(f"[{done}/{total}] {what} | {elapsed / 60:.1f} min elapsed, ~{left / 60:.1f} min left",
+          flush=True)
+
+
+def _summary(arm: str, before, per_seed: list[dict]) -> dict:
+    delta, lo, hi = paired_bootstrap(before.passed, [s["passed"] for s in per_seed])
+    return {
+        "pass_before": before.pass_rate, "tokens_before": before.mean_tokens,
+        "pass_after": statistics.mean(s["pass_after"] for s in per_seed),
+        "tokens_after": statistics.mean(s["tokens_after"] for s in per_seed),
+        "delta": delta, "ci_low": lo, "ci_high": hi,
+        "delta_sd_over_seeds": statistics.pstdev(s["pass_after"] - before.pass_rate
+                                                 for s in per_seed),
+        "per_seed": [{k: v for k, v in s.items() if k != "passed"} for s in per_seed],
+    }
+
+
+def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: int,
+        config: dict, out: Path) -> dict:
+    """Seeds outer, arms inner (so a cut-short run has every arm on its first seeds); the
+    results file is rewritten after every run (``complete`` says whether all ran)."""
     import torch
 
     from policy.toy.checkpoint import load_checkpoint
-    from tasks.toy import generate_tasks
-    from trainer.config import TrainerConfig
+    from tasks.toy import fresh_tasks
     from trainer.evaluate import evaluate
-    from trainer.fixtures import champion_dir, fixture_rows, logged_eval_tasks
-    from trainer.recipe import run_training
+    from trainer.fixtures import champion_dir, descendant_dir, fixture_rows
 
     torch.set_num_threads(threads)
-    champ = champion_dir()
-    rows = fixture_rows()
-    heldout = generate_tasks(n_heldout, seed=HELDOUT_SEED, split="heldout")
-    logged = logged_eval_tasks(SAMPLES)
-
-    def logged_pass(model) -> float:
-        return evaluate(model, logged, temperature=1.0, seed=HELDOUT_SEED).pass_rate
-
-    champion = load_checkpoint(champ)
-    before, logged_before = evaluate(champion, heldout), logged_pass(champion)
-    per_seed = []
+    t0 = time.perf_counter()
+    rows, fresh = fixture_rows(), fresh_tasks(n_fresh)
+    makers = {"champion": champion_dir, "descendant": lambda: descendant_dir(2)}
+    needed = {"descendant" if a.startswith("stale") else "champion" for a in arms}
+    total = len(needed) + len(arms) * len(seeds)
+    starts, befores, done = {}, {}, 0
+    per_arm: dict[str, list[dict]] = {arm: [] for arm in arms}
     for seed in seeds:
-        cfg = TrainerConfig.model_validate({**config, "seed": seed, "steps": steps})
-        with tempfile.TemporaryDirectory() as tmp:
-            t0 = time.perf_counter()
-            metrics = run_training(champ, rows, cfg, Path(tmp) / "cand")
-            seconds = time.perf_counter() - t0
-            cand = load_checkpoint(Path(tmp) / "cand")
-            after, logged_after = evaluate(cand, heldout), logged_pass(cand)
-        per_seed.append({"seed": seed, "pass_after": after.pass_rate,
-                         "logged_pass_after": logged_after,
-                         "tokens_after": after.mean_tokens, "by_kind_after": after.by_kind,
-                         "train_seconds": seconds,
-                         "kl_theta_ref_k3_last": metrics["kl_theta_ref_k3"]})
-        print(f"seed {seed}: held-out pass {before.pass_rate:.3f} -> {after.pass_rate:.3f}, "
-              f"logged prompts {logged_before:.3f} -> {logged_after:.3f}, tokens "
-              f"{before.mean_tokens:.2f} -> {after.mean_tokens:.2f}, {seconds:.0f} s", flush=True)
+        for arm in arms:
+            start = "descendant" if arm.startswith("stale") else "champion"
+            if start not in starts:  # built and scored when first needed
+                starts[start] = makers[start]()
+                befores[start] = evaluate(load_checkpoint(starts[start]), fresh)
+                done += 1
+                _progress(done, total, t0, f"before: {start} pass "
+                          f"{befores[start].pass_rate:.3f}")
+            per_arm[arm].append(_one(arm, seed, starts[start], rows, config, steps, fresh))
+            done += 1
+            s = per_arm[arm][-1]
+            _progress(done, total, t0, f"{arm} seed {seed}: {befores[start].pass_rate:.3f} -> "
+                      f"{s['pass_after']:.3f}, tokens {befores[start].mean_tokens:.2f} -> "
+                      f"{s['tokens_after']:.2f}, train {s['train_seconds']:.0f} s")
+            result = _result(per_arm, befores, seeds, steps, n_fresh, rows, config, t0)
+            result["complete"] = done == total
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _one(arm: str, seed: int, start: Path, rows, config: dict, steps: int, fresh) -> dict:
+    from policy.toy.checkpoint import load_checkpoint
+    from trainer.evaluate import evaluate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t1 = time.perf_counter()
+        metrics = train_arm(arm, seed, start, rows, config, steps, Path(tmp) / "cand")
+        seconds = time.perf_counter() - t1
+        after = evaluate(load_checkpoint(Path(tmp) / "cand"), fresh)
+    return {"seed": seed, "pass_after": after.pass_rate, "tokens_after": after.mean_tokens,
+            "by_kind_after": after.by_kind, "train_seconds": seconds, "passed": after.passed,
+            **{k: metrics[k] for k in ("kl_theta_ref_k3", "rows_used", "rows_kept",
+                                       "is_weight_mean", "reward_mean") if k in metrics}}
+
+
+def _result(per_arm: dict, befores: dict, seeds, steps, n_fresh, rows, config, t0) -> dict:
+    arms = {arm: {"start": "descendant" if arm.startswith("stale") else "champion",
+                  **_summary(arm, befores["descendant" if arm.startswith("stale")
+                                          else "champion"], runs)}
+            for arm, runs in per_arm.items() if runs}
+    rl = arms.get("rl", {})
+    champ = befores.get("champion") or next(iter(befores.values()))
     return {
-        "pass_before": before.pass_rate,
-        "pass_after": statistics.mean(s["pass_after"] for s in per_seed),
-        "tokens_before": before.mean_tokens,
-        "tokens_after": statistics.mean(s["tokens_after"] for s in per_seed),
-        "logged_pass_before": logged_before,
-        "logged_pass_after": statistics.mean(s["logged_pass_after"] for s in per_seed),
-        "by_kind_before": before.by_kind, "per_seed": per_seed, "heldout_tasks": n_heldout,
-        "fixture_rows": rows.num_rows, "fixture_reward_mean": statistics.mean(
-            rows.column("reward").to_pylist()),
+        "pass_before": champ.pass_rate, "tokens_before": champ.mean_tokens,
+        "pass_after": rl.get("pass_after"), "tokens_after": rl.get("tokens_after"),
+        "delta": rl.get("delta"), "ci_low": rl.get("ci_low"), "ci_high": rl.get("ci_high"),
+        "placebo_delta": arms.get("placebo", {}).get("delta"),
+        "sft_delta": arms.get("filtered_sft", {}).get("delta"),
+        "by_kind_before": champ.by_kind,
+        "arms": arms, "seeds": seeds,
+        "sizes": {"fresh_tasks": n_fresh, "fresh_distinct": len(set(_ids(n_fresh))),
+                  "steps": steps, "batch_size": config.get("batch_size", 64),
+                  "fixture_rows": rows.num_rows, "bootstrap": BOOTSTRAP},
+        "befores": {k: {"pass": v.pass_rate, "tokens": v.mean_tokens, "by_kind": v.by_kind}
+                    for k, v in befores.items()},
         "trainer_config": {**config, "steps": steps},
+        "total_seconds": time.perf_counter() - t0,
     }
+
+
+def _ids(n: int) -> list[str]:
+    from tasks.toy import fresh_tasks
+
+    return [t.task_id for t in fresh_tasks(n)]
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=120)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--heldout", type=int, default=300)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--fresh", type=int, default=2000)
+    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--config", type=json.loads, default={},
                    help="TrainerConfig fields as JSON, e.g. '{\"lr\": 1e-4}'")
+    p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
-    result = run(args.steps, args.seeds, args.heldout, args.threads, args.config)
-    print(json.dumps({k: result[k] for k in
-                      ("pass_before", "pass_after", "tokens_before", "tokens_after",
-                       "logged_pass_before", "logged_pass_after")}, indent=2))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2))
+    result = run(args.steps, args.seeds, args.fresh, args.arms, args.threads, args.config,
+                 args.out)
+    print(f"{'arm':<14}{'before':>8}{'after':>8}{'delta':>8}{'95% CI':>18}{'tokens':>16}")
+    for arm, r in result["arms"].items():
+        print(f"{arm:<14}{r['pass_before']:>8.3f}{r['pass_after']:>8.3f}{r['delta']:>+8.3f}"
+              f"  [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
+              f"{r['tokens_before']:>8.2f} ->{r['tokens_after']:>5.2f}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ Deliberately left out: natural-language tasks, multi-line answers, and any notio
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import random
@@ -434,22 +435,49 @@ _KINDS: dict[str, Callable[[random.Random], Task]] = {
 KINDS = tuple(_KINDS)
 
 
-def generate_tasks(n: int, seed: int, split: Literal["train", "heldout"]) -> list[Task]:
+Split = Literal["train", "heldout", "fresh"]
+
+FRESH_EXCLUDES = ((7, 1000),)
+"""(seed, n) of the held-out draws that chose hyper-parameters (bench/learning.py's and the
+learning test's held-out set is ``generate_tasks(300, 7, "heldout")``, the tuning log used up to
+1,000 of that draw): no task with their content is ever in the ``fresh`` split."""
+FRESH_SEED = 0
+FRESH_SIZE = 2000
+
+
+def generate_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """``n`` tasks of the given split, kinds in equal shares, deterministic in ``seed``.
 
     Tasks are drawn with replacement (a small family such as off_by_one repeats); a task lands in
-    ``heldout`` iff its content hash falls in the fixed 20% bucket, whatever the seed.
+    ``heldout`` iff its content hash falls in the fixed 20% bucket, whatever the seed. ``fresh``
+    draws from the same held-out bucket (never trained on) but leaves out every task of the
+    ``FRESH_EXCLUDES`` draws (the ones that tuned something), so it is disjoint from the train
+    split and from the held-out tasks that chose any setting. The held-out bucket holds only about
+    300 distinct arith and 325 off_by_one tasks, so a large fresh draw repeats them.
     """
-    if split not in ("train", "heldout"):
-        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+    if split not in ("train", "heldout", "fresh"):
+        raise ValueError(f"split must be 'train', 'heldout' or 'fresh', got {split!r}")
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    rng = random.Random(f"ratchet.tasks/{seed}/{split}")  # the seed string, kept: it fixes every split
-    want_heldout = split == "heldout"
+    # the seed string, kept: it fixes every split
+    rng = random.Random(f"ratchet.tasks/{seed}/{split}")
+    excluded = _tuning_task_ids() if split == "fresh" else frozenset()
+    want_heldout = split != "train"
     out: list[Task] = []
     while len(out) < n:
         kind = KINDS[len(out) % len(KINDS)]
         task = _KINDS[kind](rng)
-        if is_heldout(task) == want_heldout:
+        if is_heldout(task) == want_heldout and task.task_id not in excluded:
             out.append(task)
     return out
+
+
+def fresh_tasks(n: int = FRESH_SIZE, seed: int = FRESH_SEED) -> list[Task]:
+    """The fresh evaluation set (split ``fresh``): scores learning, never chooses a setting."""
+    return generate_tasks(n, seed, "fresh")
+
+
+@functools.cache
+def _tuning_task_ids() -> frozenset[str]:
+    return frozenset(t.task_id for seed, n in FRESH_EXCLUDES
+                     for t in generate_tasks(n, seed, "heldout"))

@@ -16,13 +16,16 @@ from tasks.toy import Task, check
 
 @dataclass
 class EvalResult:
-    """pass_rate in [0, 1]; mean_tokens counts generated tokens (EOS included)."""
+    """pass_rate in [0, 1]; mean_tokens counts generated tokens (EOS included); ``passed`` and
+    ``tokens`` per task, in the order of the tasks (for paired comparisons)."""
 
     pass_rate: float
     mean_tokens: float
     malformed_rate: float
     n: int
     by_kind: dict[str, float] = field(default_factory=dict)
+    passed: list[bool] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
 
 
 def evaluate(
@@ -36,7 +39,9 @@ def evaluate(
 ) -> EvalResult:
     """Generate an answer per task (greedy by default) and check it."""
     passed: dict[str, list[bool]] = defaultdict(list)
-    tokens, malformed = 0, 0
+    per_task: list[bool] = []
+    per_tokens: list[int] = []
+    malformed = 0
     for start in range(0, len(tasks), batch_size):
         chunk = tasks[start:start + batch_size]
         gens = generate(model, [t.prompt for t in chunk], max_new_tokens=max_new_tokens,
@@ -44,9 +49,10 @@ def evaluate(
         for task, g in zip(chunk, gens):
             r = check(task, g.text)
             passed[task.kind].append(r.passed)
-            tokens += len(g.token_ids)
+            per_task.append(r.passed)
+            per_tokens.append(len(g.token_ids))
             malformed += r.malformed
     n = max(len(tasks), 1)
-    flat = [p for ps in passed.values() for p in ps]
-    return EvalResult(sum(flat) / n, tokens / n, malformed / n, len(tasks),
-                      {k: sum(v) / len(v) for k, v in sorted(passed.items())})
+    return EvalResult(sum(per_task) / n, sum(per_tokens) / n, malformed / n, len(tasks),
+                      {k: sum(v) / len(v) for k, v in sorted(passed.items())}, per_task,
+                      per_tokens)

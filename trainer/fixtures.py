@@ -44,13 +44,23 @@ def champion_dir(seed: int = SFT_SEED, steps: int | None = None) -> Path:
 
 
 def _recipe_key() -> str:
-    """Changes whenever the model config, the SFT code or the task family changes."""
+    """Changes whenever the model config, the SFT code or the train split it learns from
+    changes. The train split enters as a fingerprint of its tasks, not as tasks/toy.py's text, so
+    a new split or a checker change there does not rebuild the champion."""
     import hashlib
+    import json
+
+    from tasks.toy import generate_tasks
 
     h = hashlib.sha256(TOY_CONFIG.read_bytes())
-    for path in ("trainer/sft.py", "tasks/toy.py", "policy/toy/model.py"):
+    for path in ("trainer/sft.py", "policy/toy/model.py"):
         h.update((ROOT / path).read_bytes())
-    return h.hexdigest()[:10]
+    train = generate_tasks(_FINGERPRINT_TASKS, seed=SFT_SEED, split="train")
+    h.update(json.dumps([t.to_dict() for t in train]).encode())
+    return "t" + h.hexdigest()[:10]
+
+
+_FINGERPRINT_TASKS = 2000
 
 
 def record_rows(champion: Path, *, n_tasks: int = FIXTURE_TASKS,
@@ -110,3 +120,33 @@ def fixture_rows(regenerate: bool = False) -> pa.Table:
     from ingest.schema import upgrade_reward_table
 
     return upgrade_reward_table(pq.read_table(FIXTURE))
+
+
+DESCENDANT_STEPS = 100
+DESCENDANT_LR = 1e-3
+
+
+def descendant_dir(generations: int = 2) -> Path:
+    """The champion ``generations`` versions later: each version continues the warm start for
+    ``DESCENDANT_STEPS`` SFT steps (constant lr ``DESCENDANT_LR``, fresh train-split tasks), its
+    ``model_version`` one higher. The fixture's rows (version 1) are then ``generations`` versions
+    old for it: the stale-rows ablation of bench/learning.py. Cached like ``champion_dir()``."""
+    from policy.toy.checkpoint import load_checkpoint, save_checkpoint
+    from tasks.toy import generate_tasks
+    from trainer.sft import sft_step
+
+    out = CACHE / f"descendant-g{generations}-n{DESCENDANT_STEPS}-{_recipe_key()}"
+    if (out / "model.safetensors").exists():
+        return out
+    import torch
+
+    model = load_checkpoint(champion_dir()).train()
+    torch.manual_seed(SFT_SEED)
+    opt = torch.optim.AdamW(model.parameters(), lr=DESCENDANT_LR)
+    for g in range(generations):
+        tasks = generate_tasks(DESCENDANT_STEPS * 48, seed=1000 + g, split="train")
+        for step in range(DESCENDANT_STEPS):
+            sft_step(model, opt, tasks[step * 48:(step + 1) * 48])
+    save_checkpoint(model.eval(), out, metadata={"origin": "descendant", "model_version":
+                                                 1 + generations, "parent": str(champion_dir())})
+    return out

@@ -1,10 +1,20 @@
 """tasks.toy: generation is deterministic and split-stable; check is safe and exact."""
 
+import hashlib
+import json
 import time
 
 import pytest
 
-from tasks.toy import Task, check, evaluate, generate_tasks, is_heldout
+from tasks.toy import (
+    FRESH_EXCLUDES,
+    Task,
+    check,
+    evaluate,
+    fresh_tasks,
+    generate_tasks,
+    is_heldout,
+)
 
 
 def _task(kind, prompt, reference, cases=()):
@@ -88,6 +98,30 @@ def test_splits_are_disjoint_and_about_20_percent():
     held = generate_tasks(300, seed=0, split="heldout")
     assert all(is_heldout(t) for t in held)
     assert not train & {t.task_id for t in held}
+
+
+def _ids_digest(tasks) -> str:
+    return hashlib.sha256(json.dumps([t.task_id for t in tasks]).encode()).hexdigest()[:16]
+
+
+def test_existing_splits_are_unchanged():
+    """The fixture's prompts, the learning test's held-out set and a gate suite: pinned digests
+    (computed before the fresh split was added)."""
+    assert _ids_digest(generate_tasks(2000, 1, "train")) == "308dbdf51bc00de6"
+    assert _ids_digest(generate_tasks(300, 7, "heldout")) == "d9260cefdebb6a9d"
+    assert _ids_digest(generate_tasks(1000, 0, "heldout")) == "65b9ab1a6140c3c5"
+
+
+def test_fresh_split_is_held_out_and_disjoint_from_the_tuning_draws():
+    fresh = fresh_tasks(600)
+    assert fresh == generate_tasks(600, 0, "fresh") == fresh_tasks(600)
+    assert all(is_heldout(t) for t in fresh)
+    assert [t.kind for t in fresh[:3]] == ["arith", "complete", "off_by_one"]
+    ids = {t.task_id for t in fresh}
+    tuned = {t.task_id for seed, n in FRESH_EXCLUDES for t in generate_tasks(n, seed, "heldout")}
+    assert not ids & tuned
+    assert not ids & {t.task_id for t in generate_tasks(600, 0, "train")}
+    assert all(check(t, t.reference).passed for t in fresh)
 
 
 def test_roundtrip_dict():

@@ -1,0 +1,70 @@
+"""bench/learning.py's controls and statistics, filtered SFT and per-task evaluation, on tiny
+inputs (the experiment itself: bench/results/learning.json)."""
+
+import pyarrow.compute as pc
+import pytest
+
+from bench import learning
+from policy.toy.checkpoint import load_checkpoint, load_metadata
+from tasks.toy import generate_tasks
+from trainer.evaluate import evaluate
+from trainer.filtered_sft import filtered_sft
+from trainer.fixtures import tiny_champion
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_champion(tmp_path_factory.mktemp("tiny"))
+
+
+def test_paired_bootstrap_hand_computed():
+    before = [0, 1, 0, 1] * 50
+    afters = [[1, 1, 0, 1] * 50, [0, 1, 1, 1] * 50]  # per task: +0.5, 0, +0.5, 0
+    delta, lo, hi = learning.paired_bootstrap(before, afters)
+    assert delta == pytest.approx(0.25)
+    assert lo < 0.25 < hi and hi - lo < 0.15
+    same = learning.paired_bootstrap(before, [before, before])
+    assert same == (0.0, 0.0, 0.0)
+
+
+def test_placebo_shuffles_rewards_and_keeps_everything_else(tiny):
+    _, _, rows = tiny
+    shuffled = learning.arm_rows("placebo", rows, seed=0)
+    assert sorted(shuffled.column("reward").to_pylist()) == sorted(rows.column("reward")
+                                                                    .to_pylist())
+    assert shuffled.column("prompt") == rows.column("prompt")
+    assert learning.arm_rows("placebo", rows, 0) == shuffled  # seeded
+
+
+def test_one_sample_keeps_one_row_per_prompt(tiny):
+    _, _, rows = tiny
+    one = learning.arm_rows("one_sample", rows, seed=1)
+    prompts = one.column("prompt").to_pylist()
+    assert len(prompts) == len(set(prompts)) == len(set(rows.column("prompt").to_pylist()))
+
+
+def test_filtered_sft_trains_on_positive_rows_only(tiny, tmp_path):
+    model, champion, rows = tiny
+    positive = int(pc.sum(pc.greater(rows.column("reward"), 0.0)).as_py() or 0)
+    if positive == 0:  # the untrained tiny model: make two rows positive
+        rewards = [1.0, 1.0] + rows.column("reward").to_pylist()[2:]
+        rows = rows.set_column(rows.column_names.index("reward"), "reward",
+                               __import__("pyarrow").array(rewards, rows.schema.field("reward")
+                                                           .type))
+        positive = 2
+    kept = filtered_sft(champion, rows, tmp_path / "sft", steps=2, batch_size=4, lr=1e-2)
+    assert kept == positive and load_metadata(tmp_path / "sft")["rows_kept"] == positive
+    after = load_checkpoint(tmp_path / "sft")
+    moved = any((a - b).abs().max() > 0 for a, b in zip(after.parameters(),
+                                                        model.parameters()))
+    assert moved
+    with pytest.raises(ValueError, match="no row has reward"):
+        filtered_sft(champion, rows, tmp_path / "none", steps=1, min_reward=1e9)
+
+
+def test_evaluate_reports_per_task_results_in_task_order(tiny):
+    model, _, _ = tiny
+    tasks = generate_tasks(7, seed=0, split="fresh")
+    r = evaluate(model, tasks, max_new_tokens=4, batch_size=3)
+    assert len(r.passed) == len(r.tokens) == 7
+    assert r.pass_rate == sum(r.passed) / 7 and r.mean_tokens == sum(r.tokens) / 7
