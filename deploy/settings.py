@@ -52,14 +52,31 @@ class TorchEngineConfig(BaseModel):
 
 
 class VllmEngineConfig(BaseModel):
-    """An external vLLM OpenAI server (deploy/engines/vllm_engine.py; contract in ENGINES.md)."""
+    """A vLLM OpenAI server (deploy/engines/vllm_engine.py; contract in ENGINES.md): an external
+    one at ``url``, or with ``managed`` a child process the replica starts on the checkpoint it
+    loaded and restarts on ``/admin/reload``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["vllm"] = "vllm"
-    url: str = Field(min_length=1, description="Base URL of the vLLM server, e.g. http://127.0.0.1:8100.")
-    served_model: str = Field(
-        min_length=1, description="The model name vLLM serves (its --served-model-name or path)."
+    managed: bool = Field(
+        default=False,
+        description="Start and own a vLLM child (its venv: `make test-vllm` bootstraps "
+        ".cache/vllm-venv) on the replica's loaded checkpoint; a reload restarts it.",
+    )
+    url: str | None = Field(
+        default=None, min_length=1,
+        description="Base URL of an external vLLM server, e.g. http://127.0.0.1:8100.",
+    )
+    served_model: str | None = Field(
+        default=None, min_length=1,
+        description="The model name the external vLLM serves (its --served-model-name or path).",
+    )
+    venv: str | None = Field(default=None, description="Managed: the vLLM venv (default "
+                             ".cache/vllm-venv).")
+    dtype: Literal["bfloat16", "float32"] = Field(
+        default="bfloat16", description="Managed: the dtype vLLM computes in (float32 matches "
+        "the trainer's recompute within 1e-5; bfloat16 within 0.22 on a tiny MoE, ENGINES.md).",
     )
     timeout_s: float = Field(default=120.0, gt=0.0, description="Per-request timeout.")
     teacher_forced_experts: bool = Field(
@@ -67,6 +84,13 @@ class VllmEngineConfig(BaseModel):
         description="Recompute routed experts with a teacher-forced pass of the checkpoint this "
         "replica loaded (vLLM's CPU build does not return them); off: source 'none'.",
     )
+
+    @model_validator(mode="after")
+    def _external_or_managed(self) -> VllmEngineConfig:
+        if not self.managed and (self.url is None or self.served_model is None):
+            raise ValueError("engine.url and engine.served_model are required unless "
+                             "engine.managed is true")
+        return self
 
 
 EngineConfig = Annotated[TorchEngineConfig | VllmEngineConfig, Field(discriminator="type")]

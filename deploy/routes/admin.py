@@ -2,7 +2,9 @@
 
 Requests keep being served by the old model while the new one downloads and builds. A version
 that does not exist is 404; one whose weights fail the load checks (deploy/model_host.py) is 422,
-and the old model keeps serving.
+and the old model keeps serving. An engine that owns its own server (a managed vLLM child) is
+restarted on the new version after the host loaded it; if that fails the answer is 422 and the
+old child keeps serving.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import time
 from fastapi import APIRouter, HTTPException, status
 
 from deploy.api import ReloadRequest, ReloadResponse
-from deploy.deps import AdminDep, HostDep, MetricsDep, SettingsDep
+from deploy.deps import AdminDep, EngineDep, HostDep, MetricsDep, SettingsDep
 from deploy.model_host import ModelLoadError
 
 router = APIRouter(prefix="/admin", tags=["admin"])
@@ -20,7 +22,8 @@ router = APIRouter(prefix="/admin", tags=["admin"])
 
 @router.post("/reload", response_model=ReloadResponse)
 def reload(
-    body: ReloadRequest, _: AdminDep, host: HostDep, settings: SettingsDep, metrics: MetricsDep
+    body: ReloadRequest, _: AdminDep, host: HostDep, settings: SettingsDep, metrics: MetricsDep,
+    engine: EngineDep,
 ) -> ReloadResponse:
     previous = host.current.version if host.current else None
     try:
@@ -39,6 +42,16 @@ def reload(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             f"version: {version} refused, still serving {previous}: {exc}",
         ) from exc
+    server = getattr(engine, "server", None)  # a managed engine follows the host's version
+    if server is not None:
+        try:
+            server.reload()
+        except Exception as exc:
+            metrics.reloads.labels("refused").inc()
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                f"version: {version} loaded but the engine did not start on it: {exc}",
+            ) from exc
     metrics.reloads.labels("ok").inc()
     return ReloadResponse(
         version=version, previous_version=previous, load_seconds=time.perf_counter() - start

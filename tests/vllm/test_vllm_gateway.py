@@ -128,8 +128,8 @@ def gateway(managed, champion, mlflow_server, broker, tmp_path_factory):
         tracking_uri=mlflow_server.uri, model_name=name, kafka_bootstrap=broker.bootstrap,
         local_mode=True, spool_dir=work / "spool", cache_dir=work / "cache",
         api_keys_path=work / "keys.json",
-        # the model host loads toy checkpoints only: point it at an alias nobody sets, so it
-        # idles; the vLLM engine serves the champion itself
+        # the host idles (an alias nobody sets) until /admin/reload names a version; the
+        # managed vLLM serves the champion itself
         alias="host-unused-in-vllm-tier",
     )
     app = create_app(settings)
@@ -318,7 +318,12 @@ def test_chat_and_streaming_through_vllm(client, champion, broker):
     assert streamed.time_to_first_token_ms <= streamed.latency_ms
 
 
-def test_a_new_champion_restarts_vllm(client, champion, managed, mlflow_server, broker):
+def test_a_new_champion_restarts_vllm(client, gateway, champion, managed, mlflow_server, broker):
+    """``POST /admin/reload`` (what a rollout sends) loads the version in the replica's host,
+    then restarts the managed vLLM child on it."""
+    import httpx
+
+    from deploy.settings import DEFAULT_ADMIN_TOKEN
     from policy.config import load_policy
     from runtime.services import _pid_alive
 
@@ -326,7 +331,10 @@ def test_a_new_champion_restarts_vllm(client, champion, managed, mlflow_server, 
     old_pid = managed.server.pid
     new_version = register(mlflow_server.uri, name, make_checkpoint(work / "seed1", seed=1))
     start = time.monotonic()
-    assert managed.reload() == new_version
+    reply = httpx.post(f"{gateway[0]}/admin/reload", json={"version": new_version}, timeout=900,
+                       headers={"Authorization": f"Bearer {DEFAULT_ADMIN_TOKEN}"})
+    assert reply.status_code == 200, reply.text
+    assert managed.target.version == new_version
     FIGURES["restart_s"] = round(time.monotonic() - start, 1)
     assert managed.server.pid != old_pid and not _pid_alive(old_pid)
     assert client.models.list().data[0].model_extra["version"] == new_version

@@ -80,3 +80,30 @@ def test_router_refuses_a_weak_token_off_loopback():
     with pytest.raises(ValidationError, match="not loopback"):
         RouterSettings(stable_urls=["http://x"], host="0.0.0.0", admin_token="short")
     assert RouterSettings(stable_urls=["http://x"], local_mode=True).host == "127.0.0.1"
+
+
+def test_vllm_engine_is_external_or_managed():
+    from deploy.settings import VllmEngineConfig
+
+    with pytest.raises(ValidationError, match="required unless engine.managed"):
+        VllmEngineConfig(url="http://127.0.0.1:8100")
+    managed = VllmEngineConfig(managed=True, dtype="float32")
+    assert managed.url is None and managed.dtype == "float32"
+    with pytest.raises(ValidationError, match="dtype"):
+        VllmEngineConfig(managed=True, dtype="float16")
+
+
+def test_managed_vllm_follows_the_replicas_loaded_version(tmp_path):
+    """A managed engine owns a ManagedVllm whose source is the host's loaded version (what
+    /admin/reload loaded and checked); before the first load it waits, then says why."""
+    from deploy.engines import loaded_checkpoint, make_engine
+    from deploy.engines.vllm_engine import ManagedVllm, VllmEngine
+    from deploy.model_host import ModelHost
+    from deploy.settings import VllmEngineConfig
+
+    host = ModelHost(tracking_uri="http://127.0.0.1:9", model_name="m", cache_dir=tmp_path)
+    engine = make_engine(VllmEngineConfig(managed=True, dtype="float32"), host)
+    assert isinstance(engine, VllmEngine) and isinstance(engine.server, ManagedVllm)
+    assert engine.server.dtype == "float32" and engine.server.workdir == tmp_path / "vllm"
+    with pytest.raises(LookupError, match="loaded no version"):
+        loaded_checkpoint(host, wait_s=0.3)()
