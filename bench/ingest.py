@@ -13,17 +13,29 @@ the same process:
 - ``span_events_per_s``: the whole span, end to end: the pipeline plus the commit (Great
   Expectations, whose import alone costs ~4 s; the span file, the manifest, dead letters,
   offset commit);
-- ``ratio`` = beam / raw, and ``peak_rss_mb`` of this process (Beam runs in-process).
+- ``pipeline_cpu_events_per_s``: events per CPU second of this process in the pipeline phase
+  (less sensitive to other load than wall clock; with a multi-process runner the workers' CPU
+  is not in it); ``cpu_ratio`` = raw consume CPU seconds / pipeline CPU seconds;
+- ``ratio`` = beam / raw (and ``span_ratio`` = span / raw) from the same repeat, and
+  ``peak_rss_mb`` of this process (Beam runs in-process unless a multi-process runner is named).
 
-Prints the figures and writes ``bench/results/ingest.json``.
+Each rate is measured ``--repeats`` times (raw consume, then a span with a fresh consumer group
+and output root) and reported as median, min and max; the ratio is taken per repeat. Arguments
+the script does not know go to Beam (e.g. ``--direct_num_workers=2
+--direct_running_mode=multi_processing``). ``--profile FILE`` runs one extra, untimed span under
+cProfile and writes its top entries.
+
+Prints the figures and writes ``bench/results/ingest.json`` (or ``--out``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -51,7 +63,7 @@ def produce(bootstrap: str, n_events: int) -> tuple[int, float]:
     return sent, time.perf_counter() - t
 
 
-def raw_consume(bootstrap: str) -> tuple[int, float]:
+def raw_consume(bootstrap: str) -> tuple[int, float, float]:
     from kafka import KafkaConsumer, TopicPartition
 
     from ingest.kafka_io import FETCH_SETTINGS, high_watermarks
@@ -65,7 +77,7 @@ def raw_consume(bootstrap: str) -> tuple[int, float]:
         for t in TOPICS.values()
         for p, hw in high_watermarks(bootstrap, t).items()
     }
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     consumer.assign(list(ends))
     for tp in ends:
         consumer.seek(tp, 0)
@@ -76,69 +88,136 @@ def raw_consume(bootstrap: str) -> tuple[int, float]:
             if recs[-1].offset + 1 >= ends[tp]:
                 done.add(tp)
         done |= {tp for tp, e in ends.items() if e == 0}
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     consumer.close()
-    return n, dt
+    return n, dt, cpu
+
+
+def one_span(bootstrap: str, work: Path, i: int, beam_args: list[str], profile: Path | None):
+    """One span over every event (a fresh group and output root): its phases and result."""
+    from ingest.config import JoinConfig, KafkaSource, ParseConfig, ValidationConfig
+    from ingest.pipeline import SpanJob
+    from rewards.config import RewardConfig
+
+    job = SpanJob(
+        source=KafkaSource(bootstrap=bootstrap, group_id=f"bench-{i}"),
+        output_root=work / f"out-{i}",
+        reward_config=RewardConfig(),
+        join=JoinConfig(),
+        parse=ParseConfig(),
+        validation=ValidationConfig(),
+        beam_args=beam_args,
+    )
+    phases = {}
+    t0 = time.perf_counter()
+    for name, step in (("setup", job.setup), ("pipeline", job.run), ("commit", job.commit)):
+        t, cpu = time.perf_counter(), time.process_time()
+        if name == "pipeline" and profile is not None:
+            out = _profiled(step, profile)
+        else:
+            out = step()
+        phases[name] = round(time.perf_counter() - t, 2)
+        phases[f"{name}_cpu"] = round(time.process_time() - cpu, 2)
+    job.cleanup()
+    return out, phases, time.perf_counter() - t0
+
+
+def _profiled(step, path: Path):
+    """Run ``step`` under cProfile; write the top 25 entries (cumulative and own time)."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile(time.process_time)  # CPU time: robust to a loaded machine
+    out = prof.runcall(step)
+    buf = io.StringIO()
+    stats = pstats.Stats(prof, stream=buf)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(25)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(buf.getvalue())
+    return out
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    """Median, min and max of repeated measurements."""
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ingest.json")
-    args = parser.parse_args(argv)
+    parser.add_argument("--profile", type=Path, help="cProfile an extra span's pipeline here.")
+    parser.add_argument("--note", default="", help="Free text stored with the result.")
+    args, beam_args = parser.parse_known_args(argv)
 
-    from ingest.config import JoinConfig, KafkaSource, ParseConfig, ValidationConfig
     from ingest.kafka_io import ensure_topics
-    from ingest.pipeline import SpanJob
-    from rewards.config import RewardConfig
     from runtime.services import Broker
 
     work = Path(tempfile.mkdtemp(prefix="ratchet-bench-ingest-"))
     broker = Broker.start(work / "broker")
+    runs = []
     try:
         ensure_topics(broker.bootstrap)
         sent, produce_s = produce(broker.bootstrap, args.events)
-        raw_n, raw_s = raw_consume(broker.bootstrap)
-        job = SpanJob(
-            source=KafkaSource(bootstrap=broker.bootstrap, group_id="bench"),
-            output_root=work / "out",
-            reward_config=RewardConfig(),
-            join=JoinConfig(),
-            parse=ParseConfig(),
-            validation=ValidationConfig(),
-        )
-        phases = {}
-        t0 = time.perf_counter()
-        for name, step in (("setup", job.setup), ("pipeline", job.run), ("commit", job.commit)):
-            t = time.perf_counter()
-            out = step()
-            phases[name] = round(time.perf_counter() - t, 2)
-        span = out
-        job.cleanup()
-        beam_s = time.perf_counter() - t0
+        if args.profile:  # an extra span, not timed: cProfile slows it down
+            one_span(broker.bootstrap, work, -1, beam_args, args.profile)
+        for i in range(args.repeats):
+            raw_n, raw_s, raw_cpu = raw_consume(broker.bootstrap)
+            span, phases, span_s = one_span(broker.bootstrap, work, i, beam_args, None)
+            events_in = span.completions_in + span.signals_in + span.dead_letters
+            if events_in != sent or raw_n != sent:
+                raise RuntimeError(f"sent {sent}, Beam read {events_in}, raw read {raw_n}")
+            pipeline_s = phases["setup"] + phases["pipeline"]
+            beam_rate, raw_rate = events_in / pipeline_s, raw_n / raw_s
+            runs.append(
+                {
+                    "beam_events_per_s": round(beam_rate, 1),
+                    "raw_consume_events_per_s": round(raw_rate, 1),
+                    "ratio": round(beam_rate / raw_rate, 3),
+                    "span_events_per_s": round(events_in / span_s, 1),
+                    "span_ratio": round(events_in / span_s / raw_rate, 3),
+                    "span_phase_seconds": phases,
+                    "pipeline_cpu_events_per_s": round(
+                        events_in / max(phases["pipeline_cpu"], 1e-9), 1
+                    ),
+                    "cpu_ratio": round(raw_cpu / max(phases["pipeline_cpu"], 1e-9), 3),
+                    "raw_seconds": round(raw_s, 2),
+                    "raw_cpu_seconds": round(raw_cpu, 2),
+                    "rows": span.rows,
+                    "pending": span.pending,
+                    "dead_letters": span.dead_letters,
+                    "validated": span.validated,
+                }
+            )
+            print(json.dumps(runs[-1]), flush=True)
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
-    events_in = span.completions_in + span.signals_in + span.dead_letters
-    if events_in != sent or raw_n != sent:
-        raise RuntimeError(f"sent {sent}, Beam read {events_in}, raw read {raw_n}")
-    pipeline_s = phases["setup"] + phases["pipeline"]
-    beam_rate, raw_rate = events_in / pipeline_s, raw_n / raw_s
+    keys = (
+        "beam_events_per_s",
+        "raw_consume_events_per_s",
+        "ratio",
+        "span_events_per_s",
+        "pipeline_cpu_events_per_s",
+        "cpu_ratio",
+    )
     result = {
         "events": sent,
-        "beam_events_per_s": round(beam_rate, 1),
-        "raw_consume_events_per_s": round(raw_rate, 1),
-        "ratio": round(beam_rate / raw_rate, 3),
+        "repeats": args.repeats,
+        "beam_args": beam_args,
+        **{k: _summary([r[k] for r in runs]) for k in (*keys, "span_ratio")},
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "span_events_per_s": round(events_in / beam_s, 1),
-        "span_seconds": round(beam_s, 2),
-        "span_phase_seconds": phases,
-        "raw_seconds": round(raw_s, 2),
         "produce_events_per_s": round(sent / produce_s, 1),
-        "rows": span.rows,
-        "pending": span.pending,
-        "dead_letters": span.dead_letters,
-        "validated": span.validated,
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "note": args.note,
+        "runs": runs,
     }
     print(json.dumps(result, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)

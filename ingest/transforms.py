@@ -5,6 +5,15 @@
 Kafka read claims each offset with an ``OffsetRestrictionTracker`` (one restriction per
 partition range), so a distributed runner can split it (ingest/RUNNERS.md).
 
+Batches, not events, travel between steps: the read emits record batches, classification turns
+a batch into one element per *bucket* (``bucket_of(response_id)``: a stable hash into
+``BUCKETS`` shards) holding every event of the batch for the response ids of that bucket, and
+the shuffle groups by bucket, not by response id. The join then groups a bucket's events by
+response id in memory and applies the same per-response-id rules (``join_group``); side outputs
+leave as one multi-line element per bundle and kind. This cuts the elements Beam encodes and
+shuffles from one per response id and batch to one per bucket and batch; the rules and their
+outputs are unchanged (tests/integration/test_ingest_columnar.py).
+
 Deliberately left out: planning ranges, validating, writing spans and committing offsets
 (ingest/pipeline.py), and the join and parse rules themselves (ingest/join.py, ingest/parse.py).
 """
@@ -14,7 +23,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,8 +51,24 @@ FAILPOINT_ENV = "RATCHET_INGEST_FAILPOINT"
 """Crash-test hook: set to a step name ('mid_read', 'mid_write', 'after_write', 'after_commit',
 'mid_publish') and the ingest process SIGKILLs itself there. Unset in normal runs."""
 
-READ_BATCH = 2000
+READ_BATCH = 5000
 ROWS_PER_TABLE = 4096
+BUCKETS = 32
+"""Shards of the response-id (and conversation-id) space: the shuffle's keys. More than the
+workers of any runner used here, few enough that each batch makes few elements."""
+
+
+def bucket_of(key: str) -> int:
+    """Stable shard of ``key`` (same in every worker process, unlike ``hash``)."""
+    return zlib.crc32(key.encode("utf-8")) % BUCKETS
+
+
+def _by_bucket(pairs: Iterable[tuple[str, Any]]) -> dict[int, list[tuple[str, Any]]]:
+    """``(key, value)`` pairs -> ``{bucket: [(key, value), ...]}`` (order kept)."""
+    out: dict[int, list[tuple[str, Any]]] = {}
+    for k, v in pairs:
+        out.setdefault(bucket_of(k), []).append((k, v))
+    return out
 
 
 def failpoint(step: str) -> None:
@@ -141,7 +167,12 @@ class ReadFileRanges(beam.DoFn):
 
 # --- parse, join, format -----------------------------------------------------------------------
 class ClassifyRecords(beam.DoFn):
-    """Record batches -> ``(response_id, [item, ...])``; dead letters and event times tagged."""
+    """Record batches -> ``(bucket, [(response_id, item), ...])`` per bucket of the batch.
+
+    Tagged outputs: ``dead`` (one list of dead-letter JSON lines per batch), ``conv``
+    (``(bucket, [(conversation_id, (response_id, t_us)), ...])``) and ``times`` (the batch's
+    largest event time).
+    """
 
     def __init__(self, parse: ParseConfig, now_ms: int) -> None:
         self.limits = {**parse.model_dump(), "now_ms": now_ms}
@@ -151,40 +182,47 @@ class ClassifyRecords(beam.DoFn):
 
     def process(self, batch: list[tuple[Any, ...]]) -> Iterator[Any]:
         max_t = None
-        n_completion = n_signal = n_bad = 0
-        by_id: dict[str, list[tuple[Any, ...]]] = {}
+        n_completion = n_signal = 0
+        dead: list[bytes] = []
+        events: list[tuple[str, tuple[Any, ...]]] = []
+        convs: list[tuple[str, tuple[str, int]]] = []
         for rec in batch:
             got = classify(KafkaRecord(*rec), **self.limits)
             if isinstance(got, DeadLetter):
-                n_bad += 1
-                yield beam.pvalue.TaggedOutput("dead", got.to_json())
+                dead.append(got.to_json())
                 continue
             response_id, item = got
             if item.kind == "completion":
                 n_completion += 1
             else:
                 n_signal += 1
-            max_t = item.event_time_us if max_t is None else max(max_t, item.event_time_us)
-            by_id.setdefault(response_id, []).append(tuple(item))
+            t = item.event_time_us
+            max_t = t if max_t is None or t > max_t else max_t
+            events.append((response_id, tuple(item)))
             if item.conversation_id:
-                conv = (item.conversation_id, (response_id, item.event_time_us))
-                yield beam.pvalue.TaggedOutput("conv", conv)
-        # one element per response id and batch: a partition's batch often holds all four
-        # persistence checkpoints of a completion, so this shrinks the shuffle
-        yield from by_id.items()
+                convs.append((item.conversation_id, (response_id, t)))
+        yield from _by_bucket(events).items()
+        for conv in _by_bucket(convs).items():
+            yield beam.pvalue.TaggedOutput("conv", conv)
+        if dead:
+            yield beam.pvalue.TaggedOutput("dead", dead)
         self.completions.inc(n_completion)
         self.signals.inc(n_signal)
-        self.bad.inc(n_bad)
+        self.bad.inc(len(dead))
         if max_t is not None:
             yield beam.pvalue.TaggedOutput("times", max_t)
 
 
 class JoinSignals(beam.DoFn):
-    """Per response id: dedup, join in event time, reward, or carry / late / dead-letter.
+    """Per bucket: group events by response id, then per response id dedup, join in event time,
+    reward, or carry / late / dead-letter (``join_group``).
 
     Reward rows leave as Arrow tables of up to ``ROWS_PER_TABLE`` rows (built per bundle), so
-    rows never pass through Beam's per-element coders.
+    rows never pass through Beam's per-element coders; side outputs leave as one list of JSON
+    lines per kind and bundle.
     """
+
+    SIDE = ("pending", "late", "dead", "finalized")
 
     def __init__(
         self,
@@ -203,18 +241,35 @@ class JoinSignals(beam.DoFn):
 
     def start_bundle(self) -> None:
         self.rows: list[dict[str, Any]] = []
+        self.side: dict[str, list[str | bytes]] = {k: [] for k in self.SIDE}
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self.rows:
             yield WindowedValue(rows_to_table(self.rows), MIN_TIMESTAMP, [GlobalWindow()])
             self.rows = []
+        for name, lines in self.side.items():
+            if lines:
+                value = WindowedValue(lines, MIN_TIMESTAMP, [GlobalWindow()])
+                yield beam.pvalue.TaggedOutput(name, value)  # type: ignore[misc]
+        self.side = {k: [] for k in self.SIDE}
 
-    def process(self, element: tuple[str, Any], watermark: list[int | None]) -> Iterator[Any]:
-        response_id, groups = element
+    def process(self, element: tuple[int, Any], watermark: list[int | None]) -> Iterator[Any]:
+        _, chunks = element
+        by_id: dict[str, list[tuple[Any, ...]]] = {}
+        for chunk in chunks:
+            for response_id, item in chunk:
+                by_id.setdefault(response_id, []).append(item)
+        for response_id in sorted(by_id):
+            self._join(response_id, by_id[response_id], int(watermark[1]))  # type: ignore[arg-type]
+            if len(self.rows) >= ROWS_PER_TABLE:
+                yield rows_to_table(self.rows)
+                self.rows = []
+
+    def _join(self, response_id: str, items: list[tuple[Any, ...]], watermark_us: int) -> None:
         out = join_group(
             response_id,
-            (EventItem(*i) for items in groups for i in items),
-            watermark_us=int(watermark[1]),  # type: ignore[arg-type]
+            (EventItem(*i) for i in items),
+            watermark_us=watermark_us,
             finalized=self.finalized,
             windows=self.windows,
             reward_config=self.reward_config,
@@ -223,20 +278,14 @@ class JoinSignals(beam.DoFn):
         )
         if out.duplicates:
             self.duplicates.inc(out.duplicates)
+        side = self.side
         if out.row is not None:
             self.rows.append(out.row)
-            if len(self.rows) >= ROWS_PER_TABLE:
-                yield rows_to_table(self.rows)
-                self.rows = []
-            yield beam.pvalue.TaggedOutput(
-                "finalized", json.dumps([response_id, out.finalized_at_us])
-            )
+            side["finalized"].append(json.dumps([response_id, out.finalized_at_us]))
         for item in out.pending:
-            yield beam.pvalue.TaggedOutput("pending", json.dumps([response_id, _item_json(item)]))
-        for d in out.late:
-            yield beam.pvalue.TaggedOutput("late", d.to_json())
-        for d in out.dead:
-            yield beam.pvalue.TaggedOutput("dead", d.to_json())
+            side["pending"].append(json.dumps([response_id, _item_json(item)]))
+        side["late"].extend(d.to_json() for d in out.late)
+        side["dead"].extend(d.to_json() for d in out.dead)
 
 
 def _item_json(item: EventItem) -> dict[str, Any]:
@@ -280,14 +329,17 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
     parsed = batches | "Classify" >> beam.ParDo(classify).with_outputs(
         "dead", "times", "conv", main="events"
     )
-    carried = p | "CarriedEvents" >> beam.Create([(k, [tuple(i)]) for k, i in spec.carried])
+    carried = p | "CarriedEvents" >> beam.Create(
+        sorted(_by_bucket((k, tuple(i)) for k, i in spec.carried).items())
+    )
+    convs = ((i.conversation_id, (k, i.event_time_us)) for k, i in spec.carried)
     carried_conv = p | "CarriedConversations" >> beam.Create(
-        [(i.conversation_id, (k, i.event_time_us)) for k, i in spec.carried if i.conversation_id]
+        sorted(_by_bucket(c for c in convs if c[0]).items())
     )
     next_markers = (
         (parsed.conv, carried_conv)
         | "WithCarriedConversations" >> beam.Flatten()
-        | "GroupByConversation" >> beam.GroupByKey()
+        | "GroupByConversationBucket" >> beam.GroupByKey()
         | "NextInConversation" >> beam.FlatMap(_next_markers)
     )
     prev = spec.prev_max_event_time_us
@@ -297,7 +349,7 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
     joined = (
         (parsed.events, carried, next_markers)
         | "WithCarried" >> beam.Flatten()
-        | "GroupByResponseId" >> beam.GroupByKey()
+        | "GroupByResponseIdBucket" >> beam.GroupByKey()
         | "JoinSignals"
         >> beam.ParDo(
             JoinSignals(
@@ -314,14 +366,14 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
         file_name_suffix=".parquet",
     )
     side = [
-        pcoll | f"Tag_{label}" >> beam.Map(_tag_line, name)
+        pcoll | f"Tag_{label}" >> beam.Map(_tag_lines, name)
         for label, name, pcoll in (
             ("parse_dead", "dead", parsed.dead),
             ("join_dead", "dead", joined.dead),
             ("pending", "pending", joined.pending),
             ("late", "late", joined.late),
             ("finalized", "finalized", joined.finalized),
-            ("watermark", "watermark", watermark | "WatermarkJson" >> beam.Map(json.dumps)),
+            ("watermark", "watermark", watermark | "WatermarkJson" >> beam.Map(_json_line)),
         )
     ]
     _ = (
@@ -338,17 +390,33 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
     )
 
 
-def _next_markers(element: tuple[str, Any]) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
-    """``(response_id, [marker])`` for each completion of a conversation that has a next one."""
-    _, entries = element
-    for response_id, marker in next_in_conversation(entries):
-        yield response_id, [tuple(marker)]
+def _next_markers(element: tuple[int, Any]) -> Iterator[tuple[int, list[tuple[str, Any]]]]:
+    """Per conversation bucket: ``(bucket, [(response_id, marker), ...])`` for each completion
+    of a conversation that has a next one (``next_in_conversation``)."""
+    _, chunks = element
+    by_conv: dict[str, list[tuple[str, int]]] = {}
+    for chunk in chunks:
+        for conversation_id, entry in chunk:
+            by_conv.setdefault(conversation_id, []).append(entry)
+    markers = (
+        (response_id, tuple(marker))
+        for conversation_id in sorted(by_conv)
+        for response_id, marker in next_in_conversation(by_conv[conversation_id])
+    )
+    yield from _by_bucket(markers).items()
 
 
-def _tag_line(payload: str | bytes, name: str) -> bytes:
-    """``name<TAB>payload``: the side outputs share one staged file."""
-    body = payload if isinstance(payload, bytes) else payload.encode("utf-8")
-    return name.encode() + b"\t" + body
+def _json_line(value: Any) -> list[str]:
+    return [json.dumps(value)]
+
+
+def _tag_lines(payloads: list[str | bytes], name: str) -> bytes:
+    """``name<TAB>payload`` lines joined into one element: the side outputs share one staged
+    file, and a JSON payload never holds a raw newline."""
+    tag = name.encode() + b"\t"
+    return b"\n".join(
+        tag + (body if isinstance(body, bytes) else body.encode("utf-8")) for body in payloads
+    )
 
 
 class _Utf8Coder(beam.coders.Coder):

@@ -58,6 +58,14 @@ def test_local_runs_name_the_in_process_runner_not_the_prism_switch():
     assert local_runner_args(["--runner=FlinkRunner"]) == ["--runner=FlinkRunner"]
 
 
+def test_a_runner_that_cannot_run_the_pipeline_is_refused_with_the_reason():
+    from ingest.pipeline import local_runner_args
+
+    for runner in ("DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner"):
+        with pytest.raises(ValueError, match="drops output tags"):
+            local_runner_args([f"--runner={runner}"])
+
+
 def test_expected_signals_and_grace_are_validated():
     from ingest.config import JoinConfig
 
