@@ -273,3 +273,23 @@ def read_topic(
         start = (since or {}).get(partition, 0)
         for offset, key, value, _ in read_range(bootstrap, topic, partition, start, end):
             yield partition, offset, key, value
+
+
+def logged_completions(bootstrap: str, response_ids: set[str], *, timeout_s: float = 30.0) -> dict:
+    """The completion events of ``response_ids`` found on the broker, by response id; waits up to
+    ``timeout_s`` for all of them (the gateway logs without blocking) and returns what it found."""
+    from ingest.schema import parse_event
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = {}
+        for _, _, _, value in read_topic(bootstrap, TOPICS["completion"]):
+            try:
+                event = parse_event(value)
+            except ValueError:
+                continue
+            if getattr(event, "response_id", None) in response_ids:
+                found[event.response_id] = event
+        if len(found) == len(response_ids) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)

@@ -4,15 +4,13 @@ toy champion): completions, chat, streaming, ``n > 1``, an error, and the logged
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
 
 from deploy.fleet import Fleet
 from deploy.toy_models import register_untrained
-from ingest.kafka_io import high_watermarks, read_range
-from ingest.schema import TOPICS, parse_event
+from ingest.kafka_io import logged_completions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -47,23 +45,6 @@ def client(replica):
     return openai.OpenAI(base_url=f"{url}/v1", api_key="unused-locally", max_retries=0)
 
 
-def completions_logged(bootstrap: str, ids: set[str], timeout_s: float = 30.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = {}
-        for partition, hw in high_watermarks(bootstrap, TOPICS["completion"]).items():
-            for _, _, value, _ in read_range(bootstrap, TOPICS["completion"], partition, 0, hw):
-                try:
-                    event = parse_event(value)
-                except ValueError:
-                    continue
-                if event.response_id in ids:
-                    found[event.response_id] = event
-        if len(found) == len(ids) or time.monotonic() > deadline:
-            return found
-        time.sleep(0.5)
-
-
 def test_models_lists_the_champion(client, replica):
     _, name, version = replica
     models = client.models.list()
@@ -90,7 +71,7 @@ def test_completion_and_its_event(client, replica, broker):
     assert c.object == "text_completion" and c.system_fingerprint == f"ratchet-v{version}"
     (choice,) = c.choices
     assert c.usage.completion_tokens == len(choice.logprobs.token_logprobs) >= 1
-    event = completions_logged(broker.bootstrap, {c.id})[c.id]
+    event = logged_completions(broker.bootstrap, {c.id})[c.id]
     assert event.response_text == choice.text and event.conversation_id == "oa-conv-1"
     assert event.response_logprobs == pytest.approx(choice.logprobs.token_logprobs)
     assert (event.sampling.temperature, event.sampling.top_p) == (0.8, 0.95)
@@ -131,7 +112,7 @@ def test_streaming_chat_matches_the_logged_text(client, replica, broker):
             pieces.append(ch.delta.content or "")
             finish = ch.finish_reason or finish
     (rid,) = ids
-    event = completions_logged(broker.bootstrap, {rid})[rid]
+    event = logged_completions(broker.bootstrap, {rid})[rid]
     assert "".join(pieces) == event.response_text and finish == event.finish_reason
     assert usage.completion_tokens == len(event.response_token_ids)
     assert 0 < event.time_to_first_token_ms <= event.latency_ms
@@ -146,7 +127,7 @@ def test_n_choices_are_logged_one_event_each(client, replica, broker):
     assert [ch.index for ch in c.choices] == [0, 1, 2]
     ids = raw.headers["x-ratchet-response-ids"].split(",")
     assert ids == [f"{c.id}-{i}" for i in range(3)]
-    events = completions_logged(broker.bootstrap, set(ids))
+    events = logged_completions(broker.bootstrap, set(ids))
     assert [events[i].response_text for i in ids] == [ch.text for ch in c.choices]
     assert [events[i].sampling.seed for i in ids] == [2, 3, 4]
 

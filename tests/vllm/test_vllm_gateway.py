@@ -29,8 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.kafka_io import high_watermarks, read_range
-from ingest.schema import TOPICS, parse_event
+from ingest.kafka_io import logged_completions
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
 
@@ -156,24 +155,6 @@ def client(gateway):
     return openai.OpenAI(base_url=f"{gateway[0]}/v1", api_key="unused-locally", max_retries=0)
 
 
-def logged(bootstrap: str, ids: set[str], timeout_s: float = 60.0) -> dict:
-    """Completion events of ``ids`` read back from the broker."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = {}
-        for partition, hw in high_watermarks(bootstrap, TOPICS["completion"]).items():
-            for _, _, value, _ in read_range(bootstrap, TOPICS["completion"], partition, 0, hw):
-                try:
-                    event = parse_event(value)
-                except ValueError:
-                    continue
-                if getattr(event, "response_id", None) in ids:
-                    found[event.response_id] = event
-        if len(found) == len(ids) or time.monotonic() > deadline:
-            return found
-        time.sleep(0.5)
-
-
 def recompute(policy, event, temperature: float) -> list[float]:
     """The trainer's view: log softmax(logits / T) of the logged response ids, fp32."""
     import torch
@@ -208,7 +189,7 @@ def sampled(gateway, champion, broker):
         latencies.append(time.monotonic() - start)
         out.append(c)
     FIGURES["gateway_median_latency_ms"] = round(1000 * sorted(latencies)[len(latencies) // 2])
-    events = logged(broker.bootstrap, {c.id for c in out})
+    events = logged_completions(broker.bootstrap, {c.id for c in out}, timeout_s=60)
     return [(c, events.get(c.id)) for c in out]
 
 
@@ -284,7 +265,7 @@ def test_routed_experts_are_teacher_forced(client, champion, broker, policy):
     name, _, _ = champion
     c = client.completions.create(model=name, prompt=PROMPTS[0], max_tokens=12, temperature=1.0,
                                   seed=7)
-    event = logged(broker.bootstrap, {c.id})[c.id]
+    event = logged_completions(broker.bootstrap, {c.id}, timeout_s=60)[c.id]
     assert event.routed_experts_source == "teacher_forced"
     p, r = len(event.prompt_token_ids), len(event.response_token_ids)
     spec = policy.moe_spec
@@ -309,7 +290,7 @@ def test_chat_and_streaming_through_vllm(client, champion, broker):
     for chunk in stream:
         stream_id = chunk.id
         pieces += [c.delta.content or "" for c in chunk.choices]
-    events = logged(broker.bootstrap, {chat.id, stream_id})
+    events = logged_completions(broker.bootstrap, {chat.id, stream_id}, timeout_s=60)
     assert events[chat.id].response_text == choice.message.content
     assert events[stream_id].response_text == "".join(pieces)
     streamed = events[stream_id]
@@ -340,7 +321,7 @@ def test_a_new_champion_restarts_vllm(client, gateway, champion, managed, mlflow
     assert client.models.list().data[0].model_extra["version"] == new_version
     c = client.completions.create(model=name, prompt=PROMPTS[1], max_tokens=10, temperature=0.7,
                                   seed=5)
-    event = logged(broker.bootstrap, {c.id})[c.id]
+    event = logged_completions(broker.bootstrap, {c.id}, timeout_s=60)[c.id]
     assert event.model_version == new_version
     ours = recompute(load_policy(managed.server.model_dir), event, 0.7)
     assert max(abs(a - b) for a, b in zip(event.response_logprobs, ours)) <= TOLERANCE
