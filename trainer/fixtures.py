@@ -110,13 +110,33 @@ def tiny_champion(directory: Path, *, n_tasks: int = 8):
     return model, champion, rows
 
 
-def fixture_rows(regenerate: bool = False) -> pa.Table:
-    """The recorded fixture (recorded from ``champion_dir()`` if missing or asked to)."""
+FIXTURE_CHAMPION_KEY = b"ratchet.recorded_from"
+"""Parquet schema-metadata key: the name of the champion directory the fixture was sampled from."""
+
+
+def recorded_from(path: Path = FIXTURE) -> str | None:
+    """The champion directory name a recorded fixture was sampled from (None: not recorded)."""
     import pyarrow.parquet as pq
 
-    if regenerate or not FIXTURE.exists():
+    meta = pq.read_schema(path).metadata or {}
+    name = meta.get(FIXTURE_CHAMPION_KEY)
+    return name.decode() if name is not None else None
+
+
+def fixture_rows(regenerate: bool = False) -> pa.Table:
+    """The recorded fixture, re-recorded from ``champion_dir()`` if missing, asked to, or
+    recorded from another champion: rows logged by a different model are off-policy for this
+    one (their logprobs and routing are not the champion's), which silently changes what every
+    learning figure measures."""
+    import pyarrow.parquet as pq
+
+    champ = champion_dir()
+    if regenerate or not FIXTURE.exists() or recorded_from() != champ.name:
         FIXTURE.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(record_rows(champion_dir()), FIXTURE, compression="zstd")
+        table = record_rows(champ)
+        meta = {**(table.schema.metadata or {}), FIXTURE_CHAMPION_KEY: champ.name.encode()}
+        pq.write_table(table.replace_schema_metadata(meta), FIXTURE, compression="zstd")
+        print(f"recorded {FIXTURE} from {champ.name}", flush=True)
     from ingest.schema import upgrade_reward_table
 
     return upgrade_reward_table(pq.read_table(FIXTURE))

@@ -102,11 +102,17 @@ def staleness_weights(versions: list[int], current_version: int, max_staleness: 
 
 
 class RLRecipe:
-    """Off-policy RL on reward rows; see the module docstring."""
+    """Off-policy RL on reward rows; see the module docstring.
+
+    ``ref_cache``: a dict the caller keeps across recipes in one process (e.g. the arms and seeds
+    of bench/learning.py, which start from the same checkpoint): reference logprobs are stored
+    there per (checkpoint directory, routing rule, precision, device) and per sample, and reused
+    instead of recomputed. The checkpoint directories must not change while it is kept."""
 
     def __init__(self, champion_dir: Path, rows: pa.Table, config: TrainerConfig, *,
-                 current_version: int | None = None):
+                 current_version: int | None = None, ref_cache: dict | None = None):
         self.champion_dir = Path(champion_dir)
+        self.ref_cache = ref_cache
         self.rows = rows
         self.config = config
         self.current_version = current_version
@@ -249,19 +255,39 @@ class RLRecipe:
     def _setup_reference_logprobs(self) -> None:
         """log pi_ref per response token, under the same routing rule as the policy's forward,
         and for top-p rows the champion's nucleus per token (pi_prox's: see trainer/rl.py), the
-        logprob renormalised over it, and whether the logged token lies inside it."""
-        self.nucleus: list[Tensor | None] = []
-        self.inside: list[Tensor] = []
-        self.logp_ref = self._logprobs_of(self.ref_plug, setting_nucleus=True)
+        logprob renormalised over it, and whether the logged token lies inside it. Samples found
+        in ``ref_cache`` (same champion, routing rule and precision) are not recomputed."""
+        scope = self.ref_cache.setdefault(self._cache_scope(), {}) if self.ref_cache is not None \
+            else {}
+        keys = [_sample_key(s) for s in self.samples]
+        todo = list(dict.fromkeys(k for k in keys if k not in scope))
+        if todo:
+            first = {k: s for k, s in zip(keys, self.samples)}
+            logp, nucleus, inside = self._logprobs_of(self.ref_plug, [first[k] for k in todo])
+            scope.update(zip(todo, zip(logp, nucleus, inside)))
+        self.logp_ref = [scope[k][0] for k in keys]
+        self.nucleus = [scope[k][1] for k in keys]
+        self.inside = [scope[k][2] for k in keys]
         self.counts["tokens_outside_nucleus"] = int(sum(int((~x).sum()) for x in self.inside))
+        self.counts["rows_reference_cached"] = len(keys) - len(todo)
+
+    def _cache_scope(self) -> tuple:
+        cfg = self.config
+        return (str(self.champion_dir.resolve()), cfg.router_replay, cfg.replay_min_ratio,
+                cfg.precision, str(self.device), cfg.expert_impl)
 
     @torch.no_grad()
-    def _logprobs_of(self, plug: Policy, *, setting_nucleus: bool = False) -> list[Tensor]:
-        out_logp: list[Tensor] = []
-        for start in range(0, len(self.samples), 128):
-            chunk = self.samples[start:start + 128]
+    def _logprobs_of(self, plug: Policy, samples: list[Sample],
+                     nucleus: list[Tensor | None] | None = None,
+                     ) -> tuple[list[Tensor], list[Tensor | None], list[Tensor]]:
+        """Per sample: log pi(response tokens) under ``plug``, the nucleus (from ``plug``'s own
+        logits when ``nucleus`` is None; None off top-p rows) and whether each token is in it."""
+        out_logp, out_nuc, out_inside = [], [], []
+        for start in range(0, len(samples), 128):
+            chunk = samples[start:start + 128]
             batch = self._collate(chunk)
-            top_p = bool(self.counts["rows_top_p"])  # logits only where a nucleus is needed
+            truncated = [s.top_p < 1 and s.temperature > 0 for s in chunk]
+            top_p = any(truncated)  # logits only where a nucleus is needed
             with autocast(self.device, self.config.precision):
                 logp, out = policy_logprobs(plug, batch.to(self.device),
                                             replay=self.config.router_replay,
@@ -269,12 +295,13 @@ class RLRecipe:
                                             return_logits=top_p)
             logits = out.logits.float().cpu() if top_p else None
             logp = logp.float().cpu()
-            if setting_nucleus:
+            if nucleus is None:
                 keep = rl.nucleus_keep(logits, batch.temperature, batch.top_p) if top_p else None
-                for i, s in enumerate(chunk):
-                    truncated = s.top_p < 1 and s.temperature > 0
-                    self.nucleus.append(keep[i][batch.resp_mask[i]].clone() if truncated else None)
-            keep = self._nucleus_batch(list(range(start, start + len(chunk))), batch)
+                nuc = [keep[i][batch.resp_mask[i]].clone() if t else None
+                       for i, t in enumerate(truncated)]
+            else:
+                nuc = nucleus[start:start + len(chunk)]
+            keep = self._keep_mask(nuc, batch)
             if keep is not None:
                 logp, inside = rl.truncated_logprobs(logits, batch.targets, batch.temperature,
                                                      keep)
@@ -282,19 +309,22 @@ class RLRecipe:
                 inside = torch.ones_like(batch.resp_mask)
             for i in range(len(chunk)):
                 out_logp.append(logp[i][batch.resp_mask[i]].clone())
-                if setting_nucleus:
-                    self.inside.append(inside[i][batch.resp_mask[i]].clone())
-        return out_logp
+                out_inside.append(inside[i][batch.resp_mask[i]].clone())
+            out_nuc += nuc
+        return out_logp, out_nuc, out_inside
 
     def _nucleus_batch(self, idx: list[int], batch: Batch) -> Tensor | None:
         """(B, T, V) keep-mask of the champion's nucleus (all True off top-p rows), or None."""
-        if all(self.nucleus[i] is None for i in idx):
+        return self._keep_mask([self.nucleus[i] for i in idx], batch)
+
+    def _keep_mask(self, nuclei: list[Tensor | None], batch: Batch) -> Tensor | None:
+        if all(n is None for n in nuclei):
             return None
         keep = torch.ones(*batch.targets.shape, self.plug.tokenizer_info.vocab_size,
                           dtype=torch.bool)
-        for row, i in enumerate(idx):
-            if self.nucleus[i] is not None:
-                keep[row][batch.resp_mask[row]] = self.nucleus[i]
+        for row, n in enumerate(nuclei):
+            if n is not None:
+                keep[row][batch.resp_mask[row]] = n
         return keep
 
     def _setup_anchor(self) -> None:
@@ -309,7 +339,8 @@ class RLRecipe:
             path = None  # a recorded anchor that is not on this machine
         same = path is None or path.resolve() == self.champion_dir.resolve()
         self.anchor_dir = self.champion_dir if same else path
-        self.logp_anchor = self.logp_ref if same else self._logprobs_of(self._frozen(path))
+        self.logp_anchor = self.logp_ref if same else self._logprobs_of(
+            self._frozen(path), self.samples, self.nucleus)[0]
         self.counts["anchor_is_champion"] = int(same)
 
     # -- train ----------------------------------------------------------------------------
@@ -477,6 +508,12 @@ class RLRecipe:
             self.__dict__.pop(name, None)
 
 
+def _sample_key(s: Sample) -> tuple:
+    """Everything about a sample that its reference forward depends on."""
+    return (tuple(s.prompt_ids), tuple(s.response_ids), str(s.routes), str(s.prompt_routes),
+            s.temperature, s.top_p)
+
+
 def _active_mlflow():  # -> the mlflow module when a run is active, else None
     import mlflow
 
@@ -484,9 +521,12 @@ def _active_mlflow():  # -> the mlflow module when a run is active, else None
 
 
 def run_training(champion_dir: Path, rows: pa.Table, config: TrainerConfig, out_dir: Path, *,
-                 current_version: int | None = None) -> dict[str, float]:
-    """setup -> train -> save_checkpoint(out_dir) -> cleanup; returns the train metrics."""
-    recipe = RLRecipe(champion_dir, rows, config, current_version=current_version)
+                 current_version: int | None = None,
+                 ref_cache: dict | None = None) -> dict[str, float]:
+    """setup -> train -> save_checkpoint(out_dir) -> cleanup; returns the train metrics.
+    ``ref_cache``: see :class:`RLRecipe`."""
+    recipe = RLRecipe(champion_dir, rows, config, current_version=current_version,
+                      ref_cache=ref_cache)
     try:
         recipe.setup()
         metrics = recipe.train()

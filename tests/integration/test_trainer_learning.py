@@ -10,6 +10,7 @@ one pass over the logs); the tests read the results. Figures: bench/learning.py.
 import statistics
 
 import pytest
+import torch
 
 from policy.toy.checkpoint import load_checkpoint
 from tasks.toy import generate_tasks
@@ -56,6 +57,25 @@ def test_fixture_is_small_and_recorded():
     assert min(rewards) < 0 < max(rewards)  # both successes and failures to learn from
     prompts = {t.prompt for t in fixture_tasks()}
     assert set(rows.column("prompt").to_pylist()) == prompts
+
+
+def test_fixture_is_on_policy_for_the_champion():
+    """The logged logprobs are the champion's own (same model, same routing): otherwise every
+    learning figure measures training on another model's samples. The fixture recorded before
+    the champion was rebuilt (SDPA attention) failed this: mean |logp_b - logp| 0.19 nats."""
+    import pyarrow.parquet as pq
+
+    from trainer.fixtures import recorded_from
+    from trainer.recipe import RLRecipe
+
+    champ = champion_dir()
+    rows = pq.read_table(FIXTURE).slice(0, 128)
+    recipe = RLRecipe(champ, rows, TrainerConfig(mismatch_every=0))
+    recipe.setup()
+    gap = max(float((ref - torch.tensor(s.logp_b)).abs().max())
+              for s, ref in zip(recipe.samples, recipe.logp_ref))
+    assert gap < 1e-3, f"fixture logprobs differ from the champion's by up to {gap:.3f} nats"
+    assert recorded_from() == champ.name
 
 
 @pytest.mark.xfail(strict=False, reason=(

@@ -93,3 +93,32 @@ def test_no_trainable_rows_raises(champion, rows):
     recipe = RLRecipe(champion, rows, TrainerConfig(max_staleness=0), current_version=100)
     with pytest.raises(ValueError, match="max_staleness"):
         recipe.setup()
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_reference_cache_reuses_logprobs_across_recipes(tiny_model, champion, top_p):
+    """A shared ref_cache gives the same reference logprobs (and nucleus) without a second
+    forward; a subset of the rows (bench/learning.py's one-sample arm) is served from it too."""
+    tasks = generate_tasks(4, seed=1, split="train")
+    rows = sample_rows(tiny_model, tasks, samples_per_task=2, temperature=1.0, model_version=10,
+                       seed=1, max_new_tokens=6, top_p=top_p)
+    cache: dict = {}
+    cfg = TrainerConfig(steps=1, batch_size=4)
+    plain = RLRecipe(champion, rows, cfg)
+    plain.setup()
+    first = RLRecipe(champion, rows, cfg, ref_cache=cache)
+    first.setup()
+    second = RLRecipe(champion, rows.take([0, 3, 5]), cfg, ref_cache=cache)
+    second.setup()
+    assert first.counts["rows_reference_cached"] == 0
+    assert second.counts["rows_reference_cached"] == 3
+    for got, want in zip(first.logp_ref, plain.logp_ref):
+        assert torch.equal(got, want)
+    for j, i in enumerate([0, 3, 5]):
+        assert torch.equal(second.logp_ref[j], plain.logp_ref[i])
+        assert torch.equal(second.inside[j], plain.inside[i])
+        assert (second.nucleus[j] is None) == (top_p == 1.0)
+    other = RLRecipe(champion, rows, cfg.model_copy(update={"router_replay": False}),
+                     ref_cache=cache)
+    other.setup()  # another routing rule: its own scope, computed again
+    assert other.counts["rows_reference_cached"] == 0 and len(cache) == 2
