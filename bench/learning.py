@@ -84,6 +84,11 @@ def arm_rows(arm: str, rows, seed: int):
     return rows
 
 
+_REF_CACHE: dict = {}
+"""Per process: the reference logprobs of the fixture's rows under each start checkpoint, shared
+by every arm and seed that process trains from it (``run_training(ref_cache=...)``)."""
+
+
 def train_arm(arm: str, seed: int, start: Path, rows, config: dict, steps: int,
               out: Path) -> dict:
     """Train one arm for one seed into ``out``; returns the trainer's summary metrics."""
@@ -98,8 +103,8 @@ def train_arm(arm: str, seed: int, start: Path, rows, config: dict, steps: int,
         return {"rows_kept": kept}
     if arm.startswith("stale"):
         cfg = cfg.model_copy(update={"off_policy_correction": arm == "stale_on"})
-        return run_training(start, rows, cfg, out, current_version=3)
-    return run_training(start, arm_rows(arm, rows, seed), cfg, out)
+        return run_training(start, rows, cfg, out, current_version=3, ref_cache=_REF_CACHE)
+    return run_training(start, arm_rows(arm, rows, seed), cfg, out, ref_cache=_REF_CACHE)
 
 
 def _progress(done: int, total: int, t0: float, what: str) -> None:
@@ -110,93 +115,131 @@ def _progress(done: int, total: int, t0: float, what: str) -> None:
 
 
 def _summary(arm: str, before, per_seed: list[dict]) -> dict:
-    delta, lo, hi = paired_bootstrap(before.passed, [s["passed"] for s in per_seed])
+    per_seed = sorted(per_seed, key=lambda s: s["seed"])
+    delta, lo, hi = paired_bootstrap(before["passed"], [s["passed"] for s in per_seed])
     return {
-        "pass_before": before.pass_rate, "tokens_before": before.mean_tokens,
+        "pass_before": before["pass"], "tokens_before": before["tokens"],
         "pass_after": statistics.mean(s["pass_after"] for s in per_seed),
         "tokens_after": statistics.mean(s["tokens_after"] for s in per_seed),
         "delta": delta, "ci_low": lo, "ci_high": hi,
-        "delta_sd_over_seeds": statistics.pstdev(s["pass_after"] - before.pass_rate
+        "delta_sd_over_seeds": statistics.pstdev(s["pass_after"] - before["pass"]
                                                  for s in per_seed),
         "per_seed": [{k: v for k, v in s.items() if k != "passed"} for s in per_seed],
     }
 
 
-def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: int,
-        config: dict, out: Path) -> dict:
-    """Seeds outer, arms inner (so a cut-short run has every arm on its first seeds); the
-    results file is rewritten after every run (``complete`` says whether all ran)."""
-    import torch
+def _start_of(arm: str) -> str:
+    return "descendant" if arm.startswith("stale") else "champion"
 
-    from policy.toy.checkpoint import load_checkpoint
-    from tasks.toy import fresh_tasks
-    from trainer.evaluate import evaluate
+
+def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: int,
+        config: dict, out: Path, workers: int = 1) -> dict:
+    """Seeds outer, arms inner (so a cut-short run has every arm on its first seeds), on
+    ``workers`` processes of ``threads`` torch threads each; the "before" of each start
+    checkpoint is scored once. The results file is rewritten after every run (``complete``
+    says whether all ran)."""
     from trainer.fixtures import champion_dir, descendant_dir, fixture_rows
 
-    torch.set_num_threads(threads)
+    config = {"mismatch_every": 0, **config}  # a diagnostic forward the bench does not read
     t0 = time.perf_counter()
-    rows, fresh = fixture_rows(), fresh_tasks(n_fresh)
+    rows = fixture_rows()  # re-recorded here (once) if the champion changed
     makers = {"champion": champion_dir, "descendant": lambda: descendant_dir(2)}
-    needed = {"descendant" if a.startswith("stale") else "champion" for a in arms}
-    total = len(needed) + len(arms) * len(seeds)
-    starts, befores, done = {}, {}, 0
+    starts = {k: makers[k]() for k in dict.fromkeys(_start_of(a) for a in arms)}
+    jobs = [("before", 0, k) for k in starts] + [(a, s, _start_of(a)) for s in seeds
+                                                  for a in arms]
+    befores: dict[str, dict] = {}
     per_arm: dict[str, list[dict]] = {arm: [] for arm in arms}
-    for seed in seeds:
-        for arm in arms:
-            start = "descendant" if arm.startswith("stale") else "champion"
-            if start not in starts:  # built and scored when first needed
-                starts[start] = makers[start]()
-                befores[start] = evaluate(load_checkpoint(starts[start]), fresh)
-                done += 1
-                _progress(done, total, t0, f"before: {start} pass "
-                          f"{befores[start].pass_rate:.3f}")
-            per_arm[arm].append(_one(arm, seed, starts[start], rows, config, steps, fresh))
-            done += 1
-            s = per_arm[arm][-1]
-            _progress(done, total, t0, f"{arm} seed {seed}: {befores[start].pass_rate:.3f} -> "
-                      f"{s['pass_after']:.3f}, tokens {befores[start].mean_tokens:.2f} -> "
-                      f"{s['tokens_after']:.2f}, train {s['train_seconds']:.0f} s")
+    result: dict = {}
+    for done, (arm, seed, start, r) in enumerate(
+            _execute(jobs, starts, config, steps, n_fresh, threads, workers), 1):
+        if arm == "before":
+            befores[start] = r
+            _progress(done, len(jobs), t0, f"before: {start} pass {r['pass']:.3f}")
+        else:
+            per_arm[arm].append(r)
+            _progress(done, len(jobs), t0, f"{arm} seed {seed} -> {r['pass_after']:.3f}, tokens "
+                      f"{r['tokens_after']:.2f}, train {r['train_seconds']:.0f} s")
+        if len(befores) == len(starts):
             result = _result(per_arm, befores, seeds, steps, n_fresh, rows, config, t0)
-            result["complete"] = done == total
+            result["complete"] = done == len(jobs)
+            result["workers"], result["threads"] = workers, threads
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(result, indent=2))
     return result
 
 
-def _one(arm: str, seed: int, start: Path, rows, config: dict, steps: int, fresh) -> dict:
-    from policy.toy.checkpoint import load_checkpoint
-    from trainer.evaluate import evaluate
+def _execute(jobs, starts, config, steps, n_fresh, threads, workers):
+    """Yields (arm, seed, start, result) as jobs finish: in this process, or on a pool of
+    ``workers`` spawned processes (each keeps its own reference-logprob cache)."""
+    if workers <= 1:
+        _init_worker(threads)
+        for arm, seed, start in jobs:
+            yield arm, seed, start, _job(arm, seed, starts[start], config, steps, n_fresh)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    from bench import learning  # pickled by module name, not as __main__
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=learning._init_worker,
+                             initargs=(threads,)) as pool:
+        futures = {pool.submit(learning._job, arm, seed, starts[start], config, steps,
+                               n_fresh): (arm, seed, start) for arm, seed, start in jobs}
+        for f in as_completed(futures):
+            yield (*futures[f], f.result())
+
+
+def _init_worker(threads: int) -> None:
+    import os
+
+    import torch
+
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+
+
+def _job(arm: str, seed: int, start: Path, config: dict, steps: int, n_fresh: int) -> dict:
+    """One unit of work: score a start checkpoint ("before"), or train an arm and score it."""
+    from policy.toy.checkpoint import load_checkpoint
+    from tasks.toy import fresh_tasks
+    from trainer.evaluate import evaluate
+    from trainer.fixtures import fixture_rows
+
+    fresh = fresh_tasks(n_fresh)
+    if arm == "before":
+        r = evaluate(load_checkpoint(start), fresh)
+        return {"pass": r.pass_rate, "tokens": r.mean_tokens, "by_kind": r.by_kind,
+                "passed": r.passed}
     with tempfile.TemporaryDirectory() as tmp:
         t1 = time.perf_counter()
-        metrics = train_arm(arm, seed, start, rows, config, steps, Path(tmp) / "cand")
+        metrics = train_arm(arm, seed, start, fixture_rows(), config, steps, Path(tmp) / "cand")
         seconds = time.perf_counter() - t1
         after = evaluate(load_checkpoint(Path(tmp) / "cand"), fresh)
     return {"seed": seed, "pass_after": after.pass_rate, "tokens_after": after.mean_tokens,
             "by_kind_after": after.by_kind, "train_seconds": seconds, "passed": after.passed,
             **{k: metrics[k] for k in ("kl_theta_ref_k3", "rows_used", "rows_kept",
-                                       "is_weight_mean", "reward_mean") if k in metrics}}
+                                       "is_weight_mean", "reward_mean", "rows_reference_cached")
+               if k in metrics}}
 
 
 def _result(per_arm: dict, befores: dict, seeds, steps, n_fresh, rows, config, t0) -> dict:
-    arms = {arm: {"start": "descendant" if arm.startswith("stale") else "champion",
-                  **_summary(arm, befores["descendant" if arm.startswith("stale")
-                                          else "champion"], runs)}
+    arms = {arm: {"start": _start_of(arm), **_summary(arm, befores[_start_of(arm)], runs)}
             for arm, runs in per_arm.items() if runs}
     rl = arms.get("rl", {})
     champ = befores.get("champion") or next(iter(befores.values()))
     return {
-        "pass_before": champ.pass_rate, "tokens_before": champ.mean_tokens,
+        "pass_before": champ["pass"], "tokens_before": champ["tokens"],
         "pass_after": rl.get("pass_after"), "tokens_after": rl.get("tokens_after"),
         "delta": rl.get("delta"), "ci_low": rl.get("ci_low"), "ci_high": rl.get("ci_high"),
         "placebo_delta": arms.get("placebo", {}).get("delta"),
         "sft_delta": arms.get("filtered_sft", {}).get("delta"),
-        "by_kind_before": champ.by_kind,
+        "by_kind_before": champ["by_kind"],
         "arms": arms, "seeds": seeds,
         "sizes": {"fresh_tasks": n_fresh, "fresh_distinct": len(set(_ids(n_fresh))),
                   "steps": steps, "batch_size": config.get("batch_size", 64),
                   "fixture_rows": rows.num_rows, "bootstrap": BOOTSTRAP},
-        "befores": {k: {"pass": v.pass_rate, "tokens": v.mean_tokens, "by_kind": v.by_kind}
+        "befores": {k: {n: v[n] for n in ("pass", "tokens", "by_kind")}
                     for k, v in befores.items()},
         "trainer_config": {**config, "steps": steps},
         "total_seconds": time.perf_counter() - t0,
@@ -215,13 +258,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--fresh", type=int, default=2000)
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per worker")
+    p.add_argument("--workers", type=int, default=2, help="processes running arms in parallel")
     p.add_argument("--config", type=json.loads, default={},
                    help="TrainerConfig fields as JSON, e.g. '{\"lr\": 1e-4}'")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     result = run(args.steps, args.seeds, args.fresh, args.arms, args.threads, args.config,
-                 args.out)
+                 args.out, workers=args.workers)
     print(f"{'arm':<14}{'before':>8}{'after':>8}{'delta':>8}{'95% CI':>18}{'tokens':>16}")
     for arm, r in result["arms"].items():
         print(f"{arm:<14}{r['pass_before']:>8.3f}{r['pass_after']:>8.3f}{r['delta']:>+8.3f}"
