@@ -22,19 +22,26 @@ setting). Arms:
 Per arm: the pass-rate change on the fresh set with a paired-bootstrap 95% CI (tasks resampled,
 per-task change averaged over seeds first), mean completion tokens before/after, per-seed detail.
 
-Which set tuned what: the trainer's defaults that were ever tuned (``lr`` 1e-4 against 2e-4 and
-above, 120 steps) were chosen on the held-out split's ``generate_tasks(300, seed=7, "heldout")``
-draw (the old bench and the learning test) and the logged train-split prompts; no setting was
+Which set tuned what: the trainer's defaults (token_clip, ``lr`` 1e-4, 120 steps; see
+bench/results/learning_tuning.md for every run) were chosen on the held-out split's
+``generate_tasks(300, seed=7, "heldout")`` draw and the logged train-split prompts; no setting was
 tuned on the fresh set, and its tasks exclude that draw (up to 1,000 tasks of it:
 ``tasks.toy.FRESH_EXCLUDES``). The fresh set's seed and size are fixed (``FRESH_SEED``,
-``FRESH_SIZE``). Run as a module (``bench/ingest.py`` would shadow the ``ingest`` package):
+``FRESH_SIZE``). The fixture must be the champion's own samples: ``fixture_rows()`` re-records it
+when the champion changes (a stale fixture is what stopped RL from learning after the champion
+was rebuilt). Run as a module (``bench/ingest.py`` would shadow the ``ingest`` package):
 
-    .venv/bin/python -m bench.learning [--steps 120 --seeds 0 1 2 3 4 --fresh 2000 --arms ...]
+    .venv/bin/python -m bench.learning [--steps 120 --seeds 0 1 2 3 4 --fresh 2000 --workers 2]
 
 Writes bench/results/learning.json (rewritten after every run; ``complete`` says whether all ran).
-Cost, measured on the shared 2-core machine at load ~9: a run of 120 steps takes 5 to 9 minutes
-(recipe setup ~40 CPU-s for 8,000 rows, ~1.1 CPU-s per step, ~28 CPU-s per greedy pass over 2,000
-tasks), so the 30 runs of the default take hours there; ``--seeds``/``--arms`` cut it.
+Cost: arms run on ``--workers`` processes of ``--threads`` torch threads (1 each); each worker
+computes the reference logprobs of the 8,000 fixture rows once per start checkpoint and reuses
+them for every arm and seed (``run_training(ref_cache=...)``); the "before" of each start is
+scored once; the per-step no-replay mismatch forward is off. A run is then ~1 CPU-s per step
+plus ~30 CPU-s for a greedy pass over 2,000 tasks (about 160 CPU-s at 120 steps), so the 30 runs
+of the default take ~85 CPU-min: about an hour on the shared 2-core machine under load, which the
+40-minute target does not meet at 120 steps (the figures were measured at 120 steps, the setting
+tuned; ``--steps`` cuts all arms alike).
 """
 
 from __future__ import annotations
