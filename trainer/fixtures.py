@@ -110,12 +110,21 @@ def tiny_champion(directory: Path, *, n_tasks: int = 8):
     return model, champion, rows
 
 
-FIXTURE_CHAMPION_KEY = b"ratchet.recorded_from"
-"""Parquet schema-metadata key: the name of the champion directory the fixture was sampled from."""
+FIXTURE_CHAMPION_KEY = b"ratchet.champion_sha256"
+"""Parquet schema-metadata key: :func:`champion_fingerprint` of the champion the fixture was
+sampled from."""
+
+
+def champion_fingerprint(champion: Path) -> str:
+    """sha256 (first 16 hex digits) of a champion's weights: the same model wherever its
+    directory lives (the committed copy or the cache)."""
+    import hashlib
+
+    return hashlib.sha256((Path(champion) / "model.safetensors").read_bytes()).hexdigest()[:16]
 
 
 def recorded_from(path: Path = FIXTURE) -> str | None:
-    """The champion directory name a recorded fixture was sampled from (None: not recorded)."""
+    """The fingerprint of the champion a recorded fixture was sampled from (None: unknown)."""
     import pyarrow.parquet as pq
 
     meta = pq.read_schema(path).metadata or {}
@@ -131,12 +140,13 @@ def fixture_rows(regenerate: bool = False) -> pa.Table:
     import pyarrow.parquet as pq
 
     champ = champion_dir()
-    if regenerate or not FIXTURE.exists() or recorded_from() != champ.name:
+    fingerprint = champion_fingerprint(champ)
+    if regenerate or not FIXTURE.exists() or recorded_from() != fingerprint:
         FIXTURE.parent.mkdir(parents=True, exist_ok=True)
         table = record_rows(champ)
-        meta = {**(table.schema.metadata or {}), FIXTURE_CHAMPION_KEY: champ.name.encode()}
+        meta = {**(table.schema.metadata or {}), FIXTURE_CHAMPION_KEY: fingerprint.encode()}
         pq.write_table(table.replace_schema_metadata(meta), FIXTURE, compression="zstd")
-        print(f"recorded {FIXTURE} from {champ.name}", flush=True)
+        print(f"recorded {FIXTURE} from {champ} ({fingerprint})", flush=True)
     from ingest.schema import upgrade_reward_table
 
     return upgrade_reward_table(pq.read_table(FIXTURE))

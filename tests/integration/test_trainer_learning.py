@@ -66,7 +66,7 @@ def test_fixture_is_on_policy_for_the_champion():
     the champion was rebuilt (SDPA attention) failed this: mean |logp_b - logp| 0.19 nats."""
     import pyarrow.parquet as pq
 
-    from trainer.fixtures import recorded_from
+    from trainer.fixtures import champion_fingerprint, recorded_from
     from trainer.recipe import RLRecipe
 
     champ = champion_dir()
@@ -76,7 +76,7 @@ def test_fixture_is_on_policy_for_the_champion():
     gap = max(float((ref - torch.tensor(s.logp_b)).abs().max())
               for s, ref in zip(recipe.samples, recipe.logp_ref))
     assert gap < 1e-3, f"fixture logprobs differ from the champion's by up to {gap:.3f} nats"
-    assert recorded_from() == champ.name
+    assert recorded_from() == champion_fingerprint(champ)
 
 
 @pytest.mark.xfail(strict=False, reason=(
