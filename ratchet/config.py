@@ -33,8 +33,11 @@ class ChampionBootstrapConfig(_Config):
 
     model_config_path: Path = Field(_TOY_MODEL, description="MoEConfig JSON of the toy model.")
     sft_steps: int = Field(
-        300, ge=0, le=1_000_000,
-        description="Supervised warm-start steps (batch 32); 0 = none (a pretrained HF policy).",
+        1000, ge=0, le=1_000_000,
+        description="Supervised warm-start steps (batch 32); 0 = none (a pretrained HF policy). "
+        "The default toy model at seed 0 and 1,000 steps is the committed champion "
+        "(trainer/champion/, built by trainer.fixtures): strong enough for RL to improve, "
+        "unlike a 300-step start.",
     )
     seed: int = Field(0, ge=0, description="Seed of the warm start.")
 
