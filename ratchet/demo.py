@@ -229,7 +229,7 @@ def champion_gain(tracking_uri: str, model_name: str, first: int, final: int, wo
         log.info("scoring champion v%d on %d fresh tasks", version, len(tasks))
         scores[version] = evaluate(policy.module, tasks)
     a, b = scores[first], scores[final]
-    ci = paired_bootstrap(np.array(b.per_task, float), np.array(a.per_task, float),
+    ci = paired_bootstrap(np.array(b.passed, float), np.array(a.passed, float),
                           n_resamples=2000, confidence=0.95, seed=0)
     return {"first_version": first, "final_version": final, "tasks": len(tasks),
             "split": "fresh", "pass_first": a.pass_rate, "pass_final": b.pass_rate,
