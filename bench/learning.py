@@ -131,6 +131,7 @@ def _summary(arm: str, before, per_seed: list[dict]) -> dict:
         "delta": delta, "ci_low": lo, "ci_high": hi,
         "delta_sd_over_seeds": statistics.pstdev(s["pass_after"] - before["pass"]
                                                  for s in per_seed),
+        "seeds_run": [s["seed"] for s in per_seed],
         "per_seed": [{k: v for k, v in s.items() if k != "passed"} for s in per_seed],
     }
 
