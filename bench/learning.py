@@ -39,9 +39,10 @@ computes the reference logprobs of the 8,000 fixture rows once per start checkpo
 them for every arm and seed (``run_training(ref_cache=...)``); the "before" of each start is
 scored once; the per-step no-replay mismatch forward is off. A run is then ~1 CPU-s per step
 plus ~30 CPU-s for a greedy pass over 2,000 tasks (about 160 CPU-s at 120 steps), so the 30 runs
-of the default take ~85 CPU-min: about an hour on the shared 2-core machine under load, which the
-40-minute target does not meet at 120 steps (the figures were measured at 120 steps, the setting
-tuned; ``--steps`` cuts all arms alike).
+of the default take ~85 CPU-min. Measured with 3 workers on the shared 2-core machine: 8-10 min
+a run at load ~8 (4 seeds of the 6 arms in 73 min), 4 min a run once the load fell; so the
+40-minute target holds only on a quiet machine at 120 steps (the setting tuned; ``--steps``
+cuts all arms alike).
 """
 
 from __future__ import annotations
