@@ -46,6 +46,14 @@ class SuiteConfig(_Config):
     sandbox_timeout_s: float = Field(
         5.0, gt=0.0, le=300.0, description="HumanEval only: wall-clock limit per sandboxed task."
     )
+    chat: Literal["auto", "never"] = Field(
+        "auto",
+        description=(
+            "HumanEval only: 'auto' feeds each problem to a policy whose tokenizer has a chat "
+            "template as one user turn (tasks.humaneval.chat_prompt) and grades the code in its "
+            "reply; 'never' always feeds the raw prompt for a raw completion."
+        ),
+    )
 
 
 class ChangeThreshold(_Config):

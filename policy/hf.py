@@ -247,11 +247,20 @@ class HFPolicy:
         finally:
             self._state.reset()
 
+    @property
+    def has_chat_template(self) -> bool:
+        """Whether the tokenizer has a chat template (an instruct model)."""
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def encode_chat(self, prompt: str) -> list[int]:
+        """``prompt`` as one user turn through the chat template, the assistant turn opened."""
+        out = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
+        return list(out["input_ids"] if hasattr(out, "keys") else out)
+
     def encode_prompt(self, prompt: str) -> list[int]:
-        if self.chat_template and getattr(self.tokenizer, "chat_template", None):
-            out = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
-            return list(out["input_ids"] if hasattr(out, "keys") else out)
+        if self.chat_template and self.has_chat_template:
+            return self.encode_chat(prompt)
         return list(self.tokenizer(prompt)["input_ids"])
 
     def decode(self, ids: list[int]) -> str:

@@ -71,3 +71,30 @@ def test_ope_log_ratio_of_the_behaviour_policy_is_zero(qwen, temperature):
         "response_logprobs": [g.logprobs for g in gens], "temperature": [temperature] * 2,
     })
     np.testing.assert_allclose(sequence_log_ratios(qwen, rows), 0.0, atol=1e-3)
+
+
+def test_humaneval_goes_in_as_a_chat_turn_only_with_a_chat_template(qwen):
+    from gating.suite import task_prompt_ids, uses_chat
+    from tasks.humaneval import chat_prompt
+
+    config = SuiteConfig(kind="humaneval", size=2, seed=0, max_new_tokens=4)
+    tasks, checker = build_suite(config)
+    assert not uses_chat(qwen, config)  # no template: the raw prompt, as before
+    tok = qwen.tokenizer
+    tok.chat_template = "{% for m in messages %}user: {{ m['content'] }}\n{% endfor %}assistant:"
+    try:
+        assert uses_chat(qwen, config)
+        assert not uses_chat(qwen, config.model_copy(update={"chat": "never"}))
+        assert not uses_chat(qwen, SuiteConfig(kind="toy"))
+        ids = task_prompt_ids(qwen, tasks[0], room=10_000, chat=True)
+        assert qwen.decode(ids) == f"user: {chat_prompt(tasks[0].prompt)}\nassistant:"
+        seen = []
+
+        def spy(task, answer, chat=False):
+            seen.append(chat)
+            return checker(task, answer, chat=chat)
+
+        run_suite(qwen, tasks, max_new_tokens=4, seed=0, checker=spy, chat=True)
+        assert seen == [True, True]
+    finally:
+        tok.chat_template = None
