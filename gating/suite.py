@@ -120,7 +120,8 @@ def run_suite(
 ) -> SuiteResult:
     """Greedy completions for ``tasks``, graded by ``checker`` and scored by length. ``model``:
     a policy (a bare toy ``MoETransformer`` is wrapped). ``chat``: prompts go in as chat turns
-    (:func:`task_prompt_ids`) and the checker is called with ``chat=True``."""
+    (:func:`task_prompt_ids`), a reply stops once its code block is closed and the checker is
+    called with ``chat=True``."""
     from policy.base import as_policy
 
     start = time.perf_counter()
@@ -129,13 +130,18 @@ def run_suite(
     load = [[0] * spec.n_experts for _ in range(spec.n_moe_layers)] if spec.is_moe else []
     room = prompt_room(policy.max_seq_len, max_new_tokens)
     outcomes: list[TaskOutcome] = []
+    stop = {}
+    if chat:  # a chat reply is done once its code block is closed: the prose after it is not
+        from tasks.humaneval import reply_complete
+
+        stop = {"stop_when": reply_complete}
     progress = Progress(f"gate suite ({len(tasks)} tasks)", total=len(tasks), unit="task")
     for i in range(0, len(tasks), batch_size):
         batch = tasks[i : i + batch_size]
         progress.update(len(batch))
         gens = policy.generate(
             [task_prompt_ids(policy, t, room, chat=chat) for t in batch],
-            max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, seed=seed,
+            max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, seed=seed, **stop,
         )
         for task, gen in zip(batch, gens, strict=True):
             result = checker(task, gen.text, chat=True) if chat else checker(task, gen.text)

@@ -269,8 +269,10 @@ class HFPolicy:
     @torch.no_grad()
     def generate(
         self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
-        top_p: float = 1.0, seed: int | None = None,
+        top_p: float = 1.0, seed: int | None = None, stop_when=None,
     ) -> list[Sampled]:
+        """See :meth:`policy.base.Policy.generate`; ``stop_when(text) -> bool`` ends a row once
+        its decoded text satisfies it (finish_reason 'stop', no EOS appended)."""
         from policy.hf_generate import decode_loop
 
         if temperature < 0 or not 0 < top_p <= 1:
@@ -285,7 +287,7 @@ class HFPolicy:
         was_training = self.module.training
         self.module.eval()
         try:
-            return decode_loop(self, prompts, steps, temperature, top_p, seed)
+            return decode_loop(self, prompts, steps, temperature, top_p, seed, stop_when)
         finally:
             self.module.train(was_training)
 

@@ -61,6 +61,11 @@ def chat_prompt(prompt: str) -> str:
     return f"{CHAT_INSTRUCTION}\n\n```python\n{prompt.rstrip()}\n```"
 
 
+def reply_complete(reply: str) -> bool:
+    """Whether a chat reply has closed its first code block (generation can stop there)."""
+    return reply.count("```") >= 2
+
+
 def extract_code(reply: str) -> str:
     """The first fenced block of a chat reply, a ``python``/``py`` one first (an unclosed fence
     runs to the end); the whole reply when it has no fence."""

@@ -75,3 +75,11 @@ def test_chat_prompt_holds_the_instruction_and_the_prompt(problem):
     text = chat_prompt(problem["prompt"])
     assert text.startswith("Complete the following Python function")
     assert problem["prompt"].strip() in text
+
+
+def test_a_reply_is_complete_once_its_code_block_is_closed():
+    from tasks.humaneval import reply_complete
+
+    assert not reply_complete("Sure:\n```python\ndef f():\n    return 1\n")
+    assert reply_complete("Sure:\n```python\ndef f():\n    return 1\n```")
+    assert not reply_complete("def f():\n    return 1\n")
