@@ -169,6 +169,10 @@ _LOGGED = {"demo", "cycle", "loop", "replay", "serve", "rollout"}
 
 
 def _dispatch(args: argparse.Namespace, config) -> int:
+    if config.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(config.torch_threads)
     if args.command == "demo":
         from ratchet.demo import run
 

@@ -114,6 +114,12 @@ class RatchetConfig(_Config):
     )
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
     lock: LockConfig = Field(default_factory=LockConfig)
+    torch_threads: int | None = Field(
+        None, ge=1, le=256,
+        description="torch intra-op threads of the ratchet process (train and gate run in it); "
+        "None keeps torch's default (one per core). On a small shared box 1 avoids the stalls "
+        "of threads waiting on each other while other processes (the fleet) hold the cores.",
+    )
 
     @model_validator(mode="after")
     def _backend_fits_policy(self) -> RatchetConfig:

@@ -241,3 +241,20 @@ def test_demo_plot_and_overview_page(tmp_path):
                     "gate.ci_low": 0.01, "gate.ci_high": 0.09, "span_rows": 300.0,
                     "live.edit_persistence": 0.5, "live.dissatisfied_rate": None}], "exp<1>")
     assert "<svg" in page and "[+0.010, +0.090]" in page and "exp&lt;1&gt;" in page
+
+
+def test_torch_threads_of_the_config_are_applied_to_the_process(tmp_path, capsys):
+    import torch
+
+    cfg = tmp_path / "c.json"
+    before = torch.get_num_threads()
+    want = 1 if before != 1 else 2
+    cfg.write_text(json.dumps({"torch_threads": want}))
+    try:
+        assert main(["config", "show", "--config", str(cfg)]) == 0
+        assert torch.get_num_threads() == want
+    finally:
+        torch.set_num_threads(before)
+    cfg.write_text(json.dumps({"torch_threads": 0}))
+    code, err = _run(capsys, "config", "show", "--config", str(cfg))
+    assert code == EXIT_USAGE and "torch_threads" in err
