@@ -22,9 +22,10 @@ stay in the data as negative examples.
 
 The champion, the reference and the anchor are loaded through the Policy plug
 (``policy.config.load_policy``: the toy or a Hugging Face model, by the directory's format); the
-value head reads the plug's final hidden states (``return_hidden``) and the nucleus its full
-logits (``return_logits``), so a top-p row needs a vocabulary of at most
-``NUCLEUS_MAX_VOCAB`` (the champion's nucleus is kept per token as a V-wide mask).
+value head reads the plug's final hidden states (``return_hidden``), and so does the top-p
+nucleus: its truncated log-probs are made from them chunk by chunk over the response positions of
+top-p rows (trainer/nucleus.py), so any vocabulary fits (the champion's nucleus is kept per token
+as a bit-packed V-wide mask).
 
 Devices: ``config.device`` holds the policy, the reference and each batch (collated on the CPU,
 then moved); ``config.precision == "bf16"`` runs every forward pass under bf16 autocast. Reference
@@ -67,11 +68,6 @@ def resolve_device(name: str) -> torch.device:
 def autocast(device: torch.device, precision: str):  # -> a context manager
     """bf16 autocast on ``device`` when ``precision == "bf16"``, else a no-op context."""
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
-NUCLEUS_MAX_VOCAB = 32768
-"""Largest vocabulary for which top-p rows are trained: the champion's nucleus is stored as a
-(response tokens, V) bool mask per row and pi_theta is renormalised over full (B, T, V) logits."""
 
 
 def policy_logprobs(policy: Policy, batch: Batch, *, replay: bool, replay_min_ratio: float,
@@ -217,12 +213,6 @@ class RLRecipe:
             "rows_top_p": sum(1 for s in self.samples if s.top_p < 1 and s.temperature > 0),
             "reward_mean": sum(s.reward for s in self.samples) / len(self.samples),
         }
-        vocab = self.plug.tokenizer_info.vocab_size
-        if self.counts["rows_top_p"] and vocab > NUCLEUS_MAX_VOCAB:
-            raise ValueError(f"{self.counts['rows_top_p']} rows were sampled with top_p < 1, but "
-                             f"the nucleus correction keeps (tokens, V) masks and V={vocab} > "
-                             f"NUCLEUS_MAX_VOCAB={NUCLEUS_MAX_VOCAB}; drop or re-sample those "
-                             f"rows with top_p=1")
         self._setup_advantage_groups()
 
     def _setup_advantage_groups(self) -> None:
@@ -261,41 +251,54 @@ class RLRecipe:
         for start in range(0, len(self.samples), 128):
             chunk = self.samples[start:start + 128]
             batch = self._collate(chunk)
-            top_p = bool(self.counts["rows_top_p"])  # logits only where a nucleus is needed
+            top_p = bool(self.counts["rows_top_p"])  # hidden states only where a nucleus is needed
+            dev_batch = batch.to(self.device)
             with autocast(self.device, self.config.precision):
-                logp, out = policy_logprobs(plug, batch.to(self.device),
-                                            replay=self.config.router_replay,
+                logp, out = policy_logprobs(plug, dev_batch, replay=self.config.router_replay,
                                             replay_min_ratio=self.config.replay_min_ratio,
-                                            return_logits=top_p)
-            logits = out.logits.float().cpu() if top_p else None
-            logp = logp.float().cpu()
-            if setting_nucleus:
-                keep = rl.nucleus_keep(logits, batch.temperature, batch.top_p) if top_p else None
-                for i, s in enumerate(chunk):
-                    truncated = s.top_p < 1 and s.temperature > 0
-                    self.nucleus.append(keep[i][batch.resp_mask[i]].clone() if truncated else None)
-            keep = self._nucleus_batch(list(range(start, start + len(chunk))), batch)
-            if keep is not None:
-                logp, inside = rl.truncated_logprobs(logits, batch.targets, batch.temperature,
-                                                     keep)
-            else:
-                inside = torch.ones_like(batch.resp_mask)
+                                            return_hidden=top_p)
+            inside = torch.ones_like(batch.resp_mask)
+            if setting_nucleus and not top_p:
+                self.nucleus += [None] * len(chunk)
+            if top_p:
+                logp, inside = self._truncated(plug, dev_batch, out.hidden, logp.float(),
+                                               list(range(start, start + len(chunk))),
+                                               setting_nucleus=setting_nucleus)
+            logp, inside = logp.float().cpu(), inside.cpu()
             for i in range(len(chunk)):
                 out_logp.append(logp[i][batch.resp_mask[i]].clone())
                 if setting_nucleus:
                     self.inside.append(inside[i][batch.resp_mask[i]].clone())
         return out_logp
 
-    def _nucleus_batch(self, idx: list[int], batch: Batch) -> Tensor | None:
-        """(B, T, V) keep-mask of the champion's nucleus (all True off top-p rows), or None."""
-        if all(self.nucleus[i] is None for i in idx):
-            return None
-        keep = torch.ones(*batch.targets.shape, self.plug.tokenizer_info.vocab_size,
-                          dtype=torch.bool)
-        for row, i in enumerate(idx):
-            if self.nucleus[i] is not None:
-                keep[row][batch.resp_mask[row]] = self.nucleus[i]
-        return keep
+    def _truncated(self, plug: Policy, batch: Batch, hidden: Tensor, logp: Tensor,
+                   idx: list[int], *, setting_nucleus: bool = False) -> tuple[Tensor, Tensor]:
+        """(logp, inside), (B, T): at the response positions of top-p rows, log pi renormalised
+        over the champion's nucleus (trainer/nucleus.py, chunked over positions; with
+        ``setting_nucleus`` the nucleus is computed from ``plug`` and kept per sample);
+        elsewhere ``logp`` as given and ``inside`` True."""
+        from policy.base import output_head
+        from trainer.nucleus import nucleus_logprobs
+
+        truncated = [s.top_p < 1 and s.temperature > 0 for s in (self.samples[i] for i in idx)]
+        if setting_nucleus:
+            self.nucleus += [None] * len(idx)
+        inside = torch.ones_like(batch.resp_mask)
+        where = batch.resp_mask & torch.tensor(truncated, device=logp.device).unsqueeze(1)
+        if not where.any():
+            return logp, inside
+        rows, cols = where.nonzero(as_tuple=True)  # row-major: each row's positions in order
+        args = (hidden[rows, cols], output_head(plug), batch.targets[rows, cols],
+                batch.temperature[rows])
+        if setting_nucleus:
+            lp, ins, packed = nucleus_logprobs(*args, top_p=batch.top_p[rows])
+            for r, part in zip(rows.unique_consecutive().tolist(),
+                               packed.split(where.sum(1)[where.any(1)].tolist())):
+                self.nucleus[len(self.nucleus) - len(idx) + r] = part.cpu()
+        else:
+            packed = torch.cat([self.nucleus[idx[r]] for r in rows.unique_consecutive().tolist()])
+            lp, ins, _ = nucleus_logprobs(*args, packed=packed.to(logp.device))
+        return logp.index_put((rows, cols), lp.to(logp.dtype)), inside.index_put((rows, cols), ins)
 
     def _setup_anchor(self) -> None:
         """The fixed anchor: config.anchor_path, else the champion's recorded anchor, else the
@@ -345,19 +348,19 @@ class RLRecipe:
         samples: list[Sample] = [self.samples[i] for i in idx]
         batch = self._collate(samples)
         cpu_batch, dev = batch, self.device
-        keep = self._nucleus_batch(idx, batch)
+        top_p = any(self.nucleus[i] is not None for i in idx)
         batch = batch.to(dev)
         logp_ref = self._ref_batch(idx, cpu_batch, self.logp_ref).to(dev)
         logp_anchor = self._ref_batch(idx, cpu_batch, self.logp_anchor).to(dev)
         with autocast(dev, cfg.precision):
             logp, out = policy_logprobs(self.plug, batch, replay=cfg.router_replay,
                                         replay_min_ratio=cfg.replay_min_ratio,
-                                        return_logits=keep is not None,
-                                        return_hidden=cfg.baseline in ("value_head", "auto"))
+                                        return_hidden=top_p or cfg.baseline in ("value_head",
+                                                                                "auto"))
         inside = batch.resp_mask
-        if keep is not None:  # pi_theta renormalised over the champion's nucleus
-            logp, inside = rl.truncated_logprobs(out.logits.float(), batch.targets,
-                                                 batch.temperature, keep.to(dev))
+        if top_p:  # pi_theta renormalised over the champion's nucleus
+            logp, inside = self._truncated(self.plug, batch, out.hidden, logp.float(), idx)
+            inside = inside & batch.resp_mask
         adv, base_metrics = self._advantages(idx, cpu_batch, out.hidden)
         adv = adv.to(dev)
         pg_mask = batch.resp_mask & inside & ~batch.greedy.unsqueeze(1)
