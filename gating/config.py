@@ -180,6 +180,16 @@ class HealthConfig(_Config):
             " own greedy suite completions."
         ),
     )
+    kl_max_tasks: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description=(
+            "Measure the KL on the completions of the first this many suite tasks only (None: all)."
+            " The KL costs a forward pass of both models over prompt + completion per task, which"
+            " for a large model on a CPU rivals the suite itself."
+        ),
+    )
 
 
 class HackMonitorConfig(_Config):

@@ -171,7 +171,8 @@ class GateRunner:
         return result
 
     def _kl(self, tasks, cand: SuiteResult) -> float | None:
-        """KL on the candidate's own completions, fed the same (fitted) prompts it saw."""
+        """KL on the candidate's own completions (of the first ``health.kl_max_tasks`` tasks),
+        fed the same prompts it saw."""
         from gating.health import kl_to_champion
         from gating.suite import prompt_room, task_prompt_ids, uses_chat
 
@@ -180,9 +181,10 @@ class GateRunner:
         room = prompt_room(self.candidate.max_seq_len, self.config.suite.max_new_tokens)
         chat = uses_chat(self.candidate, self.config.suite)
         by_id = {t.task_id: t for t in tasks}
+        outcomes = cand.tasks[:self.config.health.kl_max_tasks]
         prompts = [task_prompt_ids(self.candidate, by_id[o.task_id], room, chat=chat)
-                   for o in cand.tasks]
-        completions = [o.token_ids for o in cand.tasks]
+                   for o in outcomes]
+        completions = [o.token_ids for o in outcomes]
         return kl_to_champion(self.candidate, self.champion, prompts, completions)
 
     def _optional_gates(self, champ: SuiteResult | None, extras: dict[str, float]) -> list:

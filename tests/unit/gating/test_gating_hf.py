@@ -98,3 +98,27 @@ def test_humaneval_goes_in_as_a_chat_turn_only_with_a_chat_template(qwen):
         assert seen == [True, True]
     finally:
         tok.chat_template = None
+
+
+def test_kl_health_check_can_be_limited_to_the_first_tasks(qwen, tmp_path):
+    from gating.config import GateConfig, HealthConfig
+    from gating.gate import GateRunner
+
+    other = copy.deepcopy(qwen)
+    with torch.no_grad():
+        other.module.get_output_embeddings().weight.mul_(2.0)
+    suite = SuiteConfig(size=3, seed=2, max_new_tokens=5)
+    tasks, checker = build_suite(suite)
+    cand = run_suite(qwen, tasks, max_new_tokens=5, seed=0, checker=checker)
+
+    def kl(limit):
+        config = GateConfig(suite=suite, health=HealthConfig(kl_max_tasks=limit))
+        runner = GateRunner(tracking_uri="unused", model_name="m", candidate_version=2,
+                            champion_version=1, config=config, workdir=tmp_path)
+        runner.candidate, runner.champion = qwen, other
+        return runner._kl(tasks, cand)
+
+    first = kl_to_champion(qwen, other, [fit_prompt_ids(qwen, tasks[0].prompt, 10_000)],
+                           [cand.tasks[0].token_ids])
+    assert kl(1) == pytest.approx(first, rel=1e-6)
+    assert kl(None) == pytest.approx(kl(3)) and kl(None) != pytest.approx(first)
