@@ -12,8 +12,9 @@ Chat models (an instruct model whose tokenizer has a chat template) get the prob
 turn, :func:`chat_prompt` (an instruction, then the prompt), and answer with prose and a fenced
 block. Their replies are graded with ``chat=True``: :func:`extract_code` takes the first
 ```` ```python ```` block (the whole reply if there is none); if that code defines the entry point
-it is the whole program (the prompt's import lines put before it, an ``if __name__`` block cut
-off), else it is appended to the prompt like a raw completion.
+it follows the prompt (every prompt compiles alone: its imports and helpers stay, its stub of the
+entry point is redefined by the reply; an ``if __name__`` block is cut off), else it is appended
+to the prompt like a raw completion.
 
 Deliberately left out: pass@k sampling (the gate is greedy, pass@1) and other languages.
 """
@@ -76,17 +77,12 @@ def extract_code(reply: str) -> str:
     return blocks[0][1] if blocks else reply
 
 
-def _imports(prompt: str) -> str:
-    lines = [ln for ln in prompt.splitlines() if re.match(r"(from\s+\S+\s+)?import\s", ln)]
-    return "".join(ln + "\n" for ln in lines)
-
-
 def chat_source(problem: dict, reply: str) -> str:
     """The function a chat reply amounts to (see the module docstring), before the tests."""
     code = extract_code(reply)
     code = code.split("\nif __name__")[0]
     if re.search(rf"^def\s+{re.escape(problem['entry_point'])}\s*\(", code, re.MULTILINE):
-        return _imports(problem["prompt"]) + "\n" + code
+        return problem["prompt"] + "\n" + code  # the prompt's stub is redefined by the reply
     return problem["prompt"] + truncate(code)
 
 

@@ -44,8 +44,9 @@ def test_the_first_python_block_is_taken_and_a_wrong_one_fails(problem):
 
 def test_unfenced_reply_defining_the_entry_point_is_the_program(problem):
     assert extract_code(SOLUTION) == SOLUTION
-    # the prompt's `from typing import List` is put before it, so List resolves
-    assert chat_source(problem, SOLUTION).startswith("from typing import List\n")
+    # the prompt comes first (its `from typing import List` and helpers stay), then the reply's
+    # definition replaces the prompt's stub
+    assert chat_source(problem, SOLUTION) == problem["prompt"] + "\n" + SOLUTION
     assert _passes(problem, SOLUTION)
 
 
@@ -83,3 +84,17 @@ def test_a_reply_is_complete_once_its_code_block_is_closed():
     assert not reply_complete("Sure:\n```python\ndef f():\n    return 1\n")
     assert reply_complete("Sure:\n```python\ndef f():\n    return 1\n```")
     assert not reply_complete("def f():\n    return 1\n")
+
+
+def test_a_reply_may_call_the_prompts_helper_function():
+    problem = load_problems()["HumanEval/10"]  # make_palindrome, with helper is_palindrome
+    reply = """```python
+def make_palindrome(string: str) -> str:
+    if not string:
+        return ''
+    beginning_of_suffix = 0
+    while not is_palindrome(string[beginning_of_suffix:]):
+        beginning_of_suffix += 1
+    return string + string[:beginning_of_suffix][::-1]
+```"""
+    assert _passes(problem, reply)
