@@ -243,18 +243,21 @@ def test_demo_plot_and_overview_page(tmp_path):
     assert "<svg" in page and "[+0.010, +0.090]" in page and "exp&lt;1&gt;" in page
 
 
-def test_torch_threads_of_the_config_are_applied_to_the_process(tmp_path, capsys):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cycle_commands_train_with_the_configured_torch_threads(tmp_path, monkeypatch, threads):
     import torch
 
+    import ratchet.demo
+
+    seen = []
+    monkeypatch.setattr(ratchet.demo, "run", lambda *a, **k: seen.append(torch.get_num_threads())
+                        or 0)
     cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"torch_threads": threads}))
     before = torch.get_num_threads()
-    want = 1 if before != 1 else 2
-    cfg.write_text(json.dumps({"torch_threads": want}))
     try:
-        assert main(["config", "show", "--config", str(cfg)]) == 0
-        assert torch.get_num_threads() == want
+        torch.set_num_threads(3 - threads)  # anything else
+        assert main(["demo", "--config", str(cfg), "--workdir", str(tmp_path / "w")]) == 0
     finally:
         torch.set_num_threads(before)
-    cfg.write_text(json.dumps({"torch_threads": 0}))
-    code, err = _run(capsys, "config", "show", "--config", str(cfg))
-    assert code == EXIT_USAGE and "torch_threads" in err
+    assert seen == [threads]
