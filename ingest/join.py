@@ -138,8 +138,14 @@ def join_group(
     reward_config: RewardConfig,
     drain: bool = False,
     expected: Iterable[str] = SIGNAL_KINDS,
+    early: bool = True,
 ) -> JoinOutcome:
-    """Decide the fate of every event of ``response_id`` (see the module docstring)."""
+    """Decide the fate of every event of ``response_id`` (see the module docstring).
+
+    ``early=False`` finalises a completion only once every window has closed (never on the
+    expected signals having arrived): what a chunk of a span that is not its last uses, so that
+    the span's later chunks can still add signals, exactly as one pass over the span would.
+    """
     items = list(items)
     t_next = min((i.event_time_us for i in items if i.kind == NEXT), default=None)
     kept, removed = dedup(i for i in items if i.kind != NEXT)
@@ -170,7 +176,8 @@ def join_group(
     in_window = [s for s in signals if s.event_time_us <= ends[s.kind]]
     outside = [s for s in signals if s.event_time_us > ends[s.kind]]
     closed = max(ends.values()) <= watermark_us
-    if not (drain or closed or _complete(in_window, set(expected), ends, watermark_us)):
+    complete = early and _complete(in_window, set(expected), ends, watermark_us)
+    if not (drain or closed or complete):
         out.pending = [completion, *signals]
         return out
     out.late = [dead_letter(s, "late_signal", f"outside the {s.kind} window") for s in outside]

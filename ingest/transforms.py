@@ -231,12 +231,14 @@ class JoinSignals(beam.DoFn):
         finalized: dict[str, int],
         drain: bool,
         expected: tuple[str, ...],
+        early: bool = True,
     ) -> None:
         self.windows = windows
         self.reward_config = reward_config
         self.finalized = finalized
         self.drain = drain
         self.expected = expected
+        self.early = early
         self.duplicates = Metrics.counter("ingest", "duplicates")
 
     def start_bundle(self) -> None:
@@ -275,6 +277,7 @@ class JoinSignals(beam.DoFn):
             reward_config=self.reward_config,
             drain=self.drain,
             expected=self.expected,
+            early=self.early,
         )
         if out.duplicates:
             self.duplicates.inc(out.duplicates)
@@ -319,6 +322,9 @@ class PipelineSpec:
     now_ms: int
     """Ingest's own clock for this span: bounds event times and the watermark."""
     expected_signals: tuple[str, ...]
+    early: bool = True
+    """False in a chunk of a span that is not its last: completions are finalised only once
+    every window has closed (``join_group``), so later chunks can still add their signals."""
 
 
 def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
@@ -353,7 +359,12 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
         | "JoinSignals"
         >> beam.ParDo(
             JoinSignals(
-                spec.windows, spec.reward_config, spec.finalized, spec.drain, spec.expected_signals
+                spec.windows,
+                spec.reward_config,
+                spec.finalized,
+                spec.drain,
+                spec.expected_signals,
+                spec.early,
             ),
             watermark=beam.pvalue.AsSingleton(watermark),
         ).with_outputs("pending", "late", "dead", "finalized", main="rows")
