@@ -35,6 +35,8 @@ from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTr
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.transforms.window import GlobalWindow
+from apache_beam.typehints import Any as AnyHint
+from apache_beam.typehints import Tuple
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
@@ -44,6 +46,7 @@ from ingest.config import (
 from ingest.join import Windows, join_group, next_in_conversation
 from ingest.kafka_io import FETCH_SETTINGS, KafkaRecord
 from ingest.parse import EventItem, classify
+from ingest.rows import reward_table
 from ingest.schema import REWARD_SCHEMA, DeadLetter
 from rewards.config import RewardConfig
 
@@ -64,10 +67,15 @@ def bucket_of(key: str) -> int:
 
 
 def _by_bucket(pairs: Iterable[tuple[str, Any]]) -> dict[int, list[tuple[str, Any]]]:
-    """``(key, value)`` pairs -> ``{bucket: [(key, value), ...]}`` (order kept)."""
+    """``(key, value)`` pairs -> ``{bucket: [(key, value), ...]}`` (order kept); a key's
+    bucket is hashed once per call (a response id comes with its signals)."""
     out: dict[int, list[tuple[str, Any]]] = {}
+    lists: dict[str, list[tuple[str, Any]]] = {}
     for k, v in pairs:
-        out.setdefault(bucket_of(k), []).append((k, v))
+        target = lists.get(k)
+        if target is None:
+            target = lists[k] = out.setdefault(bucket_of(k), [])
+        target.append((k, v))
     return out
 
 
@@ -123,8 +131,12 @@ class ReadKafkaRanges(beam.DoFn):
         self.consumer.seek(tp, start)
         out: list[tuple[Any, ...]] = []
         empty = 0
-        while self.consumer.position(tp) < tracker.current_restriction().stop:
-            records = self.consumer.poll(timeout_ms=500).get(tp, [])
+        while (position := self.consumer.position(tp)) < tracker.current_restriction().stop:
+            # no more than the range still holds: kafka-python decodes records lazily, and a
+            # chunk's range usually ends inside a fetched batch
+            left = tracker.current_restriction().stop - position
+            records = self.consumer.poll(timeout_ms=500, max_records=min(left, self.batch))
+            records = records.get(tp, [])
             empty = empty + 1 if not records else 0
             if empty > 40:
                 raise TimeoutError(f"{topic}[{partition}] stalled at {self.consumer.position(tp)}")
@@ -217,9 +229,9 @@ class JoinSignals(beam.DoFn):
     """Per bucket: group events by response id, then per response id dedup, join in event time,
     reward, or carry / late / dead-letter (``join_group``).
 
-    Reward rows leave as Arrow tables of up to ``ROWS_PER_TABLE`` rows (built per bundle), so
-    rows never pass through Beam's per-element coders; side outputs leave as one list of JSON
-    lines per kind and bundle.
+    Reward rows leave as Arrow tables of up to ``ROWS_PER_TABLE`` rows, built column-wise per
+    bundle (``reward_table``), so rows never pass through Beam's per-element coders; side
+    outputs leave as one list of JSON lines per kind and bundle.
     """
 
     SIDE = ("pending", "late", "dead", "finalized")
@@ -242,12 +254,13 @@ class JoinSignals(beam.DoFn):
         self.duplicates = Metrics.counter("ingest", "duplicates")
 
     def start_bundle(self) -> None:
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[tuple[str, EventItem, list[EventItem]]] = []
         self.side: dict[str, list[str | bytes]] = {k: [] for k in self.SIDE}
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self.rows:
-            yield WindowedValue(rows_to_table(self.rows), MIN_TIMESTAMP, [GlobalWindow()])
+            table = reward_table(self.rows, self.reward_config)
+            yield WindowedValue(table, MIN_TIMESTAMP, [GlobalWindow()])
             self.rows = []
         for name, lines in self.side.items():
             if lines:
@@ -264,7 +277,7 @@ class JoinSignals(beam.DoFn):
         for response_id in sorted(by_id):
             self._join(response_id, by_id[response_id], int(watermark[1]))  # type: ignore[arg-type]
             if len(self.rows) >= ROWS_PER_TABLE:
-                yield rows_to_table(self.rows)
+                yield reward_table(self.rows, self.reward_config)
                 self.rows = []
 
     def _join(self, response_id: str, items: list[tuple[Any, ...]], watermark_us: int) -> None:
@@ -278,12 +291,13 @@ class JoinSignals(beam.DoFn):
             drain=self.drain,
             expected=self.expected,
             early=self.early,
+            build_row=False,
         )
         if out.duplicates:
             self.duplicates.inc(out.duplicates)
         side = self.side
-        if out.row is not None:
-            self.rows.append(out.row)
+        if out.final is not None:
+            self.rows.append((response_id, *out.final))
             side["finalized"].append(json.dumps([response_id, out.finalized_at_us]))
         for item in out.pending:
             side["pending"].append(json.dumps([response_id, _item_json(item)]))
@@ -330,18 +344,20 @@ class PipelineSpec:
 def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
     """Add the ingest steps to ``p``; outputs land in ``spec.staging``."""
     read = ReadKafkaRanges(spec.bootstrap) if spec.source == "kafka" else ReadFileRanges()
-    batches = p | "PartitionRanges" >> beam.Create(spec.ranges) | "ReadRanges" >> beam.ParDo(read)
+    ranges = beam.Create(spec.ranges).with_output_types(Tuple[str, int, int, int])
+    batches = p | "PartitionRanges" >> ranges | "ReadRanges" >> beam.ParDo(read)
     classify = ClassifyRecords(spec.parse, spec.now_ms)
     parsed = batches | "Classify" >> beam.ParDo(classify).with_outputs(
         "dead", "times", "conv", main="events"
     )
+    # typed: Create would otherwise infer a type by walking every carried event
     carried = p | "CarriedEvents" >> beam.Create(
         sorted(_by_bucket((k, tuple(i)) for k, i in spec.carried).items())
-    )
+    ).with_output_types(Tuple[int, AnyHint])
     convs = ((i.conversation_id, (k, i.event_time_us)) for k, i in spec.carried)
     carried_conv = p | "CarriedConversations" >> beam.Create(
         sorted(_by_bucket(c for c in convs if c[0]).items())
-    )
+    ).with_output_types(Tuple[int, AnyHint])
     next_markers = (
         (parsed.conv, carried_conv)
         | "WithCarriedConversations" >> beam.Flatten()
