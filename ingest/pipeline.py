@@ -495,9 +495,11 @@ def _fewer_gc_passes(gen0: int = 50_000) -> Iterator[None]:
     (700) the collector's passes over Beam's long-lived objects cost ~20% of the run."""
     old = gc.get_threshold()
     gc.set_threshold(gen0, old[1], old[2])
+    gc.freeze()
     try:
         yield
     finally:
+        gc.unfreeze()
         gc.set_threshold(*old)
 
 
