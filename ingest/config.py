@@ -187,7 +187,8 @@ class IngestConfig(BaseModel):
         100_000,
         ge=1,
         description="Most events one Beam run reads: a bigger span runs as several chunks, one "
-        "after another, carrying the join's state (bounds memory; the rows are the same).",
+        "after another, carrying the join's state (bounds memory; same rows as one pass unless a "
+        "record is over the longest window + lateness out of order: ingest/RUNNERS.md).",
     )
 
     @model_validator(mode="after")
