@@ -179,13 +179,20 @@ class SpanJob:
         self.staging = self.store.staging_dir(self.span_id)
         chunks = chunk_ranges(self._range_list(), self.chunk_events)
         carried, finalized = self.state.pending, dict(self.state.finalized)
-        max_t = self.state.max_event_time_us
+        max_t, partition_max = self.state.max_event_time_us, {}
         self.metrics: dict[str, int] = {}
         for i, ranges in enumerate(chunks):
             last = i == len(chunks) - 1
             spec = self._spec(ranges, self.staging / f"chunk-{i:04d}", carried, finalized, max_t)
             if not last:
-                spec = dataclasses.replace(spec, drain=False, early=False)
+                later = {f"{t}:{p}" for chunk in chunks[i + 1 :] for t, p, _, _ in chunk}
+                spec = dataclasses.replace(
+                    spec,
+                    drain=False,
+                    early=False,
+                    hold_partitions=frozenset(later),
+                    partition_max=partition_max,
+                )
             for name, n in self._run_beam(spec).items():
                 self.metrics[name] = self.metrics.get(name, 0) + n
             if not last:
@@ -193,6 +200,7 @@ class SpanJob:
                 carried = staged.pending()
                 finalized.update(staged.finalized())
                 max_t = staged.watermark(max_t)[0]
+                partition_max = staged.partition_max()
 
     def _run_beam(self, spec: PipelineSpec) -> dict[str, int]:
         p = beam.Pipeline(options=PipelineOptions(self.beam_args))
@@ -484,8 +492,13 @@ class _Staged:
         lines = self.side.get("watermark")
         if not lines:
             return prev_max, None
-        max_t, wm = json.loads(lines[0])
+        max_t, wm = json.loads(lines[0])[:2]
         return max_t, wm
+
+    def partition_max(self) -> dict[str, int]:
+        """Largest event time per ``topic:partition`` so far (``_WatermarkFn``)."""
+        lines = self.side.get("watermark")
+        return json.loads(lines[0])[2] if lines else {}
 
 
 @contextmanager

@@ -25,7 +25,7 @@ import os
 import signal
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -182,8 +182,8 @@ class ClassifyRecords(beam.DoFn):
     """Record batches -> ``(bucket, [(response_id, item), ...])`` per bucket of the batch.
 
     Tagged outputs: ``dead`` (one list of dead-letter JSON lines per batch), ``conv``
-    (``(bucket, [(conversation_id, (response_id, t_us)), ...])``) and ``times`` (the batch's
-    largest event time).
+    (``(bucket, [(conversation_id, (response_id, t_us)), ...])``) and ``times``
+    (``("topic:partition", the batch's largest event time)``).
     """
 
     def __init__(self, parse: ParseConfig, now_ms: int) -> None:
@@ -221,8 +221,8 @@ class ClassifyRecords(beam.DoFn):
         self.completions.inc(n_completion)
         self.signals.inc(n_signal)
         self.bad.inc(len(dead))
-        if max_t is not None:
-            yield beam.pvalue.TaggedOutput("times", max_t)
+        if max_t is not None:  # a batch comes from one partition
+            yield beam.pvalue.TaggedOutput("times", (f"{batch[0][0]}:{batch[0][1]}", max_t))
 
 
 class JoinSignals(beam.DoFn):
@@ -339,6 +339,11 @@ class PipelineSpec:
     early: bool = True
     """False in a chunk of a span that is not its last: completions are finalised only once
     every window has closed (``join_group``), so later chunks can still add their signals."""
+    hold_partitions: frozenset[str] = frozenset()
+    """A chunk that is not the span's last: the ``topic:partition`` keys later chunks still read
+    (they hold the watermark back: ``_WatermarkFn``)."""
+    partition_max: dict[str, int] = field(default_factory=dict)
+    """Largest event time per ``topic:partition`` read by the span's earlier chunks."""
 
 
 def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
@@ -366,7 +371,14 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
     )
     prev = spec.prev_max_event_time_us
     watermark = parsed.times | "Watermark" >> beam.CombineGlobally(
-        _WatermarkFn(prev, spec.allowed_lateness_us, spec.drain, spec.now_ms * 1000)
+        _WatermarkFn(
+            prev,
+            spec.allowed_lateness_us,
+            spec.drain,
+            spec.now_ms * 1000,
+            spec.hold_partitions,
+            spec.partition_max,
+        )
     )
     joined = (
         (parsed.events, carried, next_markers)
@@ -462,29 +474,59 @@ class _Utf8Coder(beam.coders.Coder):
 class _WatermarkFn(beam.CombineFn):
     """Largest event time (this span's and the carried one), and the watermark it implies.
 
-    Output: ``[max_event_time_us, watermark_us]`` where watermark = max - allowed lateness, or
-    a far-future value when draining. With no events at all, both come from the carried max.
-    The max never passes ``now_us`` (ingest's clock), whatever a record claims.
+    Input: ``("topic:partition", batch's largest event time)``. Output: ``[max_event_time_us,
+    watermark_us, {"topic:partition": largest event time}]`` where watermark = max - allowed
+    lateness, or a far-future value when draining. With no events at all, both come from the
+    carried max. The max never passes ``now_us`` (ingest's clock), whatever a record claims.
+
+    ``hold`` (a chunk of a span that is not its last: the partitions that later chunks still
+    read) holds the watermark at the slowest of them: no later than the largest event time read
+    so far from each (``prev_partitions`` carries those of earlier chunks), less the lateness.
+    So a partition whose slice of the span ends earlier in time than another's does not see its
+    completions finalised, or its signals dead-lettered, before it has been read that far.
     """
 
-    def __init__(self, prev_max: int | None, lateness_us: int, drain: bool, now_us: int) -> None:
+    def __init__(
+        self,
+        prev_max: int | None,
+        lateness_us: int,
+        drain: bool,
+        now_us: int,
+        hold: frozenset[str] = frozenset(),
+        prev_partitions: dict[str, int] | None = None,
+    ) -> None:
         self.prev_max = prev_max
         self.lateness_us = lateness_us
         self.drain = drain
         self.now_us = now_us
+        self.hold = hold
+        self.prev_partitions = dict(prev_partitions or {})
 
-    def create_accumulator(self) -> int | None:
-        return self.prev_max
+    def create_accumulator(self) -> tuple[int | None, dict[str, int]]:
+        return self.prev_max, dict(self.prev_partitions)
 
-    def add_input(self, acc: int | None, t: int) -> int:
-        return t if acc is None else max(acc, t)
+    def add_input(self, acc: Any, item: tuple[str, int]) -> tuple[int | None, dict[str, int]]:
+        top, parts = acc
+        key, t = item
+        parts[key] = t if key not in parts else max(parts[key], t)
+        return (t if top is None else max(top, t)), parts
 
-    def merge_accumulators(self, accs: Any) -> int | None:
-        vals = [a for a in accs if a is not None]
-        return max(vals) if vals else None
+    def merge_accumulators(self, accs: Any) -> tuple[int | None, dict[str, int]]:
+        accs = list(accs)
+        tops = [a[0] for a in accs if a[0] is not None]
+        parts: dict[str, int] = {}
+        for _, p in accs:
+            for k, t in p.items():
+                parts[k] = t if k not in parts else max(parts[k], t)
+        return (max(tops) if tops else None), parts
 
-    def extract_output(self, acc: int | None) -> list[int | None]:
-        acc = None if acc is None else min(acc, self.now_us)
+    def extract_output(self, acc: Any) -> list[Any]:
+        top, parts = acc
+        top = None if top is None else min(top, self.now_us)
+        parts = {k: min(t, self.now_us) for k, t in sorted(parts.items())}
         if self.drain:
-            return [acc, 2**62]
-        return [acc, -(2**62) if acc is None else acc - self.lateness_us]
+            return [top, 2**62, parts]
+        wm = -(2**62) if top is None else top - self.lateness_us
+        if self.hold:
+            wm = min(wm, min(parts.get(k, -(2**62)) for k in self.hold) - self.lateness_us)
+        return [top, max(wm, -(2**62)), parts]

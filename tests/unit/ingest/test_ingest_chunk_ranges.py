@@ -55,3 +55,19 @@ def test_not_early_waits_for_every_window_even_when_every_signal_arrived():
     held = join(T0_US + 700 * US, early=False)  # feedback window (1800 s) still open
     assert held.row is None and len(held.pending) == 5
     assert join(T0_US + 1800 * US, early=False).row == join(T0_US + 700 * US, early=True).row
+
+
+def test_a_chunk_holds_the_watermark_at_the_slowest_partition_still_to_read():
+    from ingest.transforms import _WatermarkFn
+
+    def watermark(hold, prev=None):
+        fn = _WatermarkFn(None, 60 * US, False, 10**18, frozenset(hold), prev)
+        acc = fn.create_accumulator()
+        for item in (("a:0", 5000 * US), ("b:0", 1000 * US), ("a:0", 4000 * US)):
+            acc = fn.add_input(acc, item)
+        return fn.extract_output(fn.merge_accumulators([acc, fn.create_accumulator()]))
+
+    assert watermark(()) == [5000 * US, 4940 * US, {"a:0": 5000 * US, "b:0": 1000 * US}]
+    assert watermark({"a:0", "b:0"})[1] == 940 * US  # b:0 is read only up to 1000 s so far
+    assert watermark({"a:0", "b:0"}, prev={"b:0": 3000 * US})[1] == 2940 * US
+    assert watermark({"a:0", "c:1"})[1] == -(2**62)  # c:1 not read at all yet
