@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import zlib
 from collections.abc import Iterable, Iterator
@@ -247,11 +248,17 @@ class JoinSignals(beam.DoFn):
     ) -> None:
         self.windows = windows
         self.reward_config = reward_config
-        self.finalized = finalized
+        # membership is all the join needs; one bytes blob pickles fast (the DoFn is pickled
+        # with the graph, and a span's later chunks carry every id its earlier ones finalised)
+        self.finalized_blob = zlib.compress("\n".join(finalized).encode("utf-8"), 1)
         self.drain = drain
         self.expected = expected
         self.early = early
         self.duplicates = Metrics.counter("ingest", "duplicates")
+
+    def setup(self) -> None:
+        text = zlib.decompress(self.finalized_blob).decode("utf-8")
+        self.finalized = frozenset(text.split("\n")) if text else frozenset()
 
     def start_bundle(self) -> None:
         self.rows: list[tuple[str, EventItem, list[EventItem]]] = []
@@ -355,14 +362,13 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
     parsed = batches | "Classify" >> beam.ParDo(classify).with_outputs(
         "dead", "times", "conv", main="events"
     )
-    # typed: Create would otherwise infer a type by walking every carried event
-    carried = p | "CarriedEvents" >> beam.Create(
-        sorted(_by_bucket((k, tuple(i)) for k, i in spec.carried).items())
-    ).with_output_types(Tuple[int, AnyHint])
+    carried = _create_pickled(
+        p, "CarriedEvents", sorted(_by_bucket((k, tuple(i)) for k, i in spec.carried).items())
+    )
     convs = ((i.conversation_id, (k, i.event_time_us)) for k, i in spec.carried)
-    carried_conv = p | "CarriedConversations" >> beam.Create(
-        sorted(_by_bucket(c for c in convs if c[0]).items())
-    ).with_output_types(Tuple[int, AnyHint])
+    carried_conv = _create_pickled(
+        p, "CarriedConversations", sorted(_by_bucket(c for c in convs if c[0]).items())
+    )
     next_markers = (
         (parsed.conv, carried_conv)
         | "WithCarriedConversations" >> beam.Flatten()
@@ -426,6 +432,18 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
             shard_name_template="",
             coder=_Utf8Coder(),
         )
+    )
+
+
+def _create_pickled(p: beam.Pipeline, label: str, values: list[Any]) -> beam.PCollection:
+    """``beam.Create(values)`` as one pickled element unpacked by a FlatMap: ``Create`` infers
+    a type by walking every value (seconds for a chunk's carried events) before any type hint
+    applies."""
+    blob = pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL)
+    return (
+        p
+        | label >> beam.Create([blob])
+        | f"{label}Unpack" >> beam.FlatMap(pickle.loads).with_output_types(Tuple[int, AnyHint])
     )
 
 
