@@ -6,19 +6,23 @@ group behind a router, and the user simulator on the router. Each cycle: one rou
 traffic served by whichever checkpoint is live (its delayed signals in compressed event time),
 then ``ratchet.cycle.Cycle`` — ingest → train → gate → deploy, the deploy stage being the canary
 rollout on the router (weight steps, statistical judge, rollback), with simulated traffic running
-while the canary is judged. After each cycle the champion is scored greedily on a fresh held-out
-draw (``tasks.toy`` held-out split, seed ``FRESH_SEED``: no gate suite and no hyper-parameter was
-chosen on it).
+while the canary is judged. After each cycle the champion is scored greedily on the fresh set
+(``tasks.toy.fresh_tasks()``: split ``fresh``, disjoint from the train split, the gate suite's
+draw and every held-out task that chose a hyper-parameter).
 
-The ``--placebo`` arm is the same loop with the reward column of the training rows shuffled
-(``PlaceboCycle``): it must not improve.
+Live product metrics: per seed, the first cycle's traffic (served by the first champion) against
+the last cycle's (served by whatever is live then); the change is compared with the seed-to-seed
+band (the range of the first cycle's figure over seeds).
 
-    .venv/bin/python bench/loop.py [--seeds 0 1 2 --cycles 5 --requests 128 --placebo]
+The placebo arm (``--placebo-seeds``) is the same loop with the reward column of the training rows
+shuffled (``PlaceboCycle``): it must not improve.
+
+    .venv/bin/python -m bench.loop [--seeds 0 1 2 --cycles 5 --requests 128 --placebo-seeds 0]
 
 Writes bench/results/loop.json (``pass_first``/``pass_final`` on the fresh set, ``ci_low``/
 ``ci_high`` = 95% paired bootstrap over tasks of final minus first, ``placebo_delta``, per-cycle
-rows) and bench/results/loop.png. Left out: building a stronger first champion (the cached warm
-start is what there is) and anything not driven through ``ratchet.cycle``.
+rows, ``live`` = first vs last traffic per seed) and bench/results/loop.png. Left out: anything
+not driven through ``ratchet.cycle``.
 """
 
 from __future__ import annotations
@@ -43,8 +47,6 @@ sys.path.insert(0, str(ROOT))  # bench/ingest.py would shadow the ingest package
 from ratchet.cycle import Cycle  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "loop.json"
-FRESH_SEED = 20261123
-"""Seed of the fresh held-out draw (the gate suite uses seed 0, bench/learning.py seed 7)."""
 TOKEN = "loop-bench-token"
 CANARY_TRAFFIC = "canary-traffic"
 """Thread of the traffic kept on the router during a canary; its progress lines stay off the
@@ -276,6 +278,8 @@ def _one_cycle(args, i, arm, seed, cycle, sim, uri, name, workdir, fresh, scores
 
 # -- summary and plot -----------------------------------------------------------------------------
 def summarise(args, rows: list[dict], scores: dict, fresh_n: int) -> dict:
+    from tasks.toy import FRESH_SEED
+
     first = scores["first"]
 
     def finals(arm: str) -> dict[int, Score]:
@@ -304,14 +308,43 @@ def summarise(args, rows: list[dict], scores: dict, fresh_n: int) -> dict:
         "tokens_final": statistics.mean(s.mean_tokens for s in rl.values()),
         "promotions": sum(r["promoted"] for r in rows if r["arm"] == "rl"),
         "rollbacks": sum(r["rolled_back"] for r in rows if r["arm"] == "rl"),
-        "fresh_set": {"split": "heldout", "seed": FRESH_SEED, "tasks": fresh_n,
-                      "note": "tasks.toy held-out split, drawn with replacement; not the gate "
-                              "suite's draw (seed 0) nor bench/learning.py's (seed 7)"},
+        "live": live_change(rows, "rl"), "live_placebo": live_change(rows, "placebo"),
+        "fresh_set": {"split": "fresh", "seed": FRESH_SEED, "tasks": fresh_n,
+                      "note": "tasks.toy.fresh_tasks(): never chose a hyper-parameter"},
+        "placebo_seeds": args.placebo_seeds,
         "sizes": {k: getattr(args, k) for k in ("requests", "train_steps", "gate_tasks",
                                                 "window_s", "min_requests", "min_signals",
                                                 "gate_ci_margin", "fresh_tasks")},
         "per_cycle": rows,
     }
+
+
+LIVE = ("edit_persistence", "dissatisfied_rate", "live_pass_rate", "mean_latency_ms",
+        "completion_tokens")
+
+
+def live_change(rows: list[dict], arm: str) -> dict:
+    """Per live metric: each seed's last-cycle traffic minus its first (the first cycle is
+    served by the first champion), their mean, and the seed-to-seed band (range over seeds of
+    the first cycle's figure) that a change must exceed to count."""
+    by_seed: dict[int, list[dict]] = {}
+    for r in rows:
+        if r["arm"] == arm:
+            by_seed.setdefault(r["seed"], []).append(r)
+    full = {seed: mine for seed, mine in by_seed.items() if len(mine) > 1}
+    if not full:
+        return {}
+    out = {}
+    for key in LIVE:
+        firsts = [mine[0][key] for mine in full.values()]
+        changes = [mine[-1][key] - mine[0][key] for mine in full.values()]
+        band = max(firsts) - min(firsts)
+        mean = statistics.mean(changes)
+        out[key] = {"first": statistics.mean(firsts),
+                    "last": statistics.mean(mine[-1][key] for mine in full.values()),
+                    "change_per_seed": dict(zip(map(str, full), changes)), "change": mean,
+                    "seed_band": band, "beyond_band": abs(mean) > band and len(full) > 1}
+    return out
 
 
 _PANELS = [("fresh_pass", "fresh-set pass rate (champion after the cycle)"),
@@ -358,7 +391,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--cycles", type=int, default=5)
-    parser.add_argument("--placebo", action="store_true", help="Also run the shuffled-reward arm.")
+    parser.add_argument("--placebo-seeds", type=int, nargs="*", default=[0],
+                        help="Seeds of the shuffled-reward arm (none: no placebo).")
     parser.add_argument("--requests", type=int, default=128, help="Requests per traffic round.")
     parser.add_argument("--train-steps", type=int, default=20)
     parser.add_argument("--gate-tasks", type=int, default=400)
@@ -376,7 +410,7 @@ def main() -> None:
     import torch
 
     from ratchet import console
-    from tasks.toy import generate_tasks
+    from tasks.toy import fresh_tasks
     from trainer.fixtures import champion_dir
 
     log_file = Path(tempfile.gettempdir()) / f"ratchet-loop-{time.strftime('%Y%m%d-%H%M%S')}.log"
@@ -386,8 +420,8 @@ def main() -> None:
     say(f"full log: {log_file}")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    fresh = generate_tasks(args.fresh_tasks, seed=FRESH_SEED, split="heldout")
-    say(f"fresh set: scoring the first champion on {len(fresh)} held-out tasks")
+    fresh = fresh_tasks(args.fresh_tasks)
+    say(f"fresh set: scoring the first champion on {len(fresh)} fresh tasks")
     scores = {"first": score(champion_dir(), fresh)}
     say(f"first champion: fresh pass {scores['first'].pass_rate:.3f}")
     rows: list[dict] = []
@@ -402,15 +436,14 @@ def main() -> None:
         plot(rows, args.out.with_suffix(".png"))
         return out
 
-    arms = [False, True] if args.placebo else [False]
-    for placebo in arms:
-        for seed in args.seeds:
-            workdir = Path(tempfile.mkdtemp(prefix="ratchet-loop-"))
-            try:
-                run_loop(args, seed=seed, placebo=placebo, fresh=fresh, workdir=workdir,
-                         scores=scores, rows=rows, on_cycle=lambda: write(False))
-            finally:
-                shutil.rmtree(workdir, ignore_errors=True)
+    runs = [(False, s) for s in args.seeds] + [(True, s) for s in args.placebo_seeds]
+    for placebo, seed in runs:
+        workdir = Path(tempfile.mkdtemp(prefix="ratchet-loop-"))
+        try:
+            run_loop(args, seed=seed, placebo=placebo, fresh=fresh, workdir=workdir,
+                     scores=scores, rows=rows, on_cycle=lambda: write(False))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
     out = write(True)
     say(f"pass first {out['pass_first']:.3f} -> final {out['pass_final']:.3f}, final - first "
         f"CI [{out['ci_low']:+.3f}, {out['ci_high']:+.3f}], placebo delta "

@@ -55,7 +55,7 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
 
             model_config = MoEConfig.model_validate_json(cfg.model_config_path.read_text())
             mlflow.log_dict(model_config.model_dump(), "model_config.json")
-            out, cached = _warm_start_cached(model_config, seed=cfg.seed, steps=cfg.sft_steps)
+            out, cached = _toy_champion(cfg, model_config)
         seconds = time.perf_counter() - start
         mlflow.log_metric("warm_start_seconds", seconds)
         mlflow.set_tag("warm_start_cached", str(cached).lower())
@@ -65,6 +65,19 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
         )
     log.info("bootstrapped champion v%d in %.1f s", ref.version, seconds)
     return ref.version
+
+
+def _toy_champion(cfg, model_config) -> tuple[Path, bool]:
+    """The toy warm start: for the project's own model config, the committed or cached champion
+    of ``trainer.fixtures`` (the one the learning tests and benches start from); for any other
+    config, this module's own cache."""
+    from policy.toy.model import MoEConfig
+    from trainer.fixtures import TOY_CONFIG, champion_dir, champion_path
+
+    if model_config != MoEConfig.model_validate_json(TOY_CONFIG.read_text()):
+        return _warm_start_cached(model_config, seed=cfg.seed, steps=cfg.sft_steps)
+    cached = (champion_path(cfg.seed, cfg.sft_steps) / "model.safetensors").exists()
+    return champion_dir(cfg.seed, cfg.sft_steps), cached
 
 
 def _warm_start_cached(model_config, *, seed: int, steps: int) -> tuple[Path, bool]:

@@ -166,9 +166,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 _LOGGED = {"demo", "cycle", "loop", "replay", "serve", "rollout"}
+_CYCLES = {"demo", "cycle", "loop", "replay"}
+"""Commands that train and gate in this process (``config.torch_threads`` applies)."""
 
 
 def _dispatch(args: argparse.Namespace, config) -> int:
+    if args.command in _CYCLES:
+        import torch
+
+        torch.set_num_threads(config.torch_threads)
     if args.command == "demo":
         from ratchet.demo import run
 

@@ -139,7 +139,7 @@ _PANELS = [  # (title, field, better)
 ]
 
 
-def plot(rows: list[CycleRow], path: Path) -> None:
+def plot(rows: list[CycleRow], path: Path, gain: dict | None = None) -> None:
     """One panel per metric with its own axis and direction; the gate panel has CI bars, the
     champion line follows the champion each cycle compared against, promotions and rollbacks
     are marked in a legend, and each gate point is labelled with its number of tasks."""
@@ -151,6 +151,10 @@ def plot(rows: list[CycleRow], path: Path) -> None:
     x = [r.cycle for r in rows]
     fig, axes = plt.subplots(1, 1 + len(_PANELS), figsize=(4.2 * (1 + len(_PANELS)), 3.6))
     _gate_panel(axes[0], rows)
+    if gain is not None:
+        axes[0].set_title(f"gate pass rate (higher is better)\nfresh set v{gain['first_version']}"
+                          f" -> v{gain['final_version']}: {gain['delta']:+.3f} "
+                          f"[{gain['ci_low']:+.3f}, {gain['ci_high']:+.3f}]", fontsize=8)
     for ax, (title, field, better) in zip(axes[1:], _PANELS):
         ax.plot(x, [getattr(r, field) for r in rows], marker="o", color="tab:blue")
         ax.set_title(f"{title}\n({better} is better)", fontsize=9)
@@ -195,6 +199,50 @@ def _gate_panel(ax, rows: list[CycleRow]) -> None:
     ax.set_xlabel("cycle", fontsize=7)
     ax.set_xticks([r.cycle for r in rows])
     ax.legend(fontsize=6)
+
+
+GAIN_TASKS = 1000
+"""Fresh-split tasks (``tasks.toy.fresh_tasks``) the first and final champions are scored on."""
+
+
+def champion_gain(tracking_uri: str, model_name: str, first: int, final: int, workdir: Path,
+                  n_tasks: int = GAIN_TASKS) -> dict | None:
+    """What the demo's cycles did to the champion: the first and the final champion scored
+    greedily on the same fresh tasks (never used to choose a setting), with the 95%
+    paired-bootstrap CI of the change. Toy policies only (None for others)."""
+    import numpy as np
+
+    from gating.gates import paired_bootstrap
+    from policy.config import load_policy
+    from runtime import registry
+    from tasks.toy import fresh_tasks
+    from trainer.evaluate import evaluate
+
+    tasks = fresh_tasks(n_tasks)
+    scores = {}
+    for version in sorted({first, final}):
+        directory = registry.download_checkpoint(tracking_uri, model_name, version,
+                                                 workdir / "gain" / f"v{version}")
+        policy = load_policy(directory)
+        if policy.type != "toy":
+            return None
+        log.info("scoring champion v%d on %d fresh tasks", version, len(tasks))
+        scores[version] = evaluate(policy.module, tasks)
+    a, b = scores[first], scores[final]
+    ci = paired_bootstrap(np.array(b.passed, float), np.array(a.passed, float),
+                          n_resamples=2000, confidence=0.95, seed=0)
+    return {"first_version": first, "final_version": final, "tasks": len(tasks),
+            "split": "fresh", "pass_first": a.pass_rate, "pass_final": b.pass_rate,
+            "delta": ci.mean, "ci_low": ci.low, "ci_high": ci.high,
+            "tokens_first": a.mean_tokens, "tokens_final": b.mean_tokens}
+
+
+def format_gain(gain: dict) -> str:
+    return (f"champion v{gain['first_version']} -> v{gain['final_version']} on "
+            f"{gain['tasks']:,} fresh tasks: pass {gain['pass_first']:.3f} -> "
+            f"{gain['pass_final']:.3f} ({gain['delta']:+.3f}, 95% paired CI "
+            f"[{gain['ci_low']:+.3f}, {gain['ci_high']:+.3f}]); completion tokens "
+            f"{gain['tokens_first']:.1f} -> {gain['tokens_final']:.1f}")
 
 
 def _log_live(tracking_uri: str, experiment: str, run_id: str, stats) -> None:
@@ -242,7 +290,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
     rows: list[CycleRow] = []
     stage_seconds: list[dict[str, float]] = []
     with services(workdir, bootstrap=None, tracking_uri=None) as ep:
-        ensure_champion(config, tracking_uri=ep.tracking_uri, workdir=workdir)
+        first = ensure_champion(config, tracking_uri=ep.tracking_uri, workdir=workdir)
         policy = describe_champion(config, tracking_uri=ep.tracking_uri, workdir=workdir)
         bootstrap_s = time.perf_counter() - t0
         fleet = Fleet.start(
@@ -291,13 +339,17 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                          format_table(rows[-1:]))
         finally:
             fleet.stop()
+        final = registry.resolve_alias(ep.tracking_uri, config.model_name, registry.CHAMPION)
+        gain = champion_gain(ep.tracking_uri, config.model_name, first, final, workdir)
         total_s = time.perf_counter() - t0
         table = format_table(rows)
         print("\n" + table)
+        if gain is not None:
+            print(format_gain(gain))
         png = workdir / "cycles.png"
-        plot(rows, png)
+        plot(rows, png, gain)
         summary = {
-            "policy": policy, "total_seconds": round(total_s, 1),
+            "policy": policy, "gain": gain, "total_seconds": round(total_s, 1),
             "bootstrap_seconds": round(bootstrap_s, 1),
             "promotions": sum(r.promoted for r in rows), "stage_seconds": stage_seconds,
             "cycles": [asdict(r) for r in rows],

@@ -1,9 +1,11 @@
 """The recorded RL fixture and the warm-started champion it was recorded from.
 
-``champion_dir()`` warm-starts the toy MoE once (deterministic for a seed) and caches the
-checkpoint under ``.cache/ratchet/``; ``fixture_rows()`` reads the recorded reward rows from
-``tests/fixtures/rl_rows.parquet`` or records them (sample from the champion, score with
-``tasks.toy.check``, reward +1 / -1 minus a length penalty: the simulator's rule).
+``champion_dir()`` is the warm-started toy MoE: the committed checkpoint under
+``trainer/champion/`` while its recipe key matches the code, else warm-started once
+(deterministic for a seed) and cached under ``.cache/ratchet/``. ``fixture_rows()`` reads the
+recorded reward rows from ``tests/fixtures/rl_rows.parquet`` or records them (sample from the
+champion, score with ``tasks.toy.check``, reward +1 / -1 minus a length penalty: the simulator's
+rule).
 Shared by bench/learning.py and tests/integration/test_trainer_learning.py.
 
 Left out: anything served through Kafka (the production loop's data path is tested elsewhere).
@@ -19,6 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "ratchet"
 FIXTURE = ROOT / "tests" / "fixtures" / "rl_rows.parquet"
 TOY_CONFIG = ROOT / "trainer" / "configs" / "toy.json"
+COMMITTED = ROOT / "trainer" / "champion"
+"""The committed warm start of ``TOY_CONFIG`` (seed ``SFT_SEED``, ``trainer.sft.SFT_STEPS``
+steps) with the recipe key it was built with, so a fresh clone starts from it without the
+eight-minute build; ``commit_champion()`` rebuilds it."""
 SFT_SEED = 0
 FIXTURE_TASKS = 2000
 FIXTURE_SAMPLES = 4
@@ -28,19 +34,51 @@ LOGGED_EVAL_TASKS = 160
 
 
 def champion_dir(seed: int = SFT_SEED, steps: int | None = None) -> Path:
-    """A cached warm-started champion checkpoint (trained on first use)."""
+    """The warm-started champion checkpoint for ``seed`` and ``steps``: the committed one
+    (``COMMITTED``) when it was built by today's recipe, else trained on first use and cached."""
     from policy.toy.checkpoint import save_checkpoint
     from policy.toy.model import MoEConfig
     from trainer.sft import SFT_STEPS, warm_start
 
     steps = SFT_STEPS if steps is None else steps
-    out = CACHE / f"champion-s{seed}-n{steps}-{_recipe_key()}"
+    out = champion_path(seed, steps)
     if not (out / "model.safetensors").exists():
         cfg = MoEConfig.model_validate_json(TOY_CONFIG.read_text())
         model = warm_start(cfg, seed=seed, steps=steps)
         save_checkpoint(model, out, metadata={"origin": "warm_start", "seed": seed,
-                                              "steps": steps, "model_version": 1})
+                                              "steps": steps, "model_version": 1,
+                                              "recipe_key": _recipe_key()})
     return out
+
+
+def champion_path(seed: int, steps: int) -> Path:
+    """Where ``champion_dir(seed, steps)`` is (or will be once built)."""
+    from trainer.sft import SFT_STEPS
+
+    key = _recipe_key()
+    if (seed, steps) == (SFT_SEED, SFT_STEPS) and committed_recipe_key() == key:
+        return COMMITTED
+    return CACHE / f"champion-s{seed}-n{steps}-{key}"
+
+
+def committed_recipe_key() -> str | None:
+    """The recipe key the committed champion was built with (None if there is none)."""
+    import json
+
+    meta = COMMITTED / "metadata.json"
+    return json.loads(meta.read_text()).get("recipe_key") if meta.exists() else None
+
+
+def commit_champion() -> Path:
+    """Rebuild ``COMMITTED`` from the recipe (seed ``SFT_SEED``, ``SFT_STEPS`` steps; about eight
+    minutes on two cores): run after changing the model, the SFT code or the train split."""
+    import shutil
+
+    from trainer.sft import SFT_STEPS
+
+    shutil.rmtree(COMMITTED, ignore_errors=True)  # champion_dir() then builds (or finds the cache)
+    shutil.copytree(champion_dir(SFT_SEED, SFT_STEPS), COMMITTED)
+    return COMMITTED
 
 
 def _recipe_key() -> str:
@@ -150,3 +188,7 @@ def descendant_dir(generations: int = 2) -> Path:
     save_checkpoint(model.eval(), out, metadata={"origin": "descendant", "model_version":
                                                  1 + generations, "parent": str(champion_dir())})
     return out
+
+
+if __name__ == "__main__":
+    print(f"rebuilt {commit_champion()} (recipe key {_recipe_key()})")

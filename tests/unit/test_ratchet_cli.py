@@ -241,3 +241,23 @@ def test_demo_plot_and_overview_page(tmp_path):
                     "gate.ci_low": 0.01, "gate.ci_high": 0.09, "span_rows": 300.0,
                     "live.edit_persistence": 0.5, "live.dissatisfied_rate": None}], "exp<1>")
     assert "<svg" in page and "[+0.010, +0.090]" in page and "exp&lt;1&gt;" in page
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cycle_commands_train_with_the_configured_torch_threads(tmp_path, monkeypatch, threads):
+    import torch
+
+    import ratchet.demo
+
+    seen = []
+    monkeypatch.setattr(ratchet.demo, "run", lambda *a, **k: seen.append(torch.get_num_threads())
+                        or 0)
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"torch_threads": threads}))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3 - threads)  # anything else
+        assert main(["demo", "--config", str(cfg), "--workdir", str(tmp_path / "w")]) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [threads]
