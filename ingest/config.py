@@ -184,7 +184,7 @@ class IngestConfig(BaseModel):
         False, description="Finalise every pending completion now (end of stream, demos)."
     )
     chunk_events: int = Field(
-        100_000,
+        250_000,
         ge=1,
         description="Most events one Beam run reads: a bigger span runs as several chunks, one "
         "after another, carrying the join's state (bounds memory; same rows as one pass unless a "

@@ -66,7 +66,7 @@ from rewards.monitors import batch_monitors
 
 log = logging.getLogger(__name__)
 
-CHUNK_EVENTS = 100_000
+CHUNK_EVENTS = 250_000
 """Most events one Beam run of a span reads (``SpanJob.chunk_events``): bounds the run's memory."""
 
 __all__ = ["FAILPOINT_ENV", "SpanJob", "SpanResult", "run", "run_config", "run_span"]
