@@ -10,8 +10,13 @@ hits all alike, and each figure is the median tokens/s. Goal: moe_over_dense >= 
 - ``hf_qwen3moe``: ``Qwen3MoeForCausalLM`` from a config (random init, no download) shaped like
   the toy (vocab 259, d 128, 3 layers, 4 heads, 4 experts top-2; SwiGLU experts of width 176 so
   the parameter count matches). Its step is the same SFT step (cross-entropy on answer tokens plus
-  the router's load-balance loss, AdamW), not the RL recipe, which takes only the toy on this
-  branch (the HF policy plug is policy/hf.py's job).
+  the router's load-balance loss, AdamW).
+- ``rl_toy`` / ``rl_hf_qwen3moe``: one step of the RL recipe (trainer/recipe.py: policy forward
+  with router replay, clipped surrogate + KL to the champion + anchor + router aux loss, backward,
+  AdamW) through the Policy plug, on reward rows each model sampled itself (8 tokens, T = 1) from
+  the same task prompts: the toy MoE (loop experts) and a tiny Qwen3-MoE built by policy/tiny.py
+  (its own BPE tokenizer of 512 tokens, d 128, 3 layers, 4 experts top-2, expert width 176).
+  Setup (reference log-probs) is not timed; tokens are the real input positions of each batch.
 
     .venv/bin/python bench/train_cpu.py [--rounds 5 --steps 6 --threads 2]
 
@@ -64,6 +69,71 @@ def hf_sft_step(model, opt, tasks) -> float:
     return float(ce.detach())
 
 
+def _rl_rows(policy, tasks, seed: int):
+    """Reward rows ``policy`` samples itself (REWARD_SCHEMA columns the recipe reads)."""
+    import pyarrow as pa
+
+    from tasks.toy import check
+
+    ids = [policy.encode_prompt(t.prompt) for t in tasks]
+    gens = policy.generate(ids, max_new_tokens=8, temperature=1.0, seed=seed)
+    return pa.table({
+        "prompt": [t.prompt for t in tasks],
+        "prompt_token_ids": [g.prompt_token_ids for g in gens],
+        "prompt_routed_experts": [g.prompt_routed_experts for g in gens],
+        "response_token_ids": [g.token_ids for g in gens],
+        "response_logprobs": [g.logprobs for g in gens],
+        "routed_experts": [g.routed_experts for g in gens],
+        "reward": [1.0 if check(t, g.text).passed else -1.0 for t, g in zip(tasks, gens)],
+        "task_kind": [t.kind for t in tasks],
+        "model_version": [1] * len(gens), "temperature": [1.0] * len(gens),
+        "top_p": [1.0] * len(gens),
+    })
+
+
+def rl_recipes(batch_size: int, steps: int, workdir: Path) -> dict:
+    """name -> (RLRecipe set up on its own rows, batches of sample indices), toy and HF."""
+    import torch
+
+    from policy.base import as_policy
+    from policy.config import TinyHFSpec
+    from policy.hf import HFPolicy
+    from policy.tiny import build_model, build_tokenizer
+    from policy.toy.checkpoint import save_checkpoint
+    from policy.toy.model import MoEConfig, MoETransformer
+    from tasks.toy import generate_tasks
+    from trainer.config import TrainerConfig
+    from trainer.recipe import RLRecipe
+
+    tasks = generate_tasks(batch_size * steps, seed=0, split="train")
+    torch.manual_seed(0)
+    toy = MoETransformer(MoEConfig.model_validate_json(
+        (Path(__file__).parents[1] / "trainer" / "configs" / "toy.json").read_text())).eval()
+    save_checkpoint(toy, workdir / "toy", metadata={"model_version": 1})
+    spec = TinyHFSpec(family="qwen3_moe", hidden=128, layers=3, heads=4, kv_heads=4,
+                      moe_intermediate=176, experts=4, top_k=2, vocab=512, max_positions=192)
+    hf = HFPolicy(*build_model(spec, build_tokenizer(vocab=512, seed=0)))
+    hf.save(workdir / "hf", metadata={"model_version": 1})
+    out = {}
+    for name, policy, d in (("rl_toy", as_policy(toy), "toy"), ("rl_hf_qwen3moe", hf, "hf")):
+        rows = _rl_rows(policy, tasks, seed=0)
+        recipe = RLRecipe(workdir / d, rows, TrainerConfig(batch_size=batch_size, lr=1e-4,
+                                                           max_staleness=100, seed=0))
+        recipe.setup()
+        idx = list(range(len(recipe.samples)))
+        out[name] = (recipe, [idx[i:i + batch_size] for i in range(0, len(idx), batch_size)])
+    return out
+
+
+def _measure_rl(recipe, batches) -> tuple[float, float, int]:
+    tokens = 0
+    wall, cpu = time.perf_counter(), time.process_time()
+    for idx in batches:
+        recipe.train_step(idx)
+        tokens += int(recipe._collate([recipe.samples[i] for i in idx]).pad_mask.sum())
+    return time.perf_counter() - wall, time.process_time() - cpu, tokens
+
+
 def _measure(model, opt, batches, step) -> tuple[float, float, int]:
     tokens = 0
     wall, cpu = time.perf_counter(), time.process_time()
@@ -95,6 +165,8 @@ def _models(threads: int) -> dict:
 
 
 def run(rounds: int, steps: int, batch_size: int, threads: int) -> dict:
+    import tempfile
+
     from tasks.toy import generate_tasks
 
     models = _models(threads)
@@ -102,11 +174,17 @@ def run(rounds: int, steps: int, batch_size: int, threads: int) -> dict:
     batches = [tasks[i * batch_size:(i + 1) * batch_size] for i in range(steps)]
     for m, opt, step in models.values():  # warm-up
         step(m, opt, batches[0])
-    tps: dict[str, list[float]] = {k: [] for k in models}
-    cpu_tps: dict[str, list[float]] = {k: [] for k in models}
+    rl = rl_recipes(batch_size, steps, Path(tempfile.mkdtemp(prefix="bench-rl-")))
+    for recipe, rl_batches in rl.values():  # warm-up
+        recipe.train_step(rl_batches[0])
+    tps: dict[str, list[float]] = {k: [] for k in [*models, *rl]}
+    cpu_tps: dict[str, list[float]] = {k: [] for k in tps}
     for _ in range(rounds):
-        for name, (m, opt, step) in models.items():
-            wall, cpu, n = _measure(m, opt, batches, step)
+        runs = [(name, lambda m=m, o=o, s=s: _measure(m, o, batches, s))
+                for name, (m, o, s) in models.items()]
+        runs += [(name, lambda r=r, b=b: _measure_rl(r, b)) for name, (r, b) in rl.items()]
+        for name, measure in runs:
+            wall, cpu, n = measure()
             tps[name].append(n / wall)
             cpu_tps[name].append(n / cpu)
     med = {k: statistics.median(v) for k, v in tps.items()}
@@ -125,7 +203,15 @@ def run(rounds: int, steps: int, batch_size: int, threads: int) -> dict:
         "hf_qwen3moe_params_active": _hf_active(hf),
         "hf_qwen3moe_experts_implementation": hf.config._experts_implementation,
         "hf_qwen3moe_step": "SFT step (CE on answer tokens + router aux loss), same batches as "
-        "the toy; the RL recipe takes only the toy on this branch",
+        "the toy",
+        "rl_toy_tokens_per_s": med["rl_toy"],
+        "rl_hf_qwen3moe_tokens_per_s": med["rl_hf_qwen3moe"],
+        "rl_hf_qwen3moe_over_rl_toy": med["rl_hf_qwen3moe"] / med["rl_toy"],
+        "rl_hf_qwen3moe_params_total": sum(
+            p.numel() for p in rl["rl_hf_qwen3moe"][0].policy.parameters()),
+        "rl_step": "RLRecipe.train_step (router replay, clipped surrogate, KL to champion and "
+        "anchor, aux loss, AdamW) on rows each policy sampled itself (8 new tokens, T=1); "
+        "tokens = real input positions",
         "moe_params_total": moe.num_params(),
         "moe_params_active": moe.num_params(active=True),
         "dense_params": models["dense"][0].num_params(),

@@ -50,6 +50,14 @@ class SuiteConfig(_Config):
     sandbox_timeout_s: float = Field(
         5.0, gt=0.0, le=300.0, description="HumanEval only: wall-clock limit per sandboxed task."
     )
+    chat: Literal["auto", "never"] = Field(
+        "auto",
+        description=(
+            "HumanEval only: 'auto' feeds each problem to a policy whose tokenizer has a chat "
+            "template as one user turn (tasks.humaneval.chat_prompt) and grades the code in its "
+            "reply; 'never' always feeds the raw prompt for a raw completion."
+        ),
+    )
 
 
 class ChangeThreshold(_Config):
@@ -174,6 +182,16 @@ class HealthConfig(_Config):
         description=(
             "Ceiling of the mean per-token KL(candidate || champion) in nats on the candidate's"
             " own greedy suite completions."
+        ),
+    )
+    kl_max_tasks: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description=(
+            "Measure the KL on the completions of the first this many suite tasks only (None: all)."
+            " The KL costs a forward pass of both models over prompt + completion per task, which"
+            " for a large model on a CPU rivals the suite itself."
         ),
     )
 

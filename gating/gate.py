@@ -151,12 +151,12 @@ class GateRunner:
         return build_suite(self.config.suite)
 
     def _run_suite(self, model: Policy, tasks, checker) -> SuiteResult:
-        from gating.suite import run_suite
+        from gating.suite import run_suite, uses_chat
 
         s = self.config.suite
         return run_suite(
             model, tasks, max_new_tokens=s.max_new_tokens, seed=s.seed, checker=checker,
-            token_penalty=s.token_penalty, batch_size=s.batch_size,
+            token_penalty=s.token_penalty, batch_size=s.batch_size, chat=uses_chat(model, s),
         )
 
     def _cached_suite(self, ckpt: Path, model: Policy, tasks, checker) -> SuiteResult:
@@ -171,17 +171,20 @@ class GateRunner:
         return result
 
     def _kl(self, tasks, cand: SuiteResult) -> float | None:
-        """KL on the candidate's own completions, fed the same (fitted) prompts it saw."""
+        """KL on the candidate's own completions (of the first ``health.kl_max_tasks`` tasks),
+        fed the same prompts it saw."""
         from gating.health import kl_to_champion
-        from gating.suite import fit_prompt_ids, prompt_room
+        from gating.suite import prompt_room, task_prompt_ids, uses_chat
 
         if self.champion is None:
             return None
         room = prompt_room(self.candidate.max_seq_len, self.config.suite.max_new_tokens)
+        chat = uses_chat(self.candidate, self.config.suite)
         by_id = {t.task_id: t for t in tasks}
-        prompts = [fit_prompt_ids(self.candidate, by_id[o.task_id].prompt, room)
-                   for o in cand.tasks]
-        completions = [o.token_ids for o in cand.tasks]
+        outcomes = cand.tasks[:self.config.health.kl_max_tasks]
+        prompts = [task_prompt_ids(self.candidate, by_id[o.task_id], room, chat=chat)
+                   for o in outcomes]
+        completions = [o.token_ids for o in outcomes]
         return kl_to_champion(self.candidate, self.champion, prompts, completions)
 
     def _optional_gates(self, champ: SuiteResult | None, extras: dict[str, float]) -> list:

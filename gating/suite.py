@@ -8,7 +8,9 @@ drift apart — and scores it so that a correct but bloated answer scores below 
 one. It also counts the experts the generated tokens were routed to (for the collapse check).
 
 :func:`build_suite` turns a :class:`~gating.config.SuiteConfig` into tasks and their checker:
-the toy family's held-out split, or HumanEval graded in a sandbox (tasks/humaneval.py).
+the toy family's held-out split, or HumanEval graded in a sandbox (tasks/humaneval.py). An
+instruct policy (a tokenizer with a chat template) gets HumanEval as chat turns and is graded on
+the code in its reply (:func:`uses_chat`, :func:`task_prompt_ids`).
 
 Deliberately left out: comparing two runs (gating/gates.py) and model loading (gating/gate.py).
 """
@@ -78,6 +80,25 @@ def fit_prompt_ids(policy: Policy, prompt: str, room: int) -> list[int]:
     return ids[:1] + ids[-room:] if bos is not None and ids[0] == bos else ids[-(room + 1):]
 
 
+def uses_chat(policy: Policy, config: SuiteConfig) -> bool:
+    """Whether ``policy`` gets the suite's prompts as chat turns: HumanEval, ``chat='auto'`` and a
+    tokenizer with a chat template (never the toy, nor a tokenizer without one)."""
+    return (config.kind == "humaneval" and config.chat == "auto"
+            and bool(getattr(policy, "has_chat_template", False)))
+
+
+def task_prompt_ids(policy: Policy, task: Task, room: int, *, chat: bool) -> list[int]:
+    """The ids ``task`` is fed as: its prompt fitted to ``room`` (:func:`fit_prompt_ids`), or with
+    ``chat`` the HumanEval chat turn (tasks.humaneval.chat_prompt) through the chat template, its
+    start cut only if it does not fit."""
+    if not chat:
+        return fit_prompt_ids(policy, task.prompt, room)
+    from tasks.humaneval import chat_prompt
+
+    ids = policy.encode_chat(chat_prompt(task.prompt))
+    return ids if len(ids) <= room + 1 else ids[-(room + 1):]
+
+
 def _count_experts(load: list[list[int]], routed: list[list[list[int]]]) -> None:
     """Add one generation's routing ``(tokens, layers, top_k)`` into ``load`` ``(layers, E)``."""
     for token in routed:
@@ -95,9 +116,12 @@ def run_suite(
     checker: Checker = check,
     token_penalty: float = 0.5,
     batch_size: int = 64,
+    chat: bool = False,
 ) -> SuiteResult:
     """Greedy completions for ``tasks``, graded by ``checker`` and scored by length. ``model``:
-    a policy (a bare toy ``MoETransformer`` is wrapped)."""
+    a policy (a bare toy ``MoETransformer`` is wrapped). ``chat``: prompts go in as chat turns
+    (:func:`task_prompt_ids`), a reply stops once its code block is closed and the checker is
+    called with ``chat=True``."""
     from policy.base import as_policy
 
     start = time.perf_counter()
@@ -106,16 +130,21 @@ def run_suite(
     load = [[0] * spec.n_experts for _ in range(spec.n_moe_layers)] if spec.is_moe else []
     room = prompt_room(policy.max_seq_len, max_new_tokens)
     outcomes: list[TaskOutcome] = []
+    stop = {}
+    if chat:  # a chat reply is done once its code block is closed: the prose after it is not
+        from tasks.humaneval import reply_complete
+
+        stop = {"stop_when": reply_complete}
     progress = Progress(f"gate suite ({len(tasks)} tasks)", total=len(tasks), unit="task")
     for i in range(0, len(tasks), batch_size):
         batch = tasks[i : i + batch_size]
         progress.update(len(batch))
         gens = policy.generate(
-            [fit_prompt_ids(policy, t.prompt, room) for t in batch],
-            max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, seed=seed,
+            [task_prompt_ids(policy, t, room, chat=chat) for t in batch],
+            max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, seed=seed, **stop,
         )
         for task, gen in zip(batch, gens, strict=True):
-            result = checker(task, gen.text)
+            result = checker(task, gen.text, chat=True) if chat else checker(task, gen.text)
             if spec.is_moe:
                 _count_experts(load, gen.routed_experts)
             n = len(gen.token_ids)

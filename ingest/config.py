@@ -183,6 +183,13 @@ class IngestConfig(BaseModel):
     drain: bool = Field(
         False, description="Finalise every pending completion now (end of stream, demos)."
     )
+    chunk_events: int = Field(
+        250_000,
+        ge=1,
+        description="Most events one Beam run reads: a bigger span runs as several chunks, one "
+        "after another, carrying the join's state (bounds memory; same rows as one pass unless a "
+        "record is over the longest window + lateness out of order: ingest/RUNNERS.md).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> IngestConfig:

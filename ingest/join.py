@@ -87,6 +87,8 @@ class JoinOutcome:
     dead: list[DeadLetter] = field(default_factory=list)
     duplicates: int = 0
     finalized_at_us: int | None = None
+    final: tuple[EventItem, list[EventItem]] | None = None
+    """With ``build_row=False``: the completion and its joined signals, instead of ``row``."""
 
 
 def next_completion_marker(response_id: str, t_next_us: int) -> EventItem:
@@ -138,8 +140,17 @@ def join_group(
     reward_config: RewardConfig,
     drain: bool = False,
     expected: Iterable[str] = SIGNAL_KINDS,
+    early: bool = True,
+    build_row: bool = True,
 ) -> JoinOutcome:
-    """Decide the fate of every event of ``response_id`` (see the module docstring)."""
+    """Decide the fate of every event of ``response_id`` (see the module docstring).
+
+    ``early=False`` finalises a completion only once every window has closed (never on the
+    expected signals having arrived): what a chunk of a span that is not its last uses, so that
+    the span's later chunks can still add signals, exactly as one pass over the span would.
+    ``build_row=False`` leaves ``row`` empty and sets ``final`` (the caller builds rows for many
+    completions at once: ingest/rows.py).
+    """
     items = list(items)
     t_next = min((i.event_time_us for i in items if i.kind == NEXT), default=None)
     kept, removed = dedup(i for i in items if i.kind != NEXT)
@@ -170,11 +181,15 @@ def join_group(
     in_window = [s for s in signals if s.event_time_us <= ends[s.kind]]
     outside = [s for s in signals if s.event_time_us > ends[s.kind]]
     closed = max(ends.values()) <= watermark_us
-    if not (drain or closed or _complete(in_window, set(expected), ends, watermark_us)):
+    complete = early and _complete(in_window, set(expected), ends, watermark_us)
+    if not (drain or closed or complete):
         out.pending = [completion, *signals]
         return out
     out.late = [dead_letter(s, "late_signal", f"outside the {s.kind} window") for s in outside]
-    out.row = reward_row(response_id, completion, in_window, reward_config)
+    if build_row:
+        out.row = reward_row(response_id, completion, in_window, reward_config)
+    else:
+        out.final = (completion, in_window)
     out.finalized_at_us = completion.event_time_us
     return out
 
@@ -226,20 +241,7 @@ def reward_row(
 ) -> dict[str, Any]:
     """One ``REWARD_SCHEMA`` row (``event_time`` as microseconds since the epoch, UTC)."""
     c = from_json(completion.value)
-    persistence, followup, label = _pick_signals(signals)
-    fu = followup_columns(followup, c["prompt"], c["response_text"])
-    dissatisfied = fu["followup_dissatisfied"]  # the detector's decision, never the flag
     n_tokens = len(c["response_token_ids"])
-    reward, components, defaulted = compute_reward(
-        RowSignals(
-            latency_ms=float(c["latency_ms"]),
-            completion_tokens=n_tokens,
-            edit_persistence=persistence,
-            followup_dissatisfied=dissatisfied,
-            feedback_label=label,  # type: ignore[arg-type]
-        ),
-        reward_config,
-    )
     row = {
         "schema_version": SCHEMA_VERSION,
         "response_id": response_id,
@@ -261,6 +263,45 @@ def reward_row(
         "finish_reason": c["finish_reason"],
         "completion_tokens": n_tokens,
         "latency_ms": float(c["latency_ms"]),
+    }
+    row.update(
+        signal_columns(
+            signals,
+            reward_config,
+            prompt=c["prompt"],
+            response_text=c["response_text"],
+            latency_ms=float(c["latency_ms"]),
+            n_tokens=n_tokens,
+        )
+    )
+    return row
+
+
+def signal_columns(
+    signals: list[EventItem],
+    reward_config: RewardConfig,
+    *,
+    prompt: str,
+    response_text: str,
+    latency_ms: float,
+    n_tokens: int,
+) -> dict[str, Any]:
+    """The reward row's columns that come from the joined signals: the chosen signals, the
+    follow-up detector's columns, the reward, its components and the defaulted signals."""
+    persistence, followup, label = _pick_signals(signals)
+    fu = followup_columns(followup, prompt, response_text)
+    dissatisfied = fu["followup_dissatisfied"]  # the detector's decision, never the flag
+    reward, components, defaulted = compute_reward(
+        RowSignals(
+            latency_ms=latency_ms,
+            completion_tokens=n_tokens,
+            edit_persistence=persistence,
+            followup_dissatisfied=dissatisfied,
+            feedback_label=label,  # type: ignore[arg-type]
+        ),
+        reward_config,
+    )
+    cols = {
         "followup_dissatisfied": dissatisfied,
         "feedback_accept": None if label is None else label == "accept",
         "reward": float(reward),
@@ -269,5 +310,5 @@ def reward_row(
         **fu,
     }
     for w in EDIT_WINDOWS_S:
-        row[f"edit_persistence_{w}"] = persistence.get(w)
-    return row
+        cols[f"edit_persistence_{w}"] = persistence.get(w)
+    return cols

@@ -32,6 +32,7 @@ layout (ingest/spans.py).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import logging
@@ -64,6 +65,9 @@ from rewards.config import RewardConfig
 from rewards.monitors import batch_monitors
 
 log = logging.getLogger(__name__)
+
+CHUNK_EVENTS = 250_000
+"""Most events one Beam run of a span reads (``SpanJob.chunk_events``): bounds the run's memory."""
 
 __all__ = ["FAILPOINT_ENV", "SpanJob", "SpanResult", "run", "run_config", "run_span"]
 
@@ -107,8 +111,10 @@ class SpanJob:
         validation: ValidationConfig,
         drain: bool = False,
         beam_args: list[str] | None = None,
+        chunk_events: int = CHUNK_EVENTS,
     ) -> None:
         self.source = source
+        self.chunk_events = chunk_events
         self.store = SpanStore(output_root)
         self.reward_config = reward_config
         self.join = join
@@ -162,36 +168,75 @@ class SpanJob:
 
     # run --------------------------------------------------------------------------------------
     def run(self) -> None:
+        """The Beam pipeline, once per chunk of the span's offset ranges (``chunk_ranges``).
+
+        Each chunk starts from the state the previous one left (pending events, finalised ids,
+        largest event time), as a span starts from the last span's; only the last chunk may
+        finalise a completion before all its windows close, so the rows equal one pass over the
+        span (ingest/RUNNERS.md, "Bounded state"). Every chunk stages into its own folder;
+        ``commit`` reads them all.
+        """
         self.staging = self.store.staging_dir(self.span_id)
-        spec = self._spec()
-        options = PipelineOptions(self.beam_args)
-        p = beam.Pipeline(options=options)
+        chunks = chunk_ranges(self._range_list(), self.chunk_events)
+        carried, finalized = self.state.pending, dict(self.state.finalized)
+        max_t, partition_max = self.state.max_event_time_us, {}
+        self.metrics: dict[str, int] = {}
+        for i, ranges in enumerate(chunks):
+            last = i == len(chunks) - 1
+            spec = self._spec(ranges, self.staging / f"chunk-{i:04d}", carried, finalized, max_t)
+            if not last:
+                later = {f"{t}:{p}" for chunk in chunks[i + 1 :] for t, p, _, _ in chunk}
+                spec = dataclasses.replace(
+                    spec,
+                    drain=False,
+                    early=False,
+                    hold_partitions=frozenset(later),
+                    partition_max=partition_max,
+                )
+            for name, n in self._run_beam(spec).items():
+                self.metrics[name] = self.metrics.get(name, 0) + n
+            if not last:
+                staged = _Staged(spec.staging)
+                carried = staged.pending()
+                finalized.update(staged.finalized())
+                max_t = staged.watermark(max_t)[0]
+                partition_max = staged.partition_max()
+
+    def _run_beam(self, spec: PipelineSpec) -> dict[str, int]:
+        p = beam.Pipeline(options=PipelineOptions(self.beam_args))
         build_pipeline(p, spec)
         with _fewer_gc_passes():
             result = p.run()
             result.wait_until_finish()
-        self.metrics = _counters(result)
+        return _counters(result)
 
-    def _spec(self) -> PipelineSpec:
+    def _range_list(self) -> list[tuple[str, int, int, int]]:
+        """The span's ranges as ``(topic or file path, partition, start, end)``."""
         if isinstance(self.source, FileSource):
-            ranges = [(str(self.source.path), 0, s, e) for s, e in self.offsets["file"].values()]
-            bootstrap = None
-        else:
-            ranges = [
-                (t, p, s, e)
-                for t, parts in self.offsets.items()
-                for p, (s, e) in parts.items()
-                if e > s
-            ]
-            bootstrap = self.source.bootstrap
+            return [(str(self.source.path), 0, s, e) for s, e in self.offsets["file"].values()]
+        ranges = ((t, p, s, e) for t, parts in self.offsets.items() for p, (s, e) in parts.items())
+        return [r for r in ranges if r[3] > r[2]]
+
+    def _spec(
+        self,
+        ranges: list[tuple[str, int, int, int]] | None = None,
+        staging: Path | None = None,
+        carried: list[tuple[str, EventItem]] | None = None,
+        finalized: dict[str, int] | None = None,
+        prev_max_event_time_us: int | None = None,
+    ) -> PipelineSpec:
+        """The Beam inputs of one chunk (default: the whole span from the carried state)."""
+        whole = ranges is None
         return PipelineSpec(
-            staging=self.staging,
-            ranges=ranges,
+            staging=staging or self.staging,
+            ranges=self._range_list() if ranges is None else ranges,
             source=self.source.type,
-            bootstrap=bootstrap,
-            carried=self.state.pending,
-            finalized=self.state.finalized,
-            prev_max_event_time_us=self.state.max_event_time_us,
+            bootstrap=None if isinstance(self.source, FileSource) else self.source.bootstrap,
+            carried=self.state.pending if carried is None else carried,
+            finalized=self.state.finalized if finalized is None else finalized,
+            prev_max_event_time_us=(
+                self.state.max_event_time_us if whole else prev_max_event_time_us
+            ),
             windows=Windows.from_seconds(
                 self.join.edit_persistence_window_s,
                 self.join.followup_window_s,
@@ -395,22 +440,29 @@ class SpanJob:
 
 
 class _Staged:
-    """Reads what the Beam pipeline wrote into the staging folder."""
+    """Reads what the Beam runs of a span wrote into the staging folder: one ``chunk-NNNN``
+    folder per chunk (or the folder itself). Rows, dead letters, late signals and finalised ids
+    are every chunk's; pending events and the watermark are the last chunk's."""
 
     def __init__(self, staging: Path) -> None:
         self.dir = staging
+        self.dirs = sorted(d for d in staging.glob("chunk-*") if d.is_dir()) or [staging]
         self.side: dict[str, list[str]] = {}
-        path = staging / "side.tsv"
-        if path.exists():
+        for d in self.dirs:
+            path = d / "side.tsv"
+            if not path.exists():
+                continue
+            last = d == self.dirs[-1]
             for line in path.read_text(encoding="utf-8").splitlines():
                 name, _, body = line.partition("\t")
-                self.side.setdefault(name, []).append(body)
+                if last or name not in ("pending", "watermark"):
+                    self.side.setdefault(name, []).append(body)
 
     def rows(self) -> pa.Table:
-        path = self.dir / "rows.parquet"
-        if not path.exists():
+        paths = [d / "rows.parquet" for d in self.dirs if (d / "rows.parquet").exists()]
+        if not paths:
             return REWARD_SCHEMA.empty_table()
-        table = pq.read_table(path, schema=REWARD_SCHEMA)
+        table = pa.concat_tables(pq.read_table(p, schema=REWARD_SCHEMA) for p in paths)
         return table.sort_by([("event_time", "ascending"), ("response_id", "ascending")])
 
     def _letters(self, name: str) -> list[DeadLetter]:
@@ -440,8 +492,13 @@ class _Staged:
         lines = self.side.get("watermark")
         if not lines:
             return prev_max, None
-        max_t, wm = json.loads(lines[0])
+        max_t, wm = json.loads(lines[0])[:2]
         return max_t, wm
+
+    def partition_max(self) -> dict[str, int]:
+        """Largest event time per ``topic:partition`` so far (``_WatermarkFn``)."""
+        lines = self.side.get("watermark")
+        return json.loads(lines[0])[2] if lines else {}
 
 
 @contextmanager
@@ -451,9 +508,11 @@ def _fewer_gc_passes(gen0: int = 50_000) -> Iterator[None]:
     (700) the collector's passes over Beam's long-lived objects cost ~20% of the run."""
     old = gc.get_threshold()
     gc.set_threshold(gen0, old[1], old[2])
+    gc.freeze()
     try:
         yield
     finally:
+        gc.unfreeze()
         gc.set_threshold(*old)
 
 
@@ -486,6 +545,26 @@ def local_runner_args(beam_args: list[str] | None) -> list[str]:
     if not any(a.startswith("--runner") for a in args):
         args.append(LOCAL_RUNNER)
     return args
+
+
+def chunk_ranges(
+    ranges: list[tuple[str, int, int, int]], chunk_events: int
+) -> list[list[tuple[str, int, int, int]]]:
+    """Cut a span's ``(topic, partition, start, end)`` ranges into chunks of about
+    ``chunk_events`` events: chunk ``i`` of ``k`` takes the ``i``-th ``1/k`` of every range, so
+    each chunk is a slice of the span across all partitions (one chunk if the span is small)."""
+    total = sum(e - s for _, _, s, e in ranges)
+    k = max(1, -(-total // chunk_events))
+    if k == 1:
+        return [ranges]
+    return [
+        [
+            (t, p, s + (e - s) * i // k, s + (e - s) * (i + 1) // k)
+            for t, p, s, e in ranges
+            if (e - s) * (i + 1) // k > (e - s) * i // k
+        ]
+        for i in range(k)
+    ]
 
 
 def _counters(result: Any) -> dict[str, int]:
@@ -525,6 +604,7 @@ def run_span(
         validation=cfg.validation,
         drain=cfg.drain if drain is None else drain,
         beam_args=beam_args,
+        chunk_events=cfg.chunk_events,
     )
 
 
@@ -552,6 +632,7 @@ def run_config(config: IngestConfig, beam_args: list[str] | None = None) -> Span
         validation=config.validation,
         drain=config.drain,
         beam_args=beam_args,
+        chunk_events=config.chunk_events,
     )
 
 

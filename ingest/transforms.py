@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTr
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.transforms.window import GlobalWindow
+from apache_beam.typehints import Any as AnyHint
+from apache_beam.typehints import Tuple
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
@@ -44,6 +47,7 @@ from ingest.config import (
 from ingest.join import Windows, join_group, next_in_conversation
 from ingest.kafka_io import FETCH_SETTINGS, KafkaRecord
 from ingest.parse import EventItem, classify
+from ingest.rows import reward_table
 from ingest.schema import REWARD_SCHEMA, DeadLetter
 from rewards.config import RewardConfig
 
@@ -64,10 +68,15 @@ def bucket_of(key: str) -> int:
 
 
 def _by_bucket(pairs: Iterable[tuple[str, Any]]) -> dict[int, list[tuple[str, Any]]]:
-    """``(key, value)`` pairs -> ``{bucket: [(key, value), ...]}`` (order kept)."""
+    """``(key, value)`` pairs -> ``{bucket: [(key, value), ...]}`` (order kept); a key's
+    bucket is hashed once per call (a response id comes with its signals)."""
     out: dict[int, list[tuple[str, Any]]] = {}
+    lists: dict[str, list[tuple[str, Any]]] = {}
     for k, v in pairs:
-        out.setdefault(bucket_of(k), []).append((k, v))
+        target = lists.get(k)
+        if target is None:
+            target = lists[k] = out.setdefault(bucket_of(k), [])
+        target.append((k, v))
     return out
 
 
@@ -123,8 +132,12 @@ class ReadKafkaRanges(beam.DoFn):
         self.consumer.seek(tp, start)
         out: list[tuple[Any, ...]] = []
         empty = 0
-        while self.consumer.position(tp) < tracker.current_restriction().stop:
-            records = self.consumer.poll(timeout_ms=500).get(tp, [])
+        while (position := self.consumer.position(tp)) < tracker.current_restriction().stop:
+            # no more than the range still holds: kafka-python decodes records lazily, and a
+            # chunk's range usually ends inside a fetched batch
+            left = tracker.current_restriction().stop - position
+            records = self.consumer.poll(timeout_ms=500, max_records=min(left, self.batch))
+            records = records.get(tp, [])
             empty = empty + 1 if not records else 0
             if empty > 40:
                 raise TimeoutError(f"{topic}[{partition}] stalled at {self.consumer.position(tp)}")
@@ -170,8 +183,8 @@ class ClassifyRecords(beam.DoFn):
     """Record batches -> ``(bucket, [(response_id, item), ...])`` per bucket of the batch.
 
     Tagged outputs: ``dead`` (one list of dead-letter JSON lines per batch), ``conv``
-    (``(bucket, [(conversation_id, (response_id, t_us)), ...])``) and ``times`` (the batch's
-    largest event time).
+    (``(bucket, [(conversation_id, (response_id, t_us)), ...])``) and ``times``
+    (``("topic:partition", the batch's largest event time)``).
     """
 
     def __init__(self, parse: ParseConfig, now_ms: int) -> None:
@@ -209,17 +222,17 @@ class ClassifyRecords(beam.DoFn):
         self.completions.inc(n_completion)
         self.signals.inc(n_signal)
         self.bad.inc(len(dead))
-        if max_t is not None:
-            yield beam.pvalue.TaggedOutput("times", max_t)
+        if max_t is not None:  # a batch comes from one partition
+            yield beam.pvalue.TaggedOutput("times", (f"{batch[0][0]}:{batch[0][1]}", max_t))
 
 
 class JoinSignals(beam.DoFn):
     """Per bucket: group events by response id, then per response id dedup, join in event time,
     reward, or carry / late / dead-letter (``join_group``).
 
-    Reward rows leave as Arrow tables of up to ``ROWS_PER_TABLE`` rows (built per bundle), so
-    rows never pass through Beam's per-element coders; side outputs leave as one list of JSON
-    lines per kind and bundle.
+    Reward rows leave as Arrow tables of up to ``ROWS_PER_TABLE`` rows, built column-wise per
+    bundle (``reward_table``), so rows never pass through Beam's per-element coders; side
+    outputs leave as one list of JSON lines per kind and bundle.
     """
 
     SIDE = ("pending", "late", "dead", "finalized")
@@ -231,21 +244,30 @@ class JoinSignals(beam.DoFn):
         finalized: dict[str, int],
         drain: bool,
         expected: tuple[str, ...],
+        early: bool = True,
     ) -> None:
         self.windows = windows
         self.reward_config = reward_config
-        self.finalized = finalized
+        # membership is all the join needs; one bytes blob pickles fast (the DoFn is pickled
+        # with the graph, and a span's later chunks carry every id its earlier ones finalised)
+        self.finalized_blob = zlib.compress("\n".join(finalized).encode("utf-8"), 1)
         self.drain = drain
         self.expected = expected
+        self.early = early
         self.duplicates = Metrics.counter("ingest", "duplicates")
 
+    def setup(self) -> None:
+        text = zlib.decompress(self.finalized_blob).decode("utf-8")
+        self.finalized = frozenset(text.split("\n")) if text else frozenset()
+
     def start_bundle(self) -> None:
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[tuple[str, EventItem, list[EventItem]]] = []
         self.side: dict[str, list[str | bytes]] = {k: [] for k in self.SIDE}
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self.rows:
-            yield WindowedValue(rows_to_table(self.rows), MIN_TIMESTAMP, [GlobalWindow()])
+            table = reward_table(self.rows, self.reward_config)
+            yield WindowedValue(table, MIN_TIMESTAMP, [GlobalWindow()])
             self.rows = []
         for name, lines in self.side.items():
             if lines:
@@ -262,7 +284,7 @@ class JoinSignals(beam.DoFn):
         for response_id in sorted(by_id):
             self._join(response_id, by_id[response_id], int(watermark[1]))  # type: ignore[arg-type]
             if len(self.rows) >= ROWS_PER_TABLE:
-                yield rows_to_table(self.rows)
+                yield reward_table(self.rows, self.reward_config)
                 self.rows = []
 
     def _join(self, response_id: str, items: list[tuple[Any, ...]], watermark_us: int) -> None:
@@ -275,12 +297,14 @@ class JoinSignals(beam.DoFn):
             reward_config=self.reward_config,
             drain=self.drain,
             expected=self.expected,
+            early=self.early,
+            build_row=False,
         )
         if out.duplicates:
             self.duplicates.inc(out.duplicates)
         side = self.side
-        if out.row is not None:
-            self.rows.append(out.row)
+        if out.final is not None:
+            self.rows.append((response_id, *out.final))
             side["finalized"].append(json.dumps([response_id, out.finalized_at_us]))
         for item in out.pending:
             side["pending"].append(json.dumps([response_id, _item_json(item)]))
@@ -319,22 +343,31 @@ class PipelineSpec:
     now_ms: int
     """Ingest's own clock for this span: bounds event times and the watermark."""
     expected_signals: tuple[str, ...]
+    early: bool = True
+    """False in a chunk of a span that is not its last: completions are finalised only once
+    every window has closed (``join_group``), so later chunks can still add their signals."""
+    hold_partitions: frozenset[str] = frozenset()
+    """A chunk that is not the span's last: the ``topic:partition`` keys later chunks still read
+    (they hold the watermark back: ``_WatermarkFn``)."""
+    partition_max: dict[str, int] = field(default_factory=dict)
+    """Largest event time per ``topic:partition`` read by the span's earlier chunks."""
 
 
 def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
     """Add the ingest steps to ``p``; outputs land in ``spec.staging``."""
     read = ReadKafkaRanges(spec.bootstrap) if spec.source == "kafka" else ReadFileRanges()
-    batches = p | "PartitionRanges" >> beam.Create(spec.ranges) | "ReadRanges" >> beam.ParDo(read)
+    ranges = beam.Create(spec.ranges).with_output_types(Tuple[str, int, int, int])
+    batches = p | "PartitionRanges" >> ranges | "ReadRanges" >> beam.ParDo(read)
     classify = ClassifyRecords(spec.parse, spec.now_ms)
     parsed = batches | "Classify" >> beam.ParDo(classify).with_outputs(
         "dead", "times", "conv", main="events"
     )
-    carried = p | "CarriedEvents" >> beam.Create(
-        sorted(_by_bucket((k, tuple(i)) for k, i in spec.carried).items())
+    carried = _create_pickled(
+        p, "CarriedEvents", sorted(_by_bucket((k, tuple(i)) for k, i in spec.carried).items())
     )
     convs = ((i.conversation_id, (k, i.event_time_us)) for k, i in spec.carried)
-    carried_conv = p | "CarriedConversations" >> beam.Create(
-        sorted(_by_bucket(c for c in convs if c[0]).items())
+    carried_conv = _create_pickled(
+        p, "CarriedConversations", sorted(_by_bucket(c for c in convs if c[0]).items())
     )
     next_markers = (
         (parsed.conv, carried_conv)
@@ -344,7 +377,14 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
     )
     prev = spec.prev_max_event_time_us
     watermark = parsed.times | "Watermark" >> beam.CombineGlobally(
-        _WatermarkFn(prev, spec.allowed_lateness_us, spec.drain, spec.now_ms * 1000)
+        _WatermarkFn(
+            prev,
+            spec.allowed_lateness_us,
+            spec.drain,
+            spec.now_ms * 1000,
+            spec.hold_partitions,
+            spec.partition_max,
+        )
     )
     joined = (
         (parsed.events, carried, next_markers)
@@ -353,7 +393,12 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
         | "JoinSignals"
         >> beam.ParDo(
             JoinSignals(
-                spec.windows, spec.reward_config, spec.finalized, spec.drain, spec.expected_signals
+                spec.windows,
+                spec.reward_config,
+                spec.finalized,
+                spec.drain,
+                spec.expected_signals,
+                spec.early,
             ),
             watermark=beam.pvalue.AsSingleton(watermark),
         ).with_outputs("pending", "late", "dead", "finalized", main="rows")
@@ -387,6 +432,18 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
             shard_name_template="",
             coder=_Utf8Coder(),
         )
+    )
+
+
+def _create_pickled(p: beam.Pipeline, label: str, values: list[Any]) -> beam.PCollection:
+    """``beam.Create(values)`` as one pickled element unpacked by a FlatMap: ``Create`` infers
+    a type by walking every value (seconds for a chunk's carried events) before any type hint
+    applies."""
+    blob = pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL)
+    return (
+        p
+        | label >> beam.Create([blob])
+        | f"{label}Unpack" >> beam.FlatMap(pickle.loads).with_output_types(Tuple[int, AnyHint])
     )
 
 
@@ -435,29 +492,59 @@ class _Utf8Coder(beam.coders.Coder):
 class _WatermarkFn(beam.CombineFn):
     """Largest event time (this span's and the carried one), and the watermark it implies.
 
-    Output: ``[max_event_time_us, watermark_us]`` where watermark = max - allowed lateness, or
-    a far-future value when draining. With no events at all, both come from the carried max.
-    The max never passes ``now_us`` (ingest's clock), whatever a record claims.
+    Input: ``("topic:partition", batch's largest event time)``. Output: ``[max_event_time_us,
+    watermark_us, {"topic:partition": largest event time}]`` where watermark = max - allowed
+    lateness, or a far-future value when draining. With no events at all, both come from the
+    carried max. The max never passes ``now_us`` (ingest's clock), whatever a record claims.
+
+    ``hold`` (a chunk of a span that is not its last: the partitions that later chunks still
+    read) holds the watermark at the slowest of them: no later than the largest event time read
+    so far from each (``prev_partitions`` carries those of earlier chunks), less the lateness.
+    So a partition whose slice of the span ends earlier in time than another's does not see its
+    completions finalised, or its signals dead-lettered, before it has been read that far.
     """
 
-    def __init__(self, prev_max: int | None, lateness_us: int, drain: bool, now_us: int) -> None:
+    def __init__(
+        self,
+        prev_max: int | None,
+        lateness_us: int,
+        drain: bool,
+        now_us: int,
+        hold: frozenset[str] = frozenset(),
+        prev_partitions: dict[str, int] | None = None,
+    ) -> None:
         self.prev_max = prev_max
         self.lateness_us = lateness_us
         self.drain = drain
         self.now_us = now_us
+        self.hold = hold
+        self.prev_partitions = dict(prev_partitions or {})
 
-    def create_accumulator(self) -> int | None:
-        return self.prev_max
+    def create_accumulator(self) -> tuple[int | None, dict[str, int]]:
+        return self.prev_max, dict(self.prev_partitions)
 
-    def add_input(self, acc: int | None, t: int) -> int:
-        return t if acc is None else max(acc, t)
+    def add_input(self, acc: Any, item: tuple[str, int]) -> tuple[int | None, dict[str, int]]:
+        top, parts = acc
+        key, t = item
+        parts[key] = t if key not in parts else max(parts[key], t)
+        return (t if top is None else max(top, t)), parts
 
-    def merge_accumulators(self, accs: Any) -> int | None:
-        vals = [a for a in accs if a is not None]
-        return max(vals) if vals else None
+    def merge_accumulators(self, accs: Any) -> tuple[int | None, dict[str, int]]:
+        accs = list(accs)
+        tops = [a[0] for a in accs if a[0] is not None]
+        parts: dict[str, int] = {}
+        for _, p in accs:
+            for k, t in p.items():
+                parts[k] = t if k not in parts else max(parts[k], t)
+        return (max(tops) if tops else None), parts
 
-    def extract_output(self, acc: int | None) -> list[int | None]:
-        acc = None if acc is None else min(acc, self.now_us)
+    def extract_output(self, acc: Any) -> list[Any]:
+        top, parts = acc
+        top = None if top is None else min(top, self.now_us)
+        parts = {k: min(t, self.now_us) for k, t in sorted(parts.items())}
         if self.drain:
-            return [acc, 2**62]
-        return [acc, -(2**62) if acc is None else acc - self.lateness_us]
+            return [top, 2**62, parts]
+        wm = -(2**62) if top is None else top - self.lateness_us
+        if self.hold:
+            wm = min(wm, min(parts.get(k, -(2**62)) for k in self.hold) - self.lateness_us)
+        return [top, max(wm, -(2**62)), parts]

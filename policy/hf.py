@@ -247,11 +247,20 @@ class HFPolicy:
         finally:
             self._state.reset()
 
+    @property
+    def has_chat_template(self) -> bool:
+        """Whether the tokenizer has a chat template (an instruct model)."""
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def encode_chat(self, prompt: str) -> list[int]:
+        """``prompt`` as one user turn through the chat template, the assistant turn opened."""
+        out = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
+        return list(out["input_ids"] if hasattr(out, "keys") else out)
+
     def encode_prompt(self, prompt: str) -> list[int]:
-        if self.chat_template and getattr(self.tokenizer, "chat_template", None):
-            out = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
-            return list(out["input_ids"] if hasattr(out, "keys") else out)
+        if self.chat_template and self.has_chat_template:
+            return self.encode_chat(prompt)
         return list(self.tokenizer(prompt)["input_ids"])
 
     def decode(self, ids: list[int]) -> str:
@@ -260,8 +269,10 @@ class HFPolicy:
     @torch.no_grad()
     def generate(
         self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
-        top_p: float = 1.0, seed: int | None = None,
+        top_p: float = 1.0, seed: int | None = None, stop_when=None,
     ) -> list[Sampled]:
+        """See :meth:`policy.base.Policy.generate`; ``stop_when(text) -> bool`` ends a row once
+        its decoded text satisfies it (finish_reason 'stop', no EOS appended)."""
         from policy.hf_generate import decode_loop
 
         if temperature < 0 or not 0 < top_p <= 1:
@@ -276,7 +287,7 @@ class HFPolicy:
         was_training = self.module.training
         self.module.eval()
         try:
-            return decode_loop(self, prompts, steps, temperature, top_p, seed)
+            return decode_loop(self, prompts, steps, temperature, top_p, seed, stop_when)
         finally:
             self.module.train(was_training)
 

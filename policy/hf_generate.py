@@ -3,11 +3,14 @@
 Like the toy's loop (policy/toy/generate.py): prompts (token ids) are left-padded so one prefill
 serves the batch; each sampled token keeps its logprob under the distribution actually sampled
 (temperature and top-p applied, renormalised) and the routing at the position whose logits were
-sampled; the prefill's routing of every prompt position is kept too. Left out: beam search, stop
-strings, streaming.
+sampled; the prefill's routing of every prompt position is kept too. ``stop_when`` (a predicate on
+a row's decoded text, checked after each token) ends a row early, e.g. once a chat reply's code
+block is closed. Left out: beam search, streaming.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -16,7 +19,8 @@ from policy.toy.generate import sampling_logprobs
 
 
 def decode_loop(policy, prompts: list[list[int]], steps: int, temperature: float, top_p: float,
-                seed: int | None) -> list[Sampled]:
+                seed: int | None, stop_when: Callable[[str], bool] | None = None,
+                ) -> list[Sampled]:
     """Sample up to ``steps`` tokens per prompt; see the module docstring."""
     from transformers import DynamicCache
 
@@ -31,6 +35,7 @@ def decode_loop(policy, prompts: list[list[int]], steps: int, temperature: float
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     out: list[tuple[list, list, list]] = [([], [], []) for _ in prompts]
     prompt_routes: list[list] = []
+    stopped = [False] * len(prompts)
     for _ in range(steps):
         policy._state.reset()
         o = model(input_ids=tokens, attention_mask=mask.long(), position_ids=positions,
@@ -50,19 +55,25 @@ def decode_loop(policy, prompts: list[list[int]], steps: int, temperature: float
             out[i][1].append(float(lp[i]))
             out[i][2].append(routed[i, -1].tolist())
         done |= torch.isin(nxt, eos)
+        if stop_when is not None:
+            for i in torch.nonzero(~done).flatten().tolist():
+                if stop_when(policy.decode(out[i][0])):
+                    done[i], stopped[i] = True, True
         if bool(done.all()):
             break
         tokens = nxt.unsqueeze(1)
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         positions = positions[:, -1:] + 1
     policy._state.reset()
-    return [_finish(policy, p, pr, *o_) for p, pr, o_ in zip(prompts, prompt_routes, out)]
+    return [_finish(policy, p, pr, *o_, by_predicate=st)
+            for p, pr, o_, st in zip(prompts, prompt_routes, out, stopped)]
 
 
 def _finish(policy, prompt: list[int], prompt_routes: list, ids: list[int], lps: list[float],
-            routes: list) -> Sampled:
-    stopped = bool(ids) and ids[-1] in policy.tokenizer_info.eos_ids
-    text = policy.decode(ids[:-1] if stopped else ids)
+            routes: list, *, by_predicate: bool = False) -> Sampled:
+    eos = bool(ids) and ids[-1] in policy.tokenizer_info.eos_ids
+    stopped = eos or by_predicate
+    text = policy.decode(ids[:-1] if eos else ids)
     if not policy.moe_spec.is_moe:
         routes, prompt_routes = [], []
     return Sampled(text, list(prompt), ids, lps, routes, prompt_routes,

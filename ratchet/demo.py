@@ -340,7 +340,8 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
         finally:
             fleet.stop()
         final = registry.resolve_alias(ep.tracking_uri, config.model_name, registry.CHAMPION)
-        gain = champion_gain(ep.tracking_uri, config.model_name, first, final, workdir)
+        gain = (champion_gain(ep.tracking_uri, config.model_name, first, final, workdir)
+                if config.policy.type == "toy" else None)
         total_s = time.perf_counter() - t0
         table = format_table(rows)
         print("\n" + table)

@@ -22,9 +22,10 @@ stay in the data as negative examples.
 
 The champion, the reference and the anchor are loaded through the Policy plug
 (``policy.config.load_policy``: the toy or a Hugging Face model, by the directory's format); the
-value head reads the plug's final hidden states (``return_hidden``) and the nucleus its full
-logits (``return_logits``), so a top-p row needs a vocabulary of at most
-``NUCLEUS_MAX_VOCAB`` (the champion's nucleus is kept per token as a V-wide mask).
+value head reads the plug's final hidden states (``return_hidden``), and so does the top-p
+nucleus: its truncated log-probs are made from them chunk by chunk over the response positions of
+top-p rows (trainer/nucleus.py), so any vocabulary fits (the champion's nucleus is kept per token
+as a bit-packed V-wide mask).
 
 Devices: ``config.device`` holds the policy, the reference and each batch (collated on the CPU,
 then moved); ``config.precision == "bf16"`` runs every forward pass under bf16 autocast. Reference
@@ -67,11 +68,6 @@ def resolve_device(name: str) -> torch.device:
 def autocast(device: torch.device, precision: str):  # -> a context manager
     """bf16 autocast on ``device`` when ``precision == "bf16"``, else a no-op context."""
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
-NUCLEUS_MAX_VOCAB = 32768
-"""Largest vocabulary for which top-p rows are trained: the champion's nucleus is stored as a
-(response tokens, V) bool mask per row and pi_theta is renormalised over full (B, T, V) logits."""
 
 
 def policy_logprobs(policy: Policy, batch: Batch, *, replay: bool, replay_min_ratio: float,
@@ -223,12 +219,6 @@ class RLRecipe:
             "rows_top_p": sum(1 for s in self.samples if s.top_p < 1 and s.temperature > 0),
             "reward_mean": sum(s.reward for s in self.samples) / len(self.samples),
         }
-        vocab = self.plug.tokenizer_info.vocab_size
-        if self.counts["rows_top_p"] and vocab > NUCLEUS_MAX_VOCAB:
-            raise ValueError(f"{self.counts['rows_top_p']} rows were sampled with top_p < 1, but "
-                             f"the nucleus correction keeps (tokens, V) masks and V={vocab} > "
-                             f"NUCLEUS_MAX_VOCAB={NUCLEUS_MAX_VOCAB}; drop or re-sample those "
-                             f"rows with top_p=1")
         self._setup_advantage_groups()
 
     def _setup_advantage_groups(self) -> None:
@@ -255,21 +245,24 @@ class RLRecipe:
     def _setup_reference_logprobs(self) -> None:
         """log pi_ref per response token, under the same routing rule as the policy's forward,
         and for top-p rows the champion's nucleus per token (pi_prox's: see trainer/rl.py), the
-        logprob renormalised over it, and whether the logged token lies inside it. Samples found
-        in ``ref_cache`` (same champion, routing rule and precision) are not recomputed."""
+        logprob renormalised over it, and whether the logged token lies inside it. When every
+        sample is in ``ref_cache`` (same champion, routing rule and precision) nothing is
+        recomputed; otherwise all are, and stored there."""
         scope = self.ref_cache.setdefault(self._cache_scope(), {}) if self.ref_cache is not None \
             else {}
         keys = [_sample_key(s) for s in self.samples]
-        todo = list(dict.fromkeys(k for k in keys if k not in scope))
-        if todo:
-            first = {k: s for k, s in zip(keys, self.samples)}
-            logp, nucleus, inside = self._logprobs_of(self.ref_plug, [first[k] for k in todo])
-            scope.update(zip(todo, zip(logp, nucleus, inside)))
-        self.logp_ref = [scope[k][0] for k in keys]
-        self.nucleus = [scope[k][1] for k in keys]
-        self.inside = [scope[k][2] for k in keys]
+        cached = all(k in scope for k in keys)
+        if cached:
+            self.logp_ref = [scope[k][0] for k in keys]
+            self.nucleus = [scope[k][1] for k in keys]
+            self.inside = [scope[k][2] for k in keys]
+        else:
+            self.nucleus: list[Tensor | None] = []
+            self.inside: list[Tensor] = []
+            self.logp_ref = self._logprobs_of(self.ref_plug, setting_nucleus=True)
+            scope.update(zip(keys, zip(self.logp_ref, self.nucleus, self.inside)))
         self.counts["tokens_outside_nucleus"] = int(sum(int((~x).sum()) for x in self.inside))
-        self.counts["rows_reference_cached"] = len(keys) - len(todo)
+        self.counts["rows_reference_cached"] = len(keys) if cached else 0
 
     def _cache_scope(self) -> tuple:
         cfg = self.config
@@ -277,55 +270,59 @@ class RLRecipe:
                 cfg.precision, str(self.device), cfg.expert_impl)
 
     @torch.no_grad()
-    def _logprobs_of(self, plug: Policy, samples: list[Sample],
-                     nucleus: list[Tensor | None] | None = None,
-                     ) -> tuple[list[Tensor], list[Tensor | None], list[Tensor]]:
-        """Per sample: log pi(response tokens) under ``plug``, the nucleus (from ``plug``'s own
-        logits when ``nucleus`` is None; None off top-p rows) and whether each token is in it."""
-        out_logp, out_nuc, out_inside = [], [], []
-        for start in range(0, len(samples), 128):
-            chunk = samples[start:start + 128]
+    def _logprobs_of(self, plug: Policy, *, setting_nucleus: bool = False) -> list[Tensor]:
+        out_logp: list[Tensor] = []
+        for start in range(0, len(self.samples), 128):
+            chunk = self.samples[start:start + 128]
             batch = self._collate(chunk)
-            truncated = [s.top_p < 1 and s.temperature > 0 for s in chunk]
-            top_p = any(truncated)  # logits only where a nucleus is needed
+            top_p = bool(self.counts["rows_top_p"])  # hidden states only where a nucleus is needed
+            dev_batch = batch.to(self.device)
             with autocast(self.device, self.config.precision):
-                logp, out = policy_logprobs(plug, batch.to(self.device),
-                                            replay=self.config.router_replay,
+                logp, out = policy_logprobs(plug, dev_batch, replay=self.config.router_replay,
                                             replay_min_ratio=self.config.replay_min_ratio,
-                                            return_logits=top_p)
-            logits = out.logits.float().cpu() if top_p else None
-            logp = logp.float().cpu()
-            if nucleus is None:
-                keep = rl.nucleus_keep(logits, batch.temperature, batch.top_p) if top_p else None
-                nuc = [keep[i][batch.resp_mask[i]].clone() if t else None
-                       for i, t in enumerate(truncated)]
-            else:
-                nuc = nucleus[start:start + len(chunk)]
-            keep = self._keep_mask(nuc, batch)
-            if keep is not None:
-                logp, inside = rl.truncated_logprobs(logits, batch.targets, batch.temperature,
-                                                     keep)
-            else:
-                inside = torch.ones_like(batch.resp_mask)
+                                            return_hidden=top_p)
+            inside = torch.ones_like(batch.resp_mask)
+            if setting_nucleus and not top_p:
+                self.nucleus += [None] * len(chunk)
+            if top_p:
+                logp, inside = self._truncated(plug, dev_batch, out.hidden, logp.float(),
+                                               list(range(start, start + len(chunk))),
+                                               setting_nucleus=setting_nucleus)
+            logp, inside = logp.float().cpu(), inside.cpu()
             for i in range(len(chunk)):
                 out_logp.append(logp[i][batch.resp_mask[i]].clone())
-                out_inside.append(inside[i][batch.resp_mask[i]].clone())
-            out_nuc += nuc
-        return out_logp, out_nuc, out_inside
+                if setting_nucleus:
+                    self.inside.append(inside[i][batch.resp_mask[i]].clone())
+        return out_logp
 
-    def _nucleus_batch(self, idx: list[int], batch: Batch) -> Tensor | None:
-        """(B, T, V) keep-mask of the champion's nucleus (all True off top-p rows), or None."""
-        return self._keep_mask([self.nucleus[i] for i in idx], batch)
+    def _truncated(self, plug: Policy, batch: Batch, hidden: Tensor, logp: Tensor,
+                   idx: list[int], *, setting_nucleus: bool = False) -> tuple[Tensor, Tensor]:
+        """(logp, inside), (B, T): at the response positions of top-p rows, log pi renormalised
+        over the champion's nucleus (trainer/nucleus.py, chunked over positions; with
+        ``setting_nucleus`` the nucleus is computed from ``plug`` and kept per sample);
+        elsewhere ``logp`` as given and ``inside`` True."""
+        from policy.base import output_head
+        from trainer.nucleus import nucleus_logprobs
 
-    def _keep_mask(self, nuclei: list[Tensor | None], batch: Batch) -> Tensor | None:
-        if all(n is None for n in nuclei):
-            return None
-        keep = torch.ones(*batch.targets.shape, self.plug.tokenizer_info.vocab_size,
-                          dtype=torch.bool)
-        for row, n in enumerate(nuclei):
-            if n is not None:
-                keep[row][batch.resp_mask[row]] = n
-        return keep
+        truncated = [s.top_p < 1 and s.temperature > 0 for s in (self.samples[i] for i in idx)]
+        if setting_nucleus:
+            self.nucleus += [None] * len(idx)
+        inside = torch.ones_like(batch.resp_mask)
+        where = batch.resp_mask & torch.tensor(truncated, device=logp.device).unsqueeze(1)
+        if not where.any():
+            return logp, inside
+        rows, cols = where.nonzero(as_tuple=True)  # row-major: each row's positions in order
+        args = (hidden[rows, cols], output_head(plug), batch.targets[rows, cols],
+                batch.temperature[rows])
+        if setting_nucleus:
+            lp, ins, packed = nucleus_logprobs(*args, top_p=batch.top_p[rows])
+            for r, part in zip(rows.unique_consecutive().tolist(),
+                               packed.split(where.sum(1)[where.any(1)].tolist())):
+                self.nucleus[len(self.nucleus) - len(idx) + r] = part.cpu()
+        else:
+            packed = torch.cat([self.nucleus[idx[r]] for r in rows.unique_consecutive().tolist()])
+            lp, ins, _ = nucleus_logprobs(*args, packed=packed.to(logp.device))
+        return logp.index_put((rows, cols), lp.to(logp.dtype)), inside.index_put((rows, cols), ins)
 
     def _setup_anchor(self) -> None:
         """The fixed anchor: config.anchor_path, else the champion's recorded anchor, else the
@@ -339,8 +336,7 @@ class RLRecipe:
             path = None  # a recorded anchor that is not on this machine
         same = path is None or path.resolve() == self.champion_dir.resolve()
         self.anchor_dir = self.champion_dir if same else path
-        self.logp_anchor = self.logp_ref if same else self._logprobs_of(
-            self._frozen(path), self.samples, self.nucleus)[0]
+        self.logp_anchor = self.logp_ref if same else self._logprobs_of(self._frozen(path))
         self.counts["anchor_is_champion"] = int(same)
 
     # -- train ----------------------------------------------------------------------------
@@ -376,19 +372,19 @@ class RLRecipe:
         samples: list[Sample] = [self.samples[i] for i in idx]
         batch = self._collate(samples)
         cpu_batch, dev = batch, self.device
-        keep = self._nucleus_batch(idx, batch)
+        top_p = any(self.nucleus[i] is not None for i in idx)
         batch = batch.to(dev)
         logp_ref = self._ref_batch(idx, cpu_batch, self.logp_ref).to(dev)
         logp_anchor = self._ref_batch(idx, cpu_batch, self.logp_anchor).to(dev)
         with autocast(dev, cfg.precision):
             logp, out = policy_logprobs(self.plug, batch, replay=cfg.router_replay,
                                         replay_min_ratio=cfg.replay_min_ratio,
-                                        return_logits=keep is not None,
-                                        return_hidden=cfg.baseline in ("value_head", "auto"))
+                                        return_hidden=top_p or cfg.baseline in ("value_head",
+                                                                                "auto"))
         inside = batch.resp_mask
-        if keep is not None:  # pi_theta renormalised over the champion's nucleus
-            logp, inside = rl.truncated_logprobs(out.logits.float(), batch.targets,
-                                                 batch.temperature, keep.to(dev))
+        if top_p:  # pi_theta renormalised over the champion's nucleus
+            logp, inside = self._truncated(self.plug, batch, out.hidden, logp.float(), idx)
+            inside = inside & batch.resp_mask
         adv, base_metrics = self._advantages(idx, cpu_batch, out.hidden)
         adv = adv.to(dev)
         pg_mask = batch.resp_mask & inside & ~batch.greedy.unsqueeze(1)

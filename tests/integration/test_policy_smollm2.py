@@ -83,3 +83,21 @@ def test_engine_serves_the_upcycled_moe_with_routes(policies):
     ids = moe.encode_prompt(prompt)
     assert res.token_ids == moe.generate([ids], max_new_tokens=12, temperature=0.0)[0].token_ids
     assert res.token_ids == dense.generate([ids], max_new_tokens=12, temperature=0.0)[0].token_ids
+
+
+def test_humaneval_goes_in_as_a_chat_turn_and_the_replies_are_graded_as_code(policies):
+    """The instruct model gets HumanEval through its chat template; its replies (a fenced block,
+    generation stopped once the block is closed) mostly compile — raw prompts made it answer in
+    prose and fences, which never compiled (pass@1 0 of 16 before)."""
+    from gating.config import SuiteConfig
+    from gating.suite import build_suite, run_suite, uses_chat
+
+    dense, _ = policies
+    config = SuiteConfig(kind="humaneval", size=8, seed=0, max_new_tokens=128, batch_size=8)
+    assert uses_chat(dense, config)
+    tasks, checker = build_suite(config)
+    res = run_suite(dense, tasks, max_new_tokens=128, seed=0, checker=checker, batch_size=8,
+                    chat=True)
+    assert sum(not t.malformed for t in res.tasks) >= 4
+    fenced = [t for t in res.tasks if t.finish_reason == "stop" and "```" in t.answer]
+    assert all(t.completion_tokens < 128 for t in fenced)

@@ -71,3 +71,54 @@ def test_ope_log_ratio_of_the_behaviour_policy_is_zero(qwen, temperature):
         "response_logprobs": [g.logprobs for g in gens], "temperature": [temperature] * 2,
     })
     np.testing.assert_allclose(sequence_log_ratios(qwen, rows), 0.0, atol=1e-3)
+
+
+def test_humaneval_goes_in_as_a_chat_turn_only_with_a_chat_template(qwen):
+    from gating.suite import task_prompt_ids, uses_chat
+    from tasks.humaneval import chat_prompt
+
+    config = SuiteConfig(kind="humaneval", size=2, seed=0, max_new_tokens=4)
+    tasks, checker = build_suite(config)
+    assert not uses_chat(qwen, config)  # no template: the raw prompt, as before
+    tok = qwen.tokenizer
+    tok.chat_template = "{% for m in messages %}user: {{ m['content'] }}\n{% endfor %}assistant:"
+    try:
+        assert uses_chat(qwen, config)
+        assert not uses_chat(qwen, config.model_copy(update={"chat": "never"}))
+        assert not uses_chat(qwen, SuiteConfig(kind="toy"))
+        ids = task_prompt_ids(qwen, tasks[0], room=10_000, chat=True)
+        assert qwen.decode(ids) == f"user: {chat_prompt(tasks[0].prompt)}\nassistant:"
+        seen = []
+
+        def spy(task, answer, chat=False):
+            seen.append(chat)
+            return checker(task, answer, chat=chat)
+
+        run_suite(qwen, tasks, max_new_tokens=4, seed=0, checker=spy, chat=True)
+        assert seen == [True, True]
+    finally:
+        tok.chat_template = None
+
+
+def test_kl_health_check_can_be_limited_to_the_first_tasks(qwen, tmp_path):
+    from gating.config import GateConfig, HealthConfig
+    from gating.gate import GateRunner
+
+    other = copy.deepcopy(qwen)
+    with torch.no_grad():
+        other.module.get_output_embeddings().weight.mul_(2.0)
+    suite = SuiteConfig(size=3, seed=2, max_new_tokens=5)
+    tasks, checker = build_suite(suite)
+    cand = run_suite(qwen, tasks, max_new_tokens=5, seed=0, checker=checker)
+
+    def kl(limit):
+        config = GateConfig(suite=suite, health=HealthConfig(kl_max_tasks=limit))
+        runner = GateRunner(tracking_uri="unused", model_name="m", candidate_version=2,
+                            champion_version=1, config=config, workdir=tmp_path)
+        runner.candidate, runner.champion = qwen, other
+        return runner._kl(tasks, cand)
+
+    first = kl_to_champion(qwen, other, [fit_prompt_ids(qwen, tasks[0].prompt, 10_000)],
+                           [cand.tasks[0].token_ids])
+    assert kl(1) == pytest.approx(first, rel=1e-6)
+    assert kl(None) == pytest.approx(kl(3)) and kl(None) != pytest.approx(first)

@@ -200,3 +200,16 @@ def test_teacher_forced_routes_equal_the_sampled_ones(tiny_hf, family):
     (g,) = policy.generate([ids], max_new_tokens=6, temperature=1.0, seed=7)
     prompt_routes, routes = teacher_forced_routes(policy, ids, g.token_ids)
     assert prompt_routes == g.prompt_routed_experts and routes == g.routed_experts
+
+
+def test_stop_when_ends_a_row_once_its_text_satisfies_it(tiny_hf):
+    policy = tiny_hf("llama")
+    prompts = [policy.encode_prompt("def f(x):\n"), policy.encode_prompt("# add\n")]
+    full = policy.generate(prompts, max_new_tokens=8, temperature=0.0)
+    cut = policy.generate(prompts, max_new_tokens=8, temperature=0.0,
+                          stop_when=lambda text: len(text) >= 3)
+    for f, c in zip(full, cut):
+        n = len(c.token_ids)
+        assert c.token_ids == f.token_ids[:n] and c.logprobs == f.logprobs[:n]
+        assert len(c.text) >= 3 and len(policy.decode(c.token_ids[:-1])) < 3
+        assert c.finish_reason == "stop"

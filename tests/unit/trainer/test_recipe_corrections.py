@@ -112,14 +112,20 @@ def test_first_champion_is_its_own_anchor(tiny_model, champion):
     assert m["kl_theta_anchor_k3"] == m["kl_theta_ref_k3"]
 
 
-def test_top_p_rows_with_a_vocabulary_too_large_for_the_nucleus_are_refused(
-        tiny_model, champion, monkeypatch):
-    import trainer.recipe
-
-    monkeypatch.setattr(trainer.recipe, "NUCLEUS_MAX_VOCAB", tiny_model.config.vocab_size - 1)
-    rows = _rows(tiny_model, temperature=0.8, top_p=0.7)
-    with pytest.raises(ValueError, match="top_p < 1.*NUCLEUS_MAX_VOCAB"):
-        RLRecipe(champion, rows, TrainerConfig(**TINY)).setup()
-    recipe = RLRecipe(champion, _rows(tiny_model, temperature=0.8), TrainerConfig(**TINY))
-    recipe.setup()  # top_p = 1 rows need no nucleus
-    assert recipe.counts["rows_top_p"] == 0
+def test_top_p_rows_keep_a_bit_packed_nucleus_per_response_token(tiny_model, champion):
+    """No vocabulary limit any more: the champion's nucleus is V / 8 bytes per response token of
+    a top-p row (trainer/nucleus.py), nothing for a top_p = 1 row."""
+    rows = pa.concat_tables([_rows(tiny_model, temperature=0.8, top_p=0.7),
+                             _rows(tiny_model, temperature=0.8)])
+    recipe = RLRecipe(champion, rows, TrainerConfig(**TINY))
+    recipe.setup()
+    assert recipe.counts["rows_top_p"] == 6
+    width = (tiny_model.config.vocab_size + 7) // 8
+    for s, nucleus in zip(recipe.samples, recipe.nucleus):
+        if s.top_p < 1:
+            assert nucleus.dtype == torch.uint8
+            assert nucleus.shape == (len(s.response_ids), width)
+        else:
+            assert nucleus is None
+    m = recipe.train_step(list(range(len(recipe.samples))))
+    assert m["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
