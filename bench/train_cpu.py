@@ -69,28 +69,6 @@ def hf_sft_step(model, opt, tasks) -> float:
     return float(ce.detach())
 
 
-def _rl_rows(policy, tasks, seed: int):
-    """Reward rows ``policy`` samples itself (REWARD_SCHEMA columns the recipe reads)."""
-    import pyarrow as pa
-
-    from tasks.toy import check
-
-    ids = [policy.encode_prompt(t.prompt) for t in tasks]
-    gens = policy.generate(ids, max_new_tokens=8, temperature=1.0, seed=seed)
-    return pa.table({
-        "prompt": [t.prompt for t in tasks],
-        "prompt_token_ids": [g.prompt_token_ids for g in gens],
-        "prompt_routed_experts": [g.prompt_routed_experts for g in gens],
-        "response_token_ids": [g.token_ids for g in gens],
-        "response_logprobs": [g.logprobs for g in gens],
-        "routed_experts": [g.routed_experts for g in gens],
-        "reward": [1.0 if check(t, g.text).passed else -1.0 for t, g in zip(tasks, gens)],
-        "task_kind": [t.kind for t in tasks],
-        "model_version": [1] * len(gens), "temperature": [1.0] * len(gens),
-        "top_p": [1.0] * len(gens),
-    })
-
-
 def rl_recipes(batch_size: int, steps: int, workdir: Path) -> dict:
     """name -> (RLRecipe set up on its own rows, batches of sample indices), toy and HF."""
     import torch
@@ -104,6 +82,7 @@ def rl_recipes(batch_size: int, steps: int, workdir: Path) -> dict:
     from tasks.toy import generate_tasks
     from trainer.config import TrainerConfig
     from trainer.recipe import RLRecipe
+    from trainer.rollout import policy_rows
 
     tasks = generate_tasks(batch_size * steps, seed=0, split="train")
     torch.manual_seed(0)
@@ -116,7 +95,7 @@ def rl_recipes(batch_size: int, steps: int, workdir: Path) -> dict:
     hf.save(workdir / "hf", metadata={"model_version": 1})
     out = {}
     for name, policy, d in (("rl_toy", as_policy(toy), "toy"), ("rl_hf_qwen3moe", hf, "hf")):
-        rows = _rl_rows(policy, tasks, seed=0)
+        rows = policy_rows(policy, tasks, seed=0)
         recipe = RLRecipe(workdir / d, rows, TrainerConfig(batch_size=batch_size, lr=1e-4,
                                                            max_staleness=100, seed=0))
         recipe.setup()

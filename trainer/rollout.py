@@ -86,3 +86,26 @@ def _record(task: Task, g: Generation, i: int, temperature: float, version: int,
                               "length": -length_cost(len(g.token_ids), length_penalty)},
         "defaulted_signals": list(SIGNALS),
     }
+
+
+def policy_rows(policy, tasks: list[Task], *, samples: int = 1, temperature: float = 1.0,
+                top_p: float = 1.0, seed: int = 0, max_new_tokens: int = 8) -> pa.Table:
+    """Rows any :class:`policy.base.Policy` samples itself, ``samples`` per task: the columns
+    the recipe reads (served prompt ids, processed logprobs, routed experts of prompt and
+    response), reward +1 / -1 by ``tasks.toy.check`` (no length term)."""
+    tt = [t for t in tasks for _ in range(samples)]
+    gens = policy.generate([policy.encode_prompt(t.prompt) for t in tt],
+                           max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                           seed=seed)
+    n = len(gens)
+    return pa.table({
+        "prompt": [t.prompt for t in tt],
+        "prompt_token_ids": [g.prompt_token_ids for g in gens],
+        "prompt_routed_experts": [g.prompt_routed_experts for g in gens],
+        "response_token_ids": [g.token_ids for g in gens],
+        "response_logprobs": [g.logprobs for g in gens],
+        "routed_experts": [g.routed_experts for g in gens],
+        "reward": [1.0 if check(t, g.text).passed else -1.0 for t, g in zip(tt, gens)],
+        "task_kind": [t.kind for t in tt],
+        "model_version": [1] * n, "temperature": [temperature] * n, "top_p": [top_p] * n,
+    })

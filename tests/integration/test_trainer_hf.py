@@ -10,25 +10,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 def _rows(policy, n_tasks: int = 6, samples: int = 2, temperature: float = 1.0,
           top_p: float = 1.0) -> pa.Table:
-    from tasks.toy import check, generate_tasks
+    from tasks.toy import generate_tasks
+    from trainer.rollout import policy_rows
 
-    tasks = generate_tasks(n_tasks, seed=0, split="train")
-    ids = [policy.encode_prompt(t.prompt) for t in tasks for _ in range(samples)]
-    gens = policy.generate(ids, max_new_tokens=8, temperature=temperature, top_p=top_p, seed=0)
-    tt = [t for t in tasks for _ in range(samples)]
-    return pa.table({
-        "prompt": [t.prompt for t in tt],
-        "prompt_token_ids": [g.prompt_token_ids for g in gens],
-        "prompt_routed_experts": [g.prompt_routed_experts for g in gens],
-        "response_token_ids": [g.token_ids for g in gens],
-        "response_logprobs": [g.logprobs for g in gens],
-        "routed_experts": [g.routed_experts for g in gens],
-        "reward": [1.0 if check(t, g.text).passed else -1.0 for t, g in zip(tt, gens)],
-        "task_kind": [t.kind for t in tt],
-        "model_version": [1] * len(gens),
-        "temperature": [temperature] * len(gens),
-        "top_p": [top_p] * len(gens),
-    })
+    return policy_rows(policy, generate_tasks(n_tasks, seed=0, split="train"), samples=samples,
+                       temperature=temperature, top_p=top_p, seed=0)
 
 
 def test_one_rl_step_on_a_tiny_qwen3_moe(tmp_path):
