@@ -206,10 +206,10 @@ GAIN_TASKS = 1000
 
 
 def champion_gain(tracking_uri: str, model_name: str, first: int, final: int, workdir: Path,
-                  n_tasks: int = GAIN_TASKS) -> dict | None:
+                  n_tasks: int = GAIN_TASKS) -> dict:
     """What the demo's cycles did to the champion: the first and the final champion scored
     greedily on the same fresh tasks (never used to choose a setting), with the 95%
-    paired-bootstrap CI of the change. Toy policies only (None for others)."""
+    paired-bootstrap CI of the change. Toy policies only (the caller checks the config)."""
     import numpy as np
 
     from gating.gates import paired_bootstrap
@@ -224,8 +224,6 @@ def champion_gain(tracking_uri: str, model_name: str, first: int, final: int, wo
         directory = registry.download_checkpoint(tracking_uri, model_name, version,
                                                  workdir / "gain" / f"v{version}")
         policy = load_policy(directory)
-        if policy.type != "toy":
-            return None
         log.info("scoring champion v%d on %d fresh tasks", version, len(tasks))
         scores[version] = evaluate(policy.module, tasks)
     a, b = scores[first], scores[final]
