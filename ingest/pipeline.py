@@ -59,7 +59,13 @@ from ingest.config import (
 from ingest.join import US, Windows
 from ingest.parse import EventItem, fit
 from ingest.schema import REWARD_SCHEMA, TOPICS, DeadLetter
-from ingest.spans import SpanStore, atomic_write_bytes, manifest_record, span_id_for
+from ingest.spans import (
+    SORT_KEYS,
+    SpanStore,
+    atomic_write_bytes,
+    manifest_record,
+    span_id_for,
+)
 from ingest.transforms import FAILPOINT_ENV, PipelineSpec, build_pipeline, failpoint
 from rewards.config import RewardConfig
 from rewards.monitors import batch_monitors
@@ -257,19 +263,27 @@ class SpanJob:
 
     # commit -----------------------------------------------------------------------------------
     def commit(self) -> SpanResult:
-        """Validate, write the span file, commit the manifest, publish, commit offsets."""
+        """Validate part by part, write the span file, commit the manifest, publish, commit
+        offsets. No step holds the span's rows: each chunk's rows are a part, sorted and
+        validated alone; the span-level checks and the monitors read their narrow columns
+        (ingest/validate.py); the span file is a merge of the sorted parts."""
         staged = _Staged(self.staging)
-        table = staged.rows()
-        ok, report = self._validate(table)
+        checker = self._validator()
+        parts = []
+        for path, table in staged.sorted_parts():
+            checker.add_part(table)
+            parts.append(path)
+            del table
+        ok, report = checker.finish(**self._span_checks(checker.rows))
         dead, late, pending = staged.dead_letters(), staged.late(), staged.pending()
         stats = batch_monitors(
-            table, dead_letters=len(dead), expected_signals=self.join.expected_signals
+            checker.narrow_rows, dead_letters=len(dead), expected_signals=self.join.expected_signals
         )
-        rel = self.store.write_rows(self.span_id, table, quarantined=not ok)
+        rel = self.store.write_rows_merged(self.span_id, parts, quarantined=not ok)
         failpoint("mid_write")
         max_t, watermark = staged.watermark(self.state.max_event_time_us)
         counts = {
-            "rows": table.num_rows,
+            "rows": checker.rows,
             "dead_letters": len(dead),
             "late": len(late),
             "pending": len(pending),
@@ -298,27 +312,33 @@ class SpanJob:
         failpoint("after_commit")
         return self._result(rel, path, ok, report, counts, stats)
 
-    def _validate(self, table: pa.Table) -> tuple[bool, dict[str, Any]]:
-        from ingest.validate import drift_bounds, validate_span
+    def _validator(self) -> Any:
+        from ingest.validate import SpanValidator
+
+        return SpanValidator(
+            reward_bounds=self.reward_config.bounds(),
+            max_completion_tokens=self.validation.max_completion_tokens,
+            max_latency_ms=self.validation.max_latency_ms,
+        )
+
+    def _span_checks(self, rows: int) -> dict[str, Any]:
+        """The span-level checks' settings (``SpanValidator.finish``) for a span of ``rows``."""
+        from ingest.validate import drift_bounds
 
         v = self.validation
         drift = drift_bounds(
             self.state.stats,
-            rows=table.num_rows,
+            rows=rows,
             max_reward_mean_drift=v.max_reward_mean_drift,
             max_reward_std_drift=v.max_reward_std_drift,
             max_length_drift_ratio=v.max_length_drift_ratio,
             min_rows_for_drift=v.min_rows_for_drift,
         )
-        return validate_span(
-            table,
-            reward_bounds=self.reward_config.bounds(),
-            max_completion_tokens=v.max_completion_tokens,
-            max_latency_ms=v.max_latency_ms,
-            min_join_share=v.min_join_share,
-            min_current_version_share=v.min_current_version_share,
-            drift=drift,
-        )
+        return {
+            "min_join_share": v.min_join_share,
+            "min_current_version_share": v.min_current_version_share,
+            "drift": drift,
+        }
 
     def _result(
         self,
@@ -463,7 +483,19 @@ class _Staged:
         if not paths:
             return REWARD_SCHEMA.empty_table()
         table = pa.concat_tables(pq.read_table(p, schema=REWARD_SCHEMA) for p in paths)
-        return table.sort_by([("event_time", "ascending"), ("response_id", "ascending")])
+        return table.sort_by(SORT_KEYS)
+
+    def sorted_parts(self) -> Iterator[tuple[Path, pa.Table]]:
+        """Each chunk's rows sorted by ``SORT_KEYS``, written next to them as a part (row groups
+        of 16k rows, for ``write_merged_atomic``) and yielded with its path, one at a time."""
+        for d in self.dirs:
+            src = d / "rows.parquet"
+            if not src.exists():
+                continue
+            table = pq.read_table(src, schema=REWARD_SCHEMA).sort_by(SORT_KEYS)
+            path = d / "rows.sorted.parquet"
+            pq.write_table(table, path, row_group_size=16_384, compression="lz4")
+            yield path, table
 
     def _letters(self, name: str) -> list[DeadLetter]:
         return sorted(

@@ -81,6 +81,69 @@ def write_parquet_atomic(table: pa.Table, path: Path) -> None:
     fsync_dir(path.parent)
 
 
+SORT_KEYS = [("event_time", "ascending"), ("response_id", "ascending")]
+"""Order of a span file's rows."""
+
+
+def write_merged_atomic(parts: list[Path], path: Path, batch_rows: int = 16_384) -> int:
+    """Merge Parquet ``parts``, each sorted by ``SORT_KEYS``, into one file sorted the same way,
+    holding one batch per part at a time (temp file, fsync, rename, as ``write_parquet_atomic``).
+
+    Rows with equal keys keep the parts' order. Returns the number of rows written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".tmp-{path.name}"
+    readers = [pq.ParquetFile(p).iter_batches(batch_size=batch_rows) for p in parts]
+    bufs = [_next_table(r) for r in readers]
+    out, held, n = [], 0, 0
+    with pq.ParquetWriter(tmp, REWARD_SCHEMA, compression="zstd") as writer:
+        while any(b is not None for b in bufs):
+            live = [i for i, b in enumerate(bufs) if b is not None]
+            frontier = min(_last_key(bufs[i]) for i in live)
+            taken = []
+            for i in live:
+                k = _rows_upto(bufs[i], frontier)
+                taken.append(bufs[i].slice(0, k))
+                bufs[i] = bufs[i].slice(k) if k < bufs[i].num_rows else _next_table(readers[i])
+            merged = pa.concat_tables(taken).sort_by(SORT_KEYS)
+            out.append(merged)
+            held += merged.num_rows
+            if held >= batch_rows:
+                writer.write_table(pa.concat_tables(out))
+                n, out, held = n + held, [], 0
+        if held:
+            writer.write_table(pa.concat_tables(out))
+            n += held
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return n
+
+
+def _next_table(batches: Any) -> pa.Table | None:
+    """The next non-empty batch of a part as a ``REWARD_SCHEMA`` table (``None``: no more)."""
+    for b in batches:
+        if b.num_rows:
+            return pa.Table.from_batches([b]).cast(REWARD_SCHEMA)
+    return None
+
+
+def _last_key(t: pa.Table) -> tuple[Any, str]:
+    return t.column("event_time")[-1].value, t.column("response_id")[-1].as_py()
+
+
+def _rows_upto(t: pa.Table, key: tuple[Any, str]) -> int:
+    """How many leading rows of the sorted ``t`` have a sort key <= ``key``."""
+    import pyarrow.compute as pc
+
+    at, rid = key
+    times = pc.cast(t.column("event_time"), pa.int64())
+    before = pc.less(times, at)
+    tie = pc.and_(pc.equal(times, at), pc.less_equal(t.column("response_id"), rid))
+    return int(pc.sum(pc.cast(pc.or_(before, tie), pa.int64())).as_py() or 0)
+
+
 def span_id_for(seq: int) -> str:
     return f"span-{seq:06d}"
 
@@ -157,6 +220,17 @@ class SpanStore:
         base = QUARANTINE if quarantined else SPANS
         rel = f"{base}/date={at:%Y-%m-%d}/hour={at:%H}/{span_id}.parquet"
         write_parquet_atomic(table, self.root / rel)
+        return rel
+
+    def write_rows_merged(
+        self, span_id: str, parts: list[Path], quarantined: bool, at: datetime | None = None
+    ) -> str:
+        """As ``write_rows``, from sorted Parquet parts merged into one file
+        (``write_merged_atomic``: one batch per part in memory)."""
+        at = at or datetime.now(UTC)
+        base = QUARANTINE if quarantined else SPANS
+        rel = f"{base}/date={at:%Y-%m-%d}/hour={at:%H}/{span_id}.parquet"
+        write_merged_atomic(parts, self.root / rel)
         return rel
 
     def commit_manifest(

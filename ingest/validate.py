@@ -5,13 +5,17 @@ config's bounds, persistence in [0, 1], latency, token counts), unique response 
 rows with each signal joined, the share of rows from the newest behaviour-policy version, and
 drift of reward mean/std and mean completion length against the previous validated span.
 
-Great Expectations is imported inside ``validate_span`` (its import costs ~4 s) and runs in an
-ephemeral context, offline. Deliberately left out: deciding what a failed span means for the
-cycle (the span is quarantined by ingest/pipeline.py; the gate reads the manifest).
+A span is checked in parts (``SpanValidator``), so nothing holds all of its rows: the row-level
+expectations run on each part, the span-level ones (unique ids, shares, drift) once on a few
+narrow columns of every row (``narrow``: ~0.1 KB per row). ``validate_span`` is the same over
+one table. Great Expectations is imported on first use (its import costs ~4 s) and runs in an
+ephemeral context per suite, offline. Deliberately left out: deciding what a failed span
+means for the cycle (the span is quarantined by ingest/pipeline.py; the gate reads the manifest).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Any
@@ -19,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.schema import READABLE_SCHEMA_VERSIONS
+from ingest.schema import READABLE_SCHEMA_VERSIONS, REWARD_SCHEMA
 
 REQUIRED = (
     "response_id",
@@ -41,7 +45,8 @@ SIGNAL_COLUMNS = {
 
 
 def _frame(table: pa.Table):
-    """The flat columns the suite looks at, as pandas (list/map columns are left out)."""
+    """The flat columns the row-level expectations look at, as pandas (list/map columns are
+    left out)."""
     cols = [
         *REQUIRED,
         "schema_version",
@@ -53,33 +58,70 @@ def _frame(table: pa.Table):
         "feedback_accept",
         "dissatisfied_score",
     ]
-    flat = table.select(cols)
-    df = flat.to_pandas()
-    any_persistence = pc.is_valid(
-        pc.coalesce(*[table.column(f"edit_persistence_{w}") for w in (30, 120, 300, 600)])
-    )
-    df["has_edit_persistence"] = any_persistence.to_numpy(zero_copy_only=False)
-    df["has_followup"] = pc.is_valid(table.column("followup_dissatisfied")).to_numpy(
-        zero_copy_only=False
-    )
-    df["has_feedback"] = pc.is_valid(table.column("feedback_accept")).to_numpy(zero_copy_only=False)
+    df = table.select(cols).to_pandas()
     unversioned = pc.and_(pc.is_valid(table.column("followup_text")),
                           pc.is_null(table.column("detector_version")))
     df["followup_without_detector"] = unversioned.to_numpy(zero_copy_only=False)
     return df
 
 
-def _expectations(
+NARROW_COLUMNS = (
+    "response_id",
+    "model_version",
+    "completion_tokens",
+    "reward",
+    "finish_reason",
+    "response_text",
+    "defaulted_signals",
+    "edit_persistence_30",
+    "edit_persistence_120",
+    "edit_persistence_300",
+    "edit_persistence_600",
+    "followup_dissatisfied",
+    "followup_flag",
+    "feedback_accept",
+)
+"""What a span keeps of every row for the span-level checks and ``batch_monitors``."""
+NARROW_SCHEMA = pa.schema([REWARD_SCHEMA.field(c) for c in NARROW_COLUMNS])
+
+
+def narrow(table: pa.Table) -> pa.Table:
+    """The few columns of ``table`` that the span-level checks and monitors need, made small:
+    ``response_id`` becomes a 64-bit hash (``hash`` of the string: stable within the process
+    that validates the span, which is all the uniqueness check needs; a collision, p ~ n²/2⁶⁵,
+    would quarantine a good span, never admit a bad one), ``response_text`` becomes ``""`` or
+    ``"x"`` (the monitors only ask whether it is empty), ``finish_reason`` is dictionary-encoded.
+    ~0.1 KB per row instead of the row's ~0.55 KB."""
+    t = table.select(NARROW_COLUMNS).cast(NARROW_SCHEMA)
+    ids = pa.array([hash(x) for x in t.column("response_id").to_pylist()], pa.int64())
+    empty = pc.equal(pc.utf8_length(t.column("response_text")), 0)
+    text = pc.if_else(empty, "", "x")
+    t = t.set_column(t.schema.get_field_index("response_id"), "response_id", ids)
+    t = t.set_column(t.schema.get_field_index("response_text"), "response_text", text)
+    i = t.schema.get_field_index("finish_reason")
+    return t.set_column(i, "finish_reason", pc.dictionary_encode(t.column(i)))
+
+
+def _span_frame(table: pa.Table):
+    """The span-level expectations' frame, from ``narrow`` rows."""
+    df = table.select(["response_id", "model_version", "completion_tokens", "reward"]).to_pandas()
+    any_persistence = pc.is_valid(
+        pc.coalesce(*[table.column(f"edit_persistence_{w}") for w in (30, 120, 300, 600)])
+    )
+    df["has_edit_persistence"] = any_persistence.to_numpy(zero_copy_only=False)
+    for signal, column in (("followup", "followup_dissatisfied"), ("feedback", "feedback_accept")):
+        df[f"has_{signal}"] = pc.is_valid(table.column(column)).to_numpy(zero_copy_only=False)
+    return df
+
+
+def row_expectations(
     gxe: Any,
     *,
     reward_bounds: tuple[float, float],
     max_completion_tokens: int,
     max_latency_ms: float,
-    min_join_share: dict[str, float],
-    current_version: int,
-    min_current_version_share: float,
-    drift: dict[str, tuple[float, float]],
 ) -> list[Any]:
+    """Expectations each row meets on its own: checked part by part."""
     lo, hi = reward_bounds
     eps = 1e-4
     exps = [gxe.ExpectColumnValuesToNotBeNull(column=c) for c in REQUIRED]
@@ -87,7 +129,6 @@ def _expectations(
         gxe.ExpectColumnValuesToBeInSet(
             column="schema_version", value_set=list(READABLE_SCHEMA_VERSIONS)
         ),
-        gxe.ExpectColumnValuesToBeUnique(column="response_id"),
         gxe.ExpectColumnValuesToBeBetween(column="reward", min_value=lo - eps, max_value=hi + eps),
         gxe.ExpectColumnValuesToBeBetween(
             column="completion_tokens", min_value=0, max_value=max_completion_tokens
@@ -105,6 +146,20 @@ def _expectations(
         gxe.ExpectColumnValuesToBeBetween(column="dissatisfied_score", min_value=0, max_value=1),
         gxe.ExpectColumnValuesToBeInSet(column="followup_without_detector", value_set=[False]),
     ]
+    return exps
+
+
+def span_expectations(
+    gxe: Any,
+    *,
+    min_join_share: dict[str, float],
+    current_version: int,
+    min_current_version_share: float,
+    drift: dict[str, tuple[float, float]],
+) -> list[Any]:
+    """Expectations over the whole span (uniqueness, shares, drift): checked once, on the
+    span's ``narrow`` rows."""
+    exps = [gxe.ExpectColumnValuesToBeUnique(column="response_id")]
     for signal, share in min_join_share.items():
         if share > 0:
             exps.append(
@@ -161,19 +216,113 @@ def validate_span(
     min_current_version_share: float,
     drift: dict[str, tuple[float, float]],
 ) -> tuple[bool, dict[str, Any]]:
-    """Run the suite on the span's rows; returns (success, report with each failed expectation).
+    """Run the suite on one table of rows (a span in one part); returns (success, report with
+    each failed expectation). See ``SpanValidator`` for a span in parts."""
+    v = SpanValidator(
+        reward_bounds=reward_bounds,
+        max_completion_tokens=max_completion_tokens,
+        max_latency_ms=max_latency_ms,
+    )
+    v.add_part(table)
+    return v.finish(
+        min_join_share=min_join_share,
+        min_current_version_share=min_current_version_share,
+        drift=drift,
+    )
 
-    The newest behaviour version is the largest ``model_version`` in the span. An empty span
-    passes without running the suite.
+
+class SpanValidator:
+    """The suite over a span that arrives in parts, holding one part at a time.
+
+    ``add_part`` runs the row-level expectations on a part with Great Expectations and keeps
+    the part's ``narrow`` rows; ``finish`` runs the span-level ones (unique response ids, join
+    and current-version shares, drift) with Great Expectations on the kept narrow rows, and
+    merges the reports: a row-level expectation fails if it fails on any part (its
+    ``unexpected_count`` summed over parts, ``observed`` of the first failing part). The newest
+    behaviour version is the largest ``model_version`` in the span. An empty span passes
+    without running the suite.
     """
-    if table.num_rows == 0:
-        return True, {"success": True, "skipped": "empty span", "failed": []}
+
+    def __init__(
+        self, *, reward_bounds: tuple[float, float], max_completion_tokens: int,
+        max_latency_ms: float,
+    ) -> None:
+        self.limits = {
+            "reward_bounds": reward_bounds,
+            "max_completion_tokens": max_completion_tokens,
+            "max_latency_ms": max_latency_ms,
+        }
+        self.parts: list[pa.Table] = []
+        self.failed: dict[tuple[str, str], dict[str, Any]] = {}
+        self.evaluated = 0
+
+    @property
+    def rows(self) -> int:
+        return sum(t.num_rows for t in self.parts)
+
+    @property
+    def narrow_rows(self) -> pa.Table:
+        """The span's ``narrow`` rows so far (for ``batch_monitors``)."""
+        if not self.parts:
+            return narrow(REWARD_SCHEMA.empty_table())
+        return pa.concat_tables(self.parts)
+
+    def add_part(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        gx, gxe = _gx()
+        result = _run_suite(gx, _frame(table), row_expectations(gxe, **self.limits))
+        self.evaluated = len(result.results)
+        for f in _report(result)["failed"]:
+            key = (f["expectation"], json.dumps(f["kwargs"], sort_keys=True, default=str))
+            if key in self.failed:
+                self.failed[key]["unexpected_count"] = (
+                    self.failed[key]["unexpected_count"] or 0
+                ) + (f["unexpected_count"] or 0)
+            else:
+                self.failed[key] = f
+        self.parts.append(narrow(table))
+
+    def finish(
+        self,
+        *,
+        min_join_share: dict[str, float],
+        min_current_version_share: float,
+        drift: dict[str, tuple[float, float]],
+    ) -> tuple[bool, dict[str, Any]]:
+        if not self.parts:
+            return True, {"success": True, "skipped": "empty span", "failed": []}
+        gx, gxe = _gx()
+        df = _span_frame(pa.concat_tables(self.parts))
+        exps = span_expectations(
+            gxe,
+            min_join_share=min_join_share,
+            current_version=int(df["model_version"].max()),
+            min_current_version_share=min_current_version_share,
+            drift=drift,
+        )
+        span = _report(_run_suite(gx, df, exps))
+        failed = [*self.failed.values(), *span["failed"]]
+        report = {
+            "success": not failed,
+            "evaluated": self.evaluated + span["evaluated"],
+            "parts": len(self.parts),
+            "failed": failed,
+        }
+        return not failed, report
+
+
+def _gx() -> tuple[Any, Any]:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     import great_expectations as gx
     import great_expectations.expectations as gxe
 
-    df = _frame(table)
+    return gx, gxe
+
+
+def _run_suite(gx: Any, df: Any, expectations: list[Any]) -> Any:
+    """Great Expectations' validation result of ``expectations`` over the frame ``df``."""
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = {"globally": False}
     batch_def = (
@@ -182,19 +331,9 @@ def validate_span(
         .add_batch_definition_whole_dataframe("all")
     )
     suite = ctx.suites.add(gx.ExpectationSuite(name="reward_span"))
-    for exp in _expectations(
-        gxe,
-        reward_bounds=reward_bounds,
-        max_completion_tokens=max_completion_tokens,
-        max_latency_ms=max_latency_ms,
-        min_join_share=min_join_share,
-        current_version=int(df["model_version"].max()),
-        min_current_version_share=min_current_version_share,
-        drift=drift,
-    ):
+    for exp in expectations:
         suite.add_expectation(exp)
-    result = batch_def.get_batch(batch_parameters={"dataframe": df}).validate(suite)
-    return result.success, _report(result)
+    return batch_def.get_batch(batch_parameters={"dataframe": df}).validate(suite)
 
 
 def _report(result: Any) -> dict[str, Any]:
