@@ -27,7 +27,7 @@ runs in chunks of ``--chunk-events`` (``SpanJob.chunk_events``); ``--compare-chu
 more span in chunks of ``N`` events and checks its rows equal the repeats' rows (sha256 of the
 span table). Arguments the script does not know go to Beam (e.g. ``--direct_num_workers=2
 --direct_running_mode=multi_processing``). ``--profile FILE`` runs one extra, untimed span under
-cProfile and writes its top entries.
+cProfile and writes the top entries of its pipeline to FILE and of its commit to FILE_commit.
 
 Prints the figures and writes ``bench/results/ingest.json`` (or ``--out``).
 """
@@ -124,8 +124,9 @@ def one_span(
     t0 = time.perf_counter()
     for name, step in (("setup", job.setup), ("pipeline", job.run), ("commit", job.commit)):
         t, cpu = time.perf_counter(), time.process_time()
-        if name == "pipeline" and profile is not None:
-            out = _profiled(step, profile)
+        if name in ("pipeline", "commit") and profile is not None:
+            path = profile if name == "pipeline" else _commit_profile(profile)
+            out = _profiled(step, path)
         else:
             out = step()
         phases[name] = round(time.perf_counter() - t, 2)
@@ -215,6 +216,11 @@ def run_child(
     return json.loads(lines[-1][len("RESULT ") :])
 
 
+def _commit_profile(profile: Path) -> Path:
+    """Where ``--profile FILE`` puts the commit's profile: ``FILE`` with ``_commit`` added."""
+    return profile.with_name(f"{profile.stem}_commit{profile.suffix}")
+
+
 def _profiled(step, path: Path):
     """Run ``step`` under cProfile; write the top 25 entries (cumulative and own time)."""
     import cProfile
@@ -246,7 +252,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ingest.json")
-    parser.add_argument("--profile", type=Path, help="cProfile an extra span's pipeline here.")
+    parser.add_argument(
+        "--profile", type=Path, help="cProfile an extra span: pipeline here, commit FILE_commit."
+    )
     parser.add_argument("--chunk-events", type=int, help="SpanJob.chunk_events (default its own).")
     parser.add_argument("--compare-chunks", type=int, help="One more span in chunks of N events.")
     parser.add_argument("--note", default="", help="Free text stored with the result.")
