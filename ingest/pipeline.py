@@ -191,7 +191,7 @@ class SpanJob:
             last = i == len(chunks) - 1
             spec = self._spec(ranges, self.staging / f"chunk-{i:04d}", carried, finalized, max_t)
             if not last:
-                later = {f"{t}:{p}" for chunk in chunks[i + 1 :] for t, p, _, _ in chunk}
+                later = self._held_partitions(chunks[i + 1 :])
                 spec = dataclasses.replace(
                     spec,
                     drain=False,
@@ -207,6 +207,17 @@ class SpanJob:
                 finalized.update(staged.finalized())
                 max_t = staged.watermark(max_t)[0]
                 partition_max = staged.partition_max()
+
+    def _held_partitions(self, later: list[list[tuple[str, int, int, int]]]) -> set[str]:
+        """The ``topic:partition`` keys that later chunks still read (``_WatermarkFn.hold``).
+
+        A recorded file is ONE partition whose records carry their own topics: its largest
+        event time read so far is the chunk's own, so nothing is held beyond the usual
+        watermark (holding on its path, a key no record has, would hold every completion of
+        the span until the last chunk: state growing with the span)."""
+        if isinstance(self.source, FileSource):
+            return set()
+        return {f"{t}:{p}" for chunk in later for t, p, _, _ in chunk}
 
     def _run_beam(self, spec: PipelineSpec) -> dict[str, int]:
         p = beam.Pipeline(options=PipelineOptions(self.beam_args))

@@ -141,3 +141,30 @@ def test_a_span_in_many_chunks_equals_one_pass_over_two_spans(tmp_path):
     assert one2["late"] and one2["pending"] == []
     row = next(r for r in one2["rows"].to_pylist() if r["response_id"] == carried)
     assert row["feedback_accept"] is True
+
+
+def test_a_recorded_file_in_chunks_finalises_before_its_last_chunk(tmp_path):
+    """A recorded file is one partition whose records carry their own topics: the chunks must
+    not hold the watermark on a partition no record names (that carried every completion of the
+    span to the last chunk: state growing with the span)."""
+    src = tmp_path / "events.jsonl"
+    append_records(src, _events(datetime.now(UTC) - timedelta(hours=6), 240, "a"))
+    job = SpanJob(
+        source=FileSource(path=src),
+        output_root=tmp_path / "out",
+        reward_config=RewardConfig(),
+        join=JoinConfig(),
+        parse=ParseConfig(),
+        validation=ValidationConfig(),
+        chunk_events=150,
+    )
+    job.setup()
+    try:
+        job.run()
+        chunks = sorted(job.staging.glob("chunk-*"))
+        early = [pq.read_metadata(c / "rows.parquet").num_rows for c in chunks[:-1]]
+        result = job.commit()
+    finally:
+        job.cleanup()
+    assert len(chunks) > 5 and result.rows > 200
+    assert sum(early) > result.rows // 2, early
