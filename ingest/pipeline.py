@@ -201,6 +201,7 @@ class SpanJob:
                 )
             for name, n in self._run_beam(spec).items():
                 self.metrics[name] = self.metrics.get(name, 0) + n
+            _release_memory()
             if not last:
                 staged = _Staged(spec.staging)
                 carried = staged.pending()
@@ -557,6 +558,21 @@ def _fewer_gc_passes(gen0: int = 50_000) -> Iterator[None]:
     finally:
         gc.unfreeze()
         gc.set_threshold(*old)
+
+
+def _release_memory() -> None:
+    """Hand what a finished Beam run freed back to the OS before the next chunk: collect its
+    cycles, release Arrow's pooled buffers, and trim glibc's heap (where there is one). Without
+    it the process kept ~35 MB more per chunk after each run (600k events in 6 chunks: 482 vs
+    308 MB after the last run, peak 673 vs 624 MB; ingest/RUNNERS.md)."""
+    import ctypes
+
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 LOCAL_RUNNER = "--runner=FnApiRunner"
