@@ -17,7 +17,7 @@ band (the range of the first cycle's figure over seeds).
 The placebo arm (``--placebo-seeds``) is the same loop with the reward column of the training rows
 shuffled (``PlaceboCycle``): it must not improve.
 
-    .venv/bin/python -m bench.loop [--seeds 0 1 2 --cycles 5 --requests 128 --placebo-seeds 0]
+    .venv/bin/python -m bench.loop [--seeds 0 1 2 --cycles 5 --requests 384 --placebo-seeds 0]
 
 Writes bench/results/loop.json (``pass_first``/``pass_final`` on the fresh set, ``ci_low``/
 ``ci_high`` = 95% paired bootstrap over tasks of final minus first, ``placebo_delta``, per-cycle
@@ -257,7 +257,8 @@ def _one_cycle(args, i, arm, seed, cycle, sim, uri, name, workdir, fresh, scores
         "live_pass_rate": stats.pass_rate, "edit_persistence": stats.edit_persistence,
         "dissatisfied_rate": stats.dissatisfied_rate, "mean_latency_ms": stats.mean_latency_ms,
         "completion_tokens": stats.mean_completion_tokens, "requests": stats.requests,
-        "errors": stats.errors, "rows": result.span_rows, "outcome": outcome,
+        "errors": stats.errors, "rows": result.span_rows, "train_rows": result.train_rows,
+        "outcome": outcome,
         "skipped": result.skipped, "rollout": result.rollout, "promoted": result.promoted,
         "rolled_back": result.rolled_back, "candidate_version": result.candidate_version,
         "gate_candidate": result.candidate_pass_rate, "gate_champion": result.champion_pass_rate,
@@ -271,8 +272,8 @@ def _one_cycle(args, i, arm, seed, cycle, sim, uri, name, workdir, fresh, scores
     }
     say(f"[{arm} seed {seed}] cycle {i + 1}: {outcome}; live pass {stats.pass_rate:.3f}, edit "
         f"{stats.edit_persistence:.3f}, dissat {stats.dissatisfied_rate:.3f}, rows "
-        f"{result.span_rows}; fresh pass v{champion} {s.pass_rate:.3f} [{low:.3f}, {high:.3f}] "
-        f"({time.perf_counter() - c0:.0f} s)")
+        f"{result.span_rows} (trained on {result.train_rows}); fresh pass v{champion} "
+        f"{s.pass_rate:.3f} [{low:.3f}, {high:.3f}] ({time.perf_counter() - c0:.0f} s)")
     return row
 
 
@@ -393,7 +394,8 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--placebo-seeds", type=int, nargs="*", default=[0],
                         help="Seeds of the shuffled-reward arm (none: no placebo).")
-    parser.add_argument("--requests", type=int, default=128, help="Requests per traffic round.")
+    parser.add_argument("--requests", type=int, default=384,
+                        help="Requests per traffic round (the simulator's default).")
     parser.add_argument("--train-steps", type=int, default=20)
     parser.add_argument("--gate-tasks", type=int, default=400)
     parser.add_argument("--gate-ci-margin", type=float, default=0.0,

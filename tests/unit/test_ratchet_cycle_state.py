@@ -53,6 +53,33 @@ def test_skipped_cycle_leaves_its_spans_for_the_next(tmp_path):
     assert store.unconsumed_spans() == {"span-000001": 5}
 
 
+def _finished(store, spans: dict[str, int], champion: int, promoted: bool):
+    state = store.new()
+    state.span_ids, state.span_rows = sorted(spans), spans
+    state.champion_version, state.stage = champion, "deployed"
+    state.verdict = {"passed": promoted, "promoted": promoted}
+    store.save(state)
+    return state
+
+
+def test_carry_rereads_rejected_cycles_of_the_same_champion_until_a_promotion(tmp_path):
+    store = CycleStore(tmp_path)
+    _finished(store, {"span-000001": 30}, champion=1, promoted=False)
+    _finished(store, {"span-000002": 40}, champion=1, promoted=True)  # ends v1's window
+    _finished(store, {"span-000003": 50}, champion=3, promoted=False)
+    _finished(store, {"span-000004": 60, "span-000005": 5}, champion=3, promoted=False)
+    assert store.carried_spans(3, max_rows=1000) == {
+        "span-000004": 60, "span-000005": 5, "span-000003": 50}  # newest cycle first
+    assert store.carried_spans(1, max_rows=1000) == {}  # v1 was promoted away from
+    assert store.carried_spans(3, max_rows=100) == {"span-000004": 60, "span-000005": 5}
+    assert store.carried_spans(3, max_rows=0) == {}
+    unfinished = store.new()  # the running cycle itself is never carried
+    unfinished.span_rows, unfinished.champion_version = {"span-000006": 7}, 3
+    unfinished.stage = "gated"
+    store.save(unfinished)
+    assert "span-000006" not in store.carried_spans(3, max_rows=1000)
+
+
 def test_pause_point_is_inert_unless_named(tmp_path, monkeypatch):
     monkeypatch.delenv(PAUSE_ENV, raising=False)
     pause_point("train", tmp_path)
@@ -70,3 +97,20 @@ def test_pause_point_is_inert_unless_named(tmp_path, monkeypatch):
     with pytest.raises(Paused):
         pause_point("gate", tmp_path)
     assert (tmp_path / "paused-gate").read_text() == str(os.getpid())
+
+
+def test_carried_rows_scale_the_steps_unless_turned_off():
+    from ratchet.config import RatchetConfig
+    from ratchet.cycle import trainer_config
+    from ratchet.cycle_state import CycleState
+
+    config = RatchetConfig.model_validate({"trainer": {"steps": 20}})
+    state = CycleState(cycle_id="c", span_ids=["s3"], span_rows={"s3": 384},
+                       carried_rows={"s2": 384, "s1": 200})
+    assert state.train_span_ids == ["s3", "s2", "s1"] and state.train_rows == 968
+    assert trainer_config(config, state).steps == round(20 * 968 / 384) == 50
+    off = config.model_copy(update={"carry": config.carry.model_copy(
+        update={"scale_steps": False})})
+    assert trainer_config(off, state).steps == 20
+    alone = CycleState(cycle_id="d", span_ids=["s4"], span_rows={"s4": 100})
+    assert trainer_config(config, alone) is config.trainer
