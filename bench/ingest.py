@@ -131,6 +131,7 @@ def one_span(
             out = step()
         phases[name] = round(time.perf_counter() - t, 2)
         phases[f"{name}_cpu"] = round(time.process_time() - cpu, 2)
+        phases[f"{name}_peak_rss_mb"] = round(_vm_hwm_kb() / 1024, 1)  # VmHWM so far
     phases["chunks"] = len(list(job.staging.glob("chunk-*")))
     job.cleanup()
     return out, phases, time.perf_counter() - t0
