@@ -499,14 +499,14 @@ class _Staged:
 
     def sorted_parts(self) -> Iterator[tuple[Path, pa.Table]]:
         """Each chunk's rows sorted by ``SORT_KEYS``, written next to them as a part (row groups
-        of 16k rows, for ``write_merged_atomic``) and yielded with its path, one at a time."""
+        of 4k rows, for ``write_merged_atomic``) and yielded with its path, one at a time."""
         for d in self.dirs:
             src = d / "rows.parquet"
             if not src.exists():
                 continue
             table = pq.read_table(src, schema=REWARD_SCHEMA).sort_by(SORT_KEYS)
             path = d / "rows.sorted.parquet"
-            pq.write_table(table, path, row_group_size=16_384, compression="lz4")
+            pq.write_table(table, path, row_group_size=4_096, compression="lz4")
             yield path, table
 
     def _letters(self, name: str) -> list[DeadLetter]:

@@ -86,14 +86,17 @@ SORT_KEYS = [("event_time", "ascending"), ("response_id", "ascending")]
 
 
 def write_merged_atomic(parts: list[Path], path: Path, batch_rows: int = 16_384) -> int:
-    """Merge Parquet ``parts``, each sorted by ``SORT_KEYS``, into one file sorted the same way,
-    holding one batch per part at a time (temp file, fsync, rename, as ``write_parquet_atomic``).
+    """Merge Parquet ``parts``, each sorted by ``SORT_KEYS``, into one file sorted the same way
+    (temp file, fsync, rename, as ``write_parquet_atomic``), in row groups of ``batch_rows``.
 
-    Rows with equal keys keep the parts' order. Returns the number of rows written.
+    Holds one batch per part at a time, and the batches of all parts together come to about
+    ``4 * batch_rows`` rows however many parts there are (a span of many chunks reads smaller
+    batches). Rows with equal keys keep the parts' order. Returns the number of rows written.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".tmp-{path.name}"
-    readers = [pq.ParquetFile(p).iter_batches(batch_size=batch_rows) for p in parts]
+    per_part = max(1, 4 * batch_rows // max(1, len(parts)))
+    readers = [pq.ParquetFile(p).iter_batches(batch_size=per_part) for p in parts]
     bufs = [_next_table(r) for r in readers]
     out, held, n = [], 0, 0
     with pq.ParquetWriter(tmp, REWARD_SCHEMA, compression="zstd") as writer:
