@@ -17,7 +17,12 @@ setting). Arms:
   (``trainer.fixtures.descendant_dir(2)``: two continuations of the warm start, 100 SFT steps
   each), the rows are the fixture's, logged by version 1: two versions old. The off-policy
   correction (truncated pi_prox / pi_b weights, the GSPO band) on vs off. Their "before" is
-  the descendant's own pass rate.
+  the descendant's own pass rate;
+- ``online``: not the fixture: ``trainer.online.run_online`` from the champion, R rounds
+  (``--online`` settings); each samples P fresh train-split prompts x G answers from the
+  *current* policy (same reward rule as the fixture), trains steps / R steps on them, and the
+  next round starts from the result (the regime the production loop approximates);
+- ``online_placebo``: the same with rewards shuffled inside each round.
 
 Per arm: the pass-rate change on the fresh set with a paired-bootstrap 95% CI (tasks resampled,
 per-task change averaged over seeds first), mean completion tokens before/after, per-seed detail.
@@ -33,7 +38,13 @@ was rebuilt). Run as a module (``bench/ingest.py`` would shadow the ``ingest`` p
 
     .venv/bin/python -m bench.learning [--steps 120 --seeds 0 1 2 3 4 --fresh 2000 --workers 2]
 
-Writes bench/results/learning.json (rewritten after every run; ``complete`` says whether all ran).
+Writes bench/results/learning.json (rewritten after every run; ``complete`` says whether all ran)
+and appends every finished run (arm, seed, start, per-task ``passed``, metrics) as one line to
+bench/results/learning_runs.jsonl, keyed by the trainer config, steps, eval set, fixture and
+start-checkpoint fingerprints (and the online settings for the online arms); ``--resume`` takes
+the runs found there for the same key instead of running them again, so a cut run is completed
+and seeds or arms can be added. ``--eval heldout --fresh 1000`` scores on the tuning draw instead
+(``generate_tasks(1000, 7, "heldout")``): the only set to choose settings with.
 Cost: arms run on ``--workers`` processes of ``--threads`` torch threads (1 each); each worker
 computes the reference logprobs of the 8,000 fixture rows once per start checkpoint and reuses
 them for every arm and seed (``run_training(ref_cache=...)``); the "before" of each start is
