@@ -250,8 +250,10 @@ def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: in
     rows = fixture_rows()  # re-recorded here (once) if the champion changed
     makers = {"champion": champion_dir, "descendant": lambda: descendant_dir(2)}
     starts = {k: makers[k]() for k in dict.fromkeys(_start_of(a) for a in arms)}
+    # every start's fingerprint, whichever arms run: the keys of a run with some arms match
+    # those of a later run with all of them
     common = {"config": config, "steps": steps, "eval": [eval_set, n_fresh],
-              **_fingerprints(starts)}
+              **_fingerprints({k: starts.get(k) or m() for k, m in makers.items()})}
     keys = {a: job_key(common, a, online) for a in ("before", *arms)}
     distinct = len({t.task_id for t in eval_tasks(eval_set, n_fresh)})
     jobs = [("before", 0, k) for k in starts] + [(a, s, _start_of(a)) for s in seeds
