@@ -235,13 +235,14 @@ def _fingerprints(starts: dict[str, Path]) -> dict:
 def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: int,
         config: dict, out: Path, workers: int = 1, *, eval_set: str = "fresh",
         online: dict | None = None, runs_path: Path | None = None,
-        resume: bool = False) -> dict:
+        resume: bool = False, report_only: bool = False) -> dict:
     """Seeds outer, arms inner (so a cut-short run has every arm on its first seeds), on
     ``workers`` processes of ``threads`` torch threads each; the "before" of each start
     checkpoint is scored once. Every finished run is appended to ``runs_path`` (the sidecar,
     default: next to ``out``); ``resume`` takes the runs already there for the same settings
-    instead of running them again. The results file is rewritten after every run (``complete``
-    says whether all ran)."""
+    instead of running them again; ``report_only`` runs nothing new (the results of what the
+    sidecar holds; ``missing`` lists the rest). The results file is rewritten after every run
+    (``complete`` says whether all ran)."""
     from trainer.fixtures import champion_dir, descendant_dir, fixture_rows
 
     config = {"mismatch_every": 0, **config}  # a diagnostic forward the bench does not read
@@ -258,7 +259,9 @@ def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: in
     distinct = len({t.task_id for t in eval_tasks(eval_set, n_fresh)})
     jobs = [("before", 0, k) for k in starts] + [(a, s, _start_of(a)) for s in seeds
                                                   for a in arms]
-    finished, pending = split_jobs(jobs, keys, load_runs(runs_path) if resume else {})
+    finished, pending = split_jobs(jobs, keys, load_runs(runs_path)
+                                   if resume or report_only else {})
+    missing, pending = (pending, []) if report_only else ([], pending)
     print(f"{len(finished)} of {len(jobs)} runs already in {runs_path}", flush=True)
     befores: dict[str, dict] = {}
     per_arm: dict[str, list[dict]] = {arm: [] for arm in arms}
@@ -278,8 +281,9 @@ def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: in
             result = _result(per_arm, befores, seeds, steps, n_fresh, rows, config, t0)
             result.update(complete=done == len(jobs), workers=workers, threads=threads,
                           eval_set=eval_set, runs_file=runs_path.name, run_keys=keys,
-                          runs_resumed=len(finished), online=online_settings(online, "online")
-                          .model_dump() if any(a.startswith("online") for a in arms) else None)
+                          runs_resumed=len(finished), missing=missing,
+                          online=online_settings(online, "online").model_dump()
+                          if any(a.startswith("online") for a in arms) else None)
             result["sizes"]["fresh_distinct"] = distinct
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(result, indent=2))
@@ -419,12 +423,14 @@ def main(argv: list[str] | None = None) -> None:
                    help="sidecar of finished runs (default: <out>_runs.jsonl)")
     p.add_argument("--resume", action="store_true",
                    help="skip runs already in the sidecar for the same settings")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: summarise the sidecar's runs for these settings")
     args = p.parse_args(argv)
     result = run(args.steps, args.seeds, args.fresh, args.arms, args.threads, args.config,
                  args.out, workers=args.workers, eval_set=args.eval, online=args.online,
-                 runs_path=args.runs, resume=args.resume)
+                 runs_path=args.runs, resume=args.resume, report_only=args.report_only)
     print(f"{'arm':<16}{'before':>8}{'after':>8}{'delta':>8}{'95% CI':>18}{'tokens':>16}")
-    for arm, r in result["arms"].items():
+    for arm, r in result.get("arms", {}).items():  # empty: no "before" in the sidecar yet
         print(f"{arm:<16}{r['pass_before']:>8.3f}{r['pass_after']:>8.3f}{r['delta']:>+8.3f}"
               f"  [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
               f"{r['tokens_before']:>8.2f} ->{r['tokens_after']:>5.2f}")
