@@ -257,7 +257,8 @@ def _one_cycle(args, i, arm, seed, cycle, sim, uri, name, workdir, fresh, scores
         "live_pass_rate": stats.pass_rate, "edit_persistence": stats.edit_persistence,
         "dissatisfied_rate": stats.dissatisfied_rate, "mean_latency_ms": stats.mean_latency_ms,
         "completion_tokens": stats.mean_completion_tokens, "requests": stats.requests,
-        "errors": stats.errors, "rows": result.span_rows, "outcome": outcome,
+        "errors": stats.errors, "rows": result.span_rows, "train_rows": result.train_rows,
+        "outcome": outcome,
         "skipped": result.skipped, "rollout": result.rollout, "promoted": result.promoted,
         "rolled_back": result.rolled_back, "candidate_version": result.candidate_version,
         "gate_candidate": result.candidate_pass_rate, "gate_champion": result.champion_pass_rate,
@@ -271,8 +272,8 @@ def _one_cycle(args, i, arm, seed, cycle, sim, uri, name, workdir, fresh, scores
     }
     say(f"[{arm} seed {seed}] cycle {i + 1}: {outcome}; live pass {stats.pass_rate:.3f}, edit "
         f"{stats.edit_persistence:.3f}, dissat {stats.dissatisfied_rate:.3f}, rows "
-        f"{result.span_rows}; fresh pass v{champion} {s.pass_rate:.3f} [{low:.3f}, {high:.3f}] "
-        f"({time.perf_counter() - c0:.0f} s)")
+        f"{result.span_rows} (trained on {result.train_rows}); fresh pass v{champion} "
+        f"{s.pass_rate:.3f} [{low:.3f}, {high:.3f}] ({time.perf_counter() - c0:.0f} s)")
     return row
 
 

@@ -75,6 +75,26 @@ class SimulatorConfig(_Config):
     seed: int = Field(0, ge=0, description="Seed of task draws and user behaviour.")
 
 
+class CarryConfig(_Config):
+    """Rows a rejected candidate was trained on, trained on again by the next cycle.
+
+    A cycle always consumes the spans no gated candidate was trained on. With carry on it also
+    re-reads the spans of the cycles since the last promotion (same champion, candidate rejected
+    or rolled back), newest first, so a champion's successor is trained on everything its
+    traffic produced, not on one round of it. A promotion ends the window."""
+
+    enabled: bool = Field(True, description="Re-train on rejected cycles' spans.")
+    max_rows: int = Field(
+        1536, ge=0, le=100_000_000,
+        description="Most carried rows (newest spans first); older ones are left out.",
+    )
+    scale_steps: bool = Field(
+        True,
+        description="Optimizer steps grow with the rows: trainer.steps x (all rows / new rows), "
+        "rounded, so every row gets as many passes as a cycle without carry gives it.",
+    )
+
+
 class LockConfig(_Config):
     """The per-model lease (runtime/lease.py): one cycle per model at a time, across machines."""
 
@@ -100,6 +120,7 @@ class RatchetConfig(_Config):
     min_rows_to_train: int = Field(
         32, ge=1, description="A span with fewer reward rows is not trained on."
     )
+    carry: CarryConfig = Field(default_factory=CarryConfig)
     policy: PolicyConfig = Field(
         default_factory=ToyPolicyConfig,
         description="The model the loop improves: the toy MoE (type 'toy') or a Hugging Face "

@@ -60,6 +60,8 @@ class CycleResult:
     resumed_from: str | None = None
     span_rows: int = 0
     span_ids: list[str] = field(default_factory=list)
+    train_rows: int = 0
+    """Rows the candidate was trained on: the span's, plus rows carried from rejected cycles."""
     dead_letters: int = 0
     span_validated: bool = False
     detector_agreement: float | None = None
@@ -182,7 +184,7 @@ class Cycle:
             "gate.candidate_pass_rate": result.candidate_pass_rate,
             "gate.champion_pass_rate": result.champion_pass_rate,
             "gate.ci_low": result.gate_ci_low, "gate.ci_high": result.gate_ci_high,
-            "span_rows": result.span_rows,
+            "span_rows": result.span_rows, "train_rows": result.train_rows,
         }
         mlflow.log_metrics({k: float(v) for k, v in figures.items() if v is not None})
 
@@ -315,6 +317,10 @@ class Cycle:
             )
             if state.champion_version is None:
                 raise RuntimeError(f"no '{registry.CHAMPION}' alias on {self.config.model_name}")
+            carry = self.config.carry
+            if carry.enabled:
+                state.carried_rows = self.store.carried_spans(state.champion_version,
+                                                              carry.max_rows)
             state.stage = "ingested"
         if state.stage == "skipped":
             result.skipped = state.note
@@ -326,6 +332,8 @@ class Cycle:
             "ratchet.span_id": ",".join(state.span_ids),
             "ratchet.span_ids": ",".join(state.span_ids),
             "ratchet.rows": str(state.rows),
+            "ratchet.carried_span_ids": ",".join(state.carried_rows),
+            "ratchet.train_rows": str(state.train_rows),
             "ratchet.cycle_id": state.cycle_id,
         }
 
@@ -346,16 +354,18 @@ class Cycle:
             self.store.save(state)
             mlflow.set_tags({**self._tags("train", state), "span_id": ",".join(state.span_ids),
                              "span_ids": ",".join(state.span_ids)})
+            trainer = self._trainer_config(state)
             mlflow.log_params({
-                "champion_version": state.champion_version, "rows": rows.num_rows,
-                "span_ids": ",".join(state.span_ids)[:6000],
+                "champion_version": state.champion_version, "rows": state.rows,
+                "span_ids": ",".join(state.span_ids)[:6000], "train_rows": rows.num_rows,
+                "carried_span_ids": ",".join(state.carried_rows)[:6000],
+                "train_steps": trainer.steps,
             })
-            mlflow.log_dict(state.span_rows, "span_rows.json")
-            for span_id in state.span_ids:  # lineage: checkpoint -> span -> offsets -> events
+            mlflow.log_dict({**state.span_rows, **state.carried_rows}, "span_rows.json")
+            for span_id in state.train_span_ids:  # lineage: checkpoint -> span -> offsets -> events
                 log_span_input(*self._span_paths(span_id))
             metrics = run_training(
-                champion_dir, rows, self.config.trainer, out_dir,
-                current_version=state.champion_version,
+                champion_dir, rows, trainer, out_dir, current_version=state.champion_version,
             )
             mlflow.log_metrics({k: float(v) for k, v in metrics.items() if _is_number(v)})
             ref = registry.log_checkpoint(
@@ -366,17 +376,25 @@ class Cycle:
         state.candidate_version, state.stage = ref.version, "trained"
         self.store.save(state)
 
+    def _trainer_config(self, state: CycleState):
+        """The trainer's config; with carry's ``scale_steps`` the steps grow with carried rows."""
+        trainer = self.config.trainer
+        if not (self.config.carry.scale_steps and state.carried_rows and state.rows):
+            return trainer
+        steps = round(trainer.steps * state.train_rows / state.rows)
+        return trainer.model_copy(update={"steps": steps})
+
     def _read_rows(self, state: CycleState):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         from ingest.schema import upgrade_reward_table
 
-        files = self.store.span_files(state.span_ids)
+        files = self.store.span_files(state.train_span_ids)
         rows = pa.concat_tables([upgrade_reward_table(pq.read_table(f)) for f in files])
-        if rows.num_rows != state.rows:
+        if rows.num_rows != state.train_rows:
             raise RuntimeError(f"{state.cycle_id}: spans hold {rows.num_rows} rows, the cycle "
-                               f"state records {state.rows}")
+                               f"state records {state.train_rows}")
         return rows
 
     def _span_paths(self, span_id: str) -> tuple[Path, Path]:
@@ -516,7 +534,7 @@ class Cycle:
 def _fill(result: CycleResult, state: CycleState) -> None:
     result.span_ids = list(state.span_ids)
     if state.span_ids:
-        result.span_rows = state.rows
+        result.span_rows, result.train_rows = state.rows, state.train_rows
     result.champion_version = state.champion_version
     result.candidate_version = state.candidate_version
     result.train_run_id = state.runs.get("train")

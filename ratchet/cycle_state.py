@@ -7,7 +7,9 @@ fsync, rename) beside the span manifests it refers to. Stages, in order::
                    \\-> skipped (too few rows: the spans stay unconsumed for the next cycle)
 
 ``ingested`` fixes the cycle's span ids: every committed, validated span with rows that no
-earlier cycle has consumed. A span is *consumed* only once a verdict exists for a candidate
+earlier cycle has consumed, plus (carry, ``RatchetConfig.carry``) the spans of the finished
+cycles that trained a rejected candidate from the same champion; those are re-read, not consumed
+again. A span is *consumed* only once a verdict exists for a candidate
 trained on it (stage ``gated`` or later), so a cycle killed at any stage is resumed at that stage
 with the same spans, and spans that were ingested but never trained go to the next cycle.
 At most one cycle is unfinished at a time (the per-model lease, runtime/lease.py, makes sure).
@@ -45,6 +47,9 @@ class CycleState:
     stage: str = "started"
     span_ids: list[str] = field(default_factory=list)
     span_rows: dict[str, int] = field(default_factory=dict)
+    """The spans this cycle consumes (no earlier gated candidate was trained on them) -> rows."""
+    carried_rows: dict[str, int] = field(default_factory=dict)
+    """Spans of earlier rejected candidates of the same champion, trained on again -> rows."""
     champion_version: int | None = None
     """The champion the candidate is trained from and gated against (promotion's CAS value)."""
     candidate_version: int | None = None
@@ -61,6 +66,15 @@ class CycleState:
     @property
     def rows(self) -> int:
         return sum(self.span_rows.values())
+
+    @property
+    def train_span_ids(self) -> list[str]:
+        """What the candidate is trained on: the consumed spans, then the carried ones."""
+        return [*self.span_ids, *self.carried_rows]
+
+    @property
+    def train_rows(self) -> int:
+        return self.rows + sum(self.carried_rows.values())
 
     @property
     def finished(self) -> bool:
@@ -108,6 +122,21 @@ class CycleStore:
             for m in self.spans.manifests_list()
             if m["status"] == "ok" and m["rows"] > 0 and m["span_id"] not in done
         }
+
+    def carried_spans(self, champion_version: int, max_rows: int) -> dict[str, int]:
+        """Spans of the finished cycles whose candidate, trained from ``champion_version``, was
+        not promoted: newest cycle first, whole spans, at most ``max_rows`` rows in all."""
+        carried: dict[str, int] = {}
+        for s in sorted(self.all(), key=lambda s: s.seq, reverse=True):
+            if s.stage != "deployed" or s.champion_version != champion_version:
+                continue
+            if (s.verdict or {}).get("promoted"):
+                break  # a promotion from this champion ends its window
+            for span_id, rows in s.span_rows.items():
+                if sum(carried.values()) + rows > max_rows:
+                    return carried
+                carried[span_id] = rows
+        return carried
 
     def span_files(self, span_ids: list[str]) -> list[Path]:
         by_id = {m["span_id"]: m for m in self.spans.manifests_list()}

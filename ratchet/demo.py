@@ -59,6 +59,8 @@ class CycleRow:
     mean_latency_ms: float
     completion_tokens: float
     span_rows: int
+    train_rows: int
+    """The span's rows plus those carried from rejected cycles of the same champion."""
     detector_agreement: float | None
     """Share of the span's follow-ups where ingest's detector agreed with the simulator's flag."""
     champion_version: int | None
@@ -92,15 +94,19 @@ def _ci(row: CycleRow) -> str:
     return f"[{row.gate_ci_low:+.3f},{row.gate_ci_high:+.3f}]"
 
 
+def _rows(r: CycleRow) -> str:
+    return str(r.span_rows) if r.train_rows <= r.span_rows else f"{r.span_rows}/{r.train_rows}"
+
+
 _COLUMNS = [  # (header, width, cell)
     ("cycle", 5, lambda r: str(r.cycle)),
-    ("served", 6, lambda r: _version(r.served_version)),
+    ("live", 4, lambda r: _version(r.served_version)),
     ("pass", 5, lambda r: _num(r.pass_rate_live)),
     ("edit", 5, lambda r: _num(r.edit_persistence)),
     ("dissat", 6, lambda r: _num(r.dissatisfied_rate)),
     ("lat_ms", 6, lambda r: _num(r.mean_latency_ms, 1)),
     ("tokens", 6, lambda r: _num(r.completion_tokens, 1)),
-    ("rows", 5, lambda r: str(r.span_rows)),
+    ("rows", 9, _rows),
     ("detect", 6, lambda r: _num(r.detector_agreement, 2)),
     ("gated", 9, lambda r: f"{_version(r.candidate_version)}/{_version(r.champion_version)}"),
     ("cand", 5, lambda r: _num(r.gate_candidate)),
@@ -108,12 +114,14 @@ _COLUMNS = [  # (header, width, cell)
     ("change CI", 15, _ci),
     ("n", 4, lambda r: "-" if r.gate_tasks is None else str(r.gate_tasks)),
     ("outcome", 11, lambda r: r.outcome),
-    ("sec", 5, lambda r: f"{r.seconds:.0f}"),
+    ("sec", 4, lambda r: f"{r.seconds:.0f}"),
 ]
-"""``pass`` and ``edit`` are the live traffic's pass rate and 600-s edit persistence; ``gated`` is
-candidate/champion: the versions the gate compared; ``cand``/``champ`` are their
-gate-suite pass rates on the same ``n`` tasks and ``change CI`` the 95% paired-bootstrap CI of the
-difference; ``detect`` is the follow-up detector's agreement with the simulator's own flag."""
+"""``live`` is the version serving the round's traffic; ``pass`` and ``edit`` are the live
+traffic's pass rate and 600-s edit persistence; ``gated`` is candidate/champion: the versions the
+gate compared; ``cand``/``champ`` are their gate-suite pass rates on the same ``n`` tasks and
+``change CI`` the 95% paired-bootstrap CI of the difference; ``rows`` is the cycle's new span
+rows, then ``/`` and all rows the candidate was trained on when rows were carried from rejected
+cycles; ``detect`` is the follow-up detector's agreement with the simulator's own flag."""
 
 
 def format_table(rows: list[CycleRow]) -> str:
@@ -322,6 +330,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                     dissatisfied_rate=stats.dissatisfied_rate,
                     mean_latency_ms=stats.mean_latency_ms,
                     completion_tokens=stats.mean_completion_tokens, span_rows=result.span_rows,
+                    train_rows=result.train_rows,
                     detector_agreement=result.detector_agreement,
                     champion_version=result.champion_version,
                     candidate_version=result.candidate_version,

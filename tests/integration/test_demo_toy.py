@@ -1,6 +1,7 @@
 """`ratchet demo` on the toy defaults through the CLI, as `make demo` runs it (smaller sizes):
 the committed champion is registered without a warm start, the cycles run, and the demo scores
-the first and final champions on fresh tasks with a paired CI."""
+the first and final champions on fresh tasks with a paired CI. The second cycle trains on its own
+rows plus those of a rejected first candidate (carry)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,12 @@ def test_toy_demo_reports_the_champions_gain_on_fresh_tasks(tmp_path):
 
     summary = json.loads((workdir / "demo_summary.json").read_text())
     assert summary["bootstrap_seconds"] < 60, "the committed champion needs no warm start"
-    assert [c["cycle"] for c in summary["cycles"]] == [0, 1]
+    first, second = summary["cycles"]
+    assert [first["cycle"], second["cycle"]] == [0, 1]
+    assert first["train_rows"] == first["span_rows"] > 0
+    # carry: a rejected candidate's rows are trained on again from the same champion
+    carried = 0 if first["promoted"] or first["rolled_back"] else first["span_rows"]
+    assert second["train_rows"] == second["span_rows"] + carried
     gain = summary["gain"]
     assert gain["first_version"] == 1 and gain["split"] == "fresh" and gain["tasks"] == 1000
     assert 0.0 < gain["pass_first"] < 1.0

@@ -209,6 +209,7 @@ def _row(cycle: int, champion: int, candidate: int, promoted: bool, rolled_back:
     return CycleRow(
         cycle=cycle, served_version=champion, pass_rate_live=0.4, edit_persistence=0.5,
         dissatisfied_rate=0.2, mean_latency_ms=12.0, completion_tokens=9.0, span_rows=300,
+        train_rows=600,
         detector_agreement=0.875, champion_version=champion, candidate_version=candidate,
         gate_candidate=0.45, gate_champion=0.40, gate_ci_low=0.01, gate_ci_high=0.09,
         gate_tasks=400,
@@ -224,6 +225,7 @@ def test_demo_table_names_the_versions_it_compared():
     assert "gated" in lines[0] and "change CI" in lines[0]
     assert "v2/v1" in lines[1] and "promoted" in lines[1] and "[+0.010,+0.090]" in lines[1]
     assert "v3/v2" in lines[2] and "rejected" in lines[2]
+    assert " 300/600 " in lines[1]  # the span's rows / all trained on, carried rows included
     assert "detect" in lines[0] and " 0.88 " in lines[1]  # detector vs simulator agreement
     assert max(len(line) for line in lines) <= 120
 

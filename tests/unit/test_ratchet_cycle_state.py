@@ -53,6 +53,33 @@ def test_skipped_cycle_leaves_its_spans_for_the_next(tmp_path):
     assert store.unconsumed_spans() == {"span-000001": 5}
 
 
+def _finished(store, spans: dict[str, int], champion: int, promoted: bool):
+    state = store.new()
+    state.span_ids, state.span_rows = sorted(spans), spans
+    state.champion_version, state.stage = champion, "deployed"
+    state.verdict = {"passed": promoted, "promoted": promoted}
+    store.save(state)
+    return state
+
+
+def test_carry_rereads_rejected_cycles_of_the_same_champion_until_a_promotion(tmp_path):
+    store = CycleStore(tmp_path)
+    _finished(store, {"span-000001": 30}, champion=1, promoted=False)
+    _finished(store, {"span-000002": 40}, champion=1, promoted=True)  # ends v1's window
+    _finished(store, {"span-000003": 50}, champion=3, promoted=False)
+    _finished(store, {"span-000004": 60, "span-000005": 5}, champion=3, promoted=False)
+    assert store.carried_spans(3, max_rows=1000) == {
+        "span-000004": 60, "span-000005": 5, "span-000003": 50}  # newest cycle first
+    assert store.carried_spans(1, max_rows=1000) == {}  # v1 was promoted away from
+    assert store.carried_spans(3, max_rows=100) == {"span-000004": 60, "span-000005": 5}
+    assert store.carried_spans(3, max_rows=0) == {}
+    unfinished = store.new()  # the running cycle itself is never carried
+    unfinished.span_rows, unfinished.champion_version = {"span-000006": 7}, 3
+    unfinished.stage = "gated"
+    store.save(unfinished)
+    assert "span-000006" not in store.carried_spans(3, max_rows=1000)
+
+
 def test_pause_point_is_inert_unless_named(tmp_path, monkeypatch):
     monkeypatch.delenv(PAUSE_ENV, raising=False)
     pause_point("train", tmp_path)
