@@ -53,7 +53,11 @@ plus ~30 CPU-s for a greedy pass over 2,000 tasks (about 160 CPU-s at 120 steps)
 of the default take ~85 CPU-min. Measured with 3 workers on the shared 2-core machine: 8-10 min
 a run at load ~8 (4 seeds of the 6 arms in 73 min), 4 min a run once the load fell; so the
 40-minute target holds only on a quiet machine at 120 steps (the setting tuned; ``--steps``
-cuts all arms alike).
+cuts all arms alike). The 5-seed run of 2026-11-23 (2 workers, load 5-7: the loop bench beside
+it): ~3.3 min a pair of runs while quiet, 7-8 min at load 6; seed 4 ran in a second invocation
+with its own sidecar, merged by concatenation (``--resume`` / ``--report-only`` read the union).
+An ``online`` run costs ~1.7 fixture runs (4 rounds of sampling 1,920 rows, their reference
+forward and 30 steps).
 """
 
 from __future__ import annotations
