@@ -17,7 +17,7 @@ band (the range of the first cycle's figure over seeds).
 The placebo arm (``--placebo-seeds``) is the same loop with the reward column of the training rows
 shuffled (``PlaceboCycle``): it must not improve.
 
-    .venv/bin/python -m bench.loop [--seeds 0 1 2 --cycles 5 --requests 128 --placebo-seeds 0]
+    .venv/bin/python -m bench.loop [--seeds 0 1 2 --cycles 5 --requests 384 --placebo-seeds 0]
 
 Writes bench/results/loop.json (``pass_first``/``pass_final`` on the fresh set, ``ci_low``/
 ``ci_high`` = 95% paired bootstrap over tasks of final minus first, ``placebo_delta``, per-cycle
@@ -394,7 +394,8 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--placebo-seeds", type=int, nargs="*", default=[0],
                         help="Seeds of the shuffled-reward arm (none: no placebo).")
-    parser.add_argument("--requests", type=int, default=128, help="Requests per traffic round.")
+    parser.add_argument("--requests", type=int, default=384,
+                        help="Requests per traffic round (the simulator's default).")
     parser.add_argument("--train-steps", type=int, default=20)
     parser.add_argument("--gate-tasks", type=int, default=400)
     parser.add_argument("--gate-ci-margin", type=float, default=0.0,

@@ -354,7 +354,7 @@ class Cycle:
             self.store.save(state)
             mlflow.set_tags({**self._tags("train", state), "span_id": ",".join(state.span_ids),
                              "span_ids": ",".join(state.span_ids)})
-            trainer = self._trainer_config(state)
+            trainer = trainer_config(self.config, state)
             mlflow.log_params({
                 "champion_version": state.champion_version, "rows": state.rows,
                 "span_ids": ",".join(state.span_ids)[:6000], "train_rows": rows.num_rows,
@@ -375,14 +375,6 @@ class Cycle:
             pause_point("train", self.workdir)
         state.candidate_version, state.stage = ref.version, "trained"
         self.store.save(state)
-
-    def _trainer_config(self, state: CycleState):
-        """The trainer's config; with carry's ``scale_steps`` the steps grow with carried rows."""
-        trainer = self.config.trainer
-        if not (self.config.carry.scale_steps and state.carried_rows and state.rows):
-            return trainer
-        steps = round(trainer.steps * state.train_rows / state.rows)
-        return trainer.model_copy(update={"steps": steps})
 
     def _read_rows(self, state: CycleState):
         import pyarrow as pa
@@ -529,6 +521,16 @@ class Cycle:
             MlflowClient(self.tracking_uri).set_tag(state.verdict["run_id"], "gate.promoted",
                                                     "true")
         return True
+
+
+def trainer_config(config: RatchetConfig, state: CycleState):
+    """The trainer's config for a cycle; with carry's ``scale_steps`` the steps grow with the
+    carried rows, so each row gets the passes a cycle without carry gives it."""
+    trainer = config.trainer
+    if not (config.carry.scale_steps and state.carried_rows and state.rows):
+        return trainer
+    steps = round(trainer.steps * state.train_rows / state.rows)
+    return trainer.model_copy(update={"steps": steps})
 
 
 def _fill(result: CycleResult, state: CycleState) -> None:

@@ -97,3 +97,20 @@ def test_pause_point_is_inert_unless_named(tmp_path, monkeypatch):
     with pytest.raises(Paused):
         pause_point("gate", tmp_path)
     assert (tmp_path / "paused-gate").read_text() == str(os.getpid())
+
+
+def test_carried_rows_scale_the_steps_unless_turned_off():
+    from ratchet.config import RatchetConfig
+    from ratchet.cycle import trainer_config
+    from ratchet.cycle_state import CycleState
+
+    config = RatchetConfig.model_validate({"trainer": {"steps": 20}})
+    state = CycleState(cycle_id="c", span_ids=["s3"], span_rows={"s3": 384},
+                       carried_rows={"s2": 384, "s1": 200})
+    assert state.train_span_ids == ["s3", "s2", "s1"] and state.train_rows == 968
+    assert trainer_config(config, state).steps == round(20 * 968 / 384) == 50
+    off = config.model_copy(update={"carry": config.carry.model_copy(
+        update={"scale_steps": False})})
+    assert trainer_config(off, state).steps == 20
+    alone = CycleState(cycle_id="d", span_ids=["s4"], span_rows={"s4": 100})
+    assert trainer_config(config, alone) is config.trainer
