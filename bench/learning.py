@@ -17,7 +17,12 @@ setting). Arms:
   (``trainer.fixtures.descendant_dir(2)``: two continuations of the warm start, 100 SFT steps
   each), the rows are the fixture's, logged by version 1: two versions old. The off-policy
   correction (truncated pi_prox / pi_b weights, the GSPO band) on vs off. Their "before" is
-  the descendant's own pass rate.
+  the descendant's own pass rate;
+- ``online``: not the fixture: ``trainer.online.run_online`` from the champion, R rounds
+  (``--online`` settings); each samples P fresh train-split prompts x G answers from the
+  *current* policy (same reward rule as the fixture), trains steps / R steps on them, and the
+  next round starts from the result (the regime the production loop approximates);
+- ``online_placebo``: the same with rewards shuffled inside each round.
 
 Per arm: the pass-rate change on the fresh set with a paired-bootstrap 95% CI (tasks resampled,
 per-task change averaged over seeds first), mean completion tokens before/after, per-seed detail.
@@ -33,7 +38,13 @@ was rebuilt). Run as a module (``bench/ingest.py`` would shadow the ``ingest`` p
 
     .venv/bin/python -m bench.learning [--steps 120 --seeds 0 1 2 3 4 --fresh 2000 --workers 2]
 
-Writes bench/results/learning.json (rewritten after every run; ``complete`` says whether all ran).
+Writes bench/results/learning.json (rewritten after every run; ``complete`` says whether all ran)
+and appends every finished run (arm, seed, start, per-task ``passed``, metrics) as one line to
+bench/results/learning_runs.jsonl, keyed by the trainer config, steps, eval set, fixture and
+start-checkpoint fingerprints (and the online settings for the online arms); ``--resume`` takes
+the runs found there for the same key instead of running them again, so a cut run is completed
+and seeds or arms can be added. ``--eval heldout --fresh 1000`` scores on the tuning draw instead
+(``generate_tasks(1000, 7, "heldout")``): the only set to choose settings with.
 Cost: arms run on ``--workers`` processes of ``--threads`` torch threads (1 each); each worker
 computes the reference logprobs of the 8,000 fixture rows once per start checkpoint and reuses
 them for every arm and seed (``run_training(ref_cache=...)``); the "before" of each start is
@@ -42,7 +53,11 @@ plus ~30 CPU-s for a greedy pass over 2,000 tasks (about 160 CPU-s at 120 steps)
 of the default take ~85 CPU-min. Measured with 3 workers on the shared 2-core machine: 8-10 min
 a run at load ~8 (4 seeds of the 6 arms in 73 min), 4 min a run once the load fell; so the
 40-minute target holds only on a quiet machine at 120 steps (the setting tuned; ``--steps``
-cuts all arms alike).
+cuts all arms alike). The 5-seed run of 2026-11-23 (2 workers, load 5-7: the loop bench beside
+it): ~3.3 min a pair of runs while quiet, 7-8 min at load 6; seed 4 ran in a second invocation
+with its own sidecar, merged by concatenation (``--resume`` / ``--report-only`` read the union).
+An ``online`` run costs ~1.7 fixture runs (4 rounds of sampling 1,920 rows, their reference
+forward and 30 steps).
 """
 
 from __future__ import annotations
@@ -56,8 +71,13 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "learning.json"
-ARMS = ("rl", "placebo", "filtered_sft", "one_sample", "stale_on", "stale_off")
+RUNS = Path(__file__).parent / "results" / "learning_runs.jsonl"
+ARMS = ("rl", "placebo", "filtered_sft", "one_sample", "stale_on", "stale_off", "online",
+        "online_placebo")
 BOOTSTRAP = 4000
+EVAL_SETS = ("fresh", "heldout")
+"""fresh: ``tasks.toy.fresh_tasks(n)``, the scored set; heldout: ``generate_tasks(n, 7,
+"heldout")``, n <= 1,000 (inside ``FRESH_EXCLUDES``): the tuning set."""
 
 
 def paired_bootstrap(before: list[bool], afters: list[list[bool]], *, n_boot: int = BOOTSTRAP,
@@ -98,7 +118,7 @@ by every arm and seed that process trains from it (``run_training(ref_cache=...)
 
 
 def train_arm(arm: str, seed: int, start: Path, rows, config: dict, steps: int,
-              out: Path) -> dict:
+              out: Path, online: dict | None = None) -> dict:
     """Train one arm for one seed into ``out``; returns the trainer's summary metrics."""
     from trainer.config import TrainerConfig
     from trainer.filtered_sft import filtered_sft
@@ -112,7 +132,25 @@ def train_arm(arm: str, seed: int, start: Path, rows, config: dict, steps: int,
     if arm.startswith("stale"):
         cfg = cfg.model_copy(update={"off_policy_correction": arm == "stale_on"})
         return run_training(start, rows, cfg, out, current_version=3, ref_cache=_REF_CACHE)
+    if arm.startswith("online"):
+        from trainer.online import run_online
+
+        settings = online_settings(online, arm)
+        per_round = TrainerConfig.model_validate(
+            {**config, **(online or {}).get("trainer", {}), "seed": seed,
+             "steps": max(1, steps // settings.rounds)})
+        return run_online(start, per_round, settings, out)
     return run_training(start, arm_rows(arm, rows, seed), cfg, out, ref_cache=_REF_CACHE)
+
+
+def online_settings(online: dict | None, arm: str):
+    """The ``trainer.online.OnlineRounds`` of an online arm (``--online`` fields but
+    ``trainer``, which holds TrainerConfig overrides of the online arms; the placebo shuffles
+    rewards inside each round). ``steps`` of the bench are split over the rounds."""
+    from trainer.online import OnlineRounds
+
+    fields = {k: v for k, v in (online or {}).items() if k != "trainer"}
+    return OnlineRounds.model_validate({**fields, "shuffle_rewards": arm == "online_placebo"})
 
 
 def _progress(done: int, total: int, t0: float, what: str) -> None:
@@ -141,26 +179,101 @@ def _start_of(arm: str) -> str:
     return "descendant" if arm.startswith("stale") else "champion"
 
 
+# -- the sidecar of finished runs (resume) ----------------------------------------------------
+def job_key(common: dict, arm: str, online: dict | None) -> str:
+    """What a run's result depends on: the bench's common settings (trainer config, steps, eval
+    set, fixture and start fingerprints) plus, for online arms, their round settings."""
+    import hashlib
+
+    what = {**common, "online": None}
+    if arm.startswith("online"):
+        what["online"] = {**online_settings(online, arm).model_dump(),
+                          "trainer": (online or {}).get("trainer", {})}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_runs(path: Path) -> dict[tuple[str, str, int, str], dict]:
+    """Finished runs in the sidecar, by (key, arm, seed, start); a line cut short by an
+    interrupted write is skipped, a later line for the same run replaces an earlier one."""
+    runs: dict[tuple[str, str, int, str], dict] = {}
+    if not path.exists():
+        return runs
+    for line in path.read_text().splitlines():
+        try:
+            r = json.loads(line)
+            runs[(r["key"], r["arm"], int(r["seed"]), r["start"])] = r["result"]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue
+    return runs
+
+
+def append_run(path: Path, key: str, arm: str, seed: int, start: str, result: dict) -> None:
+    """One finished run (with its per-task ``passed``) as one JSON line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"key": key, "arm": arm, "seed": seed, "start": start, "result": result})
+    with path.open("a") as f:
+        f.write(line + "\n")
+
+
+def split_jobs(jobs: list[tuple[str, int, str]], keys: dict[str, str],
+               done: dict[tuple[str, str, int, str], dict]):
+    """(finished: [(arm, seed, start, result)], pending: [(arm, seed, start)]) for ``jobs``,
+    ``keys`` giving each arm's (and "before"'s) job key."""
+    finished, pending = [], []
+    for arm, seed, start in jobs:
+        r = done.get((keys[arm], arm, seed, start))
+        (finished.append((arm, seed, start, r)) if r is not None
+         else pending.append((arm, seed, start)))
+    return finished, pending
+
+
+def _fingerprints(starts: dict[str, Path]) -> dict:
+    import hashlib
+
+    from trainer.fixtures import FIXTURE, champion_fingerprint
+
+    return {"fixture": hashlib.sha256(FIXTURE.read_bytes()).hexdigest()[:16],
+            "starts": {k: champion_fingerprint(v) for k, v in starts.items()}}
+
+
 def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: int,
-        config: dict, out: Path, workers: int = 1) -> dict:
+        config: dict, out: Path, workers: int = 1, *, eval_set: str = "fresh",
+        online: dict | None = None, runs_path: Path | None = None,
+        resume: bool = False, report_only: bool = False) -> dict:
     """Seeds outer, arms inner (so a cut-short run has every arm on its first seeds), on
     ``workers`` processes of ``threads`` torch threads each; the "before" of each start
-    checkpoint is scored once. The results file is rewritten after every run (``complete``
-    says whether all ran)."""
+    checkpoint is scored once. Every finished run is appended to ``runs_path`` (the sidecar,
+    default: next to ``out``); ``resume`` takes the runs already there for the same settings
+    instead of running them again; ``report_only`` runs nothing new (the results of what the
+    sidecar holds; ``missing`` lists the rest). The results file is rewritten after every run
+    (``complete`` says whether all ran)."""
     from trainer.fixtures import champion_dir, descendant_dir, fixture_rows
 
     config = {"mismatch_every": 0, **config}  # a diagnostic forward the bench does not read
+    runs_path = runs_path or out.with_name(out.stem + "_runs.jsonl")
     t0 = time.perf_counter()
     rows = fixture_rows()  # re-recorded here (once) if the champion changed
     makers = {"champion": champion_dir, "descendant": lambda: descendant_dir(2)}
     starts = {k: makers[k]() for k in dict.fromkeys(_start_of(a) for a in arms)}
+    # every start's fingerprint, whichever arms run: the keys of a run with some arms match
+    # those of a later run with all of them
+    common = {"config": config, "steps": steps, "eval": [eval_set, n_fresh],
+              **_fingerprints({k: starts.get(k) or m() for k, m in makers.items()})}
+    keys = {a: job_key(common, a, online) for a in ("before", *arms)}
+    distinct = len({t.task_id for t in eval_tasks(eval_set, n_fresh)})
     jobs = [("before", 0, k) for k in starts] + [(a, s, _start_of(a)) for s in seeds
                                                   for a in arms]
+    finished, pending = split_jobs(jobs, keys, load_runs(runs_path)
+                                   if resume or report_only else {})
+    missing, pending = (pending, []) if report_only else ([], pending)
+    print(f"{len(finished)} of {len(jobs)} runs already in {runs_path}", flush=True)
     befores: dict[str, dict] = {}
     per_arm: dict[str, list[dict]] = {arm: [] for arm in arms}
     result: dict = {}
-    for done, (arm, seed, start, r) in enumerate(
-            _execute(jobs, starts, config, steps, n_fresh, threads, workers), 1):
+    fresh_runs = _execute(pending, starts, config, steps, n_fresh, threads, workers, eval_set,
+                          online)
+    for done, (arm, seed, start, r) in enumerate(_chain(finished, fresh_runs, runs_path, keys),
+                                                 1):
         if arm == "before":
             befores[start] = r
             _progress(done, len(jobs), t0, f"before: {start} pass {r['pass']:.3f}")
@@ -170,20 +283,34 @@ def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: in
                       f"{r['tokens_after']:.2f}, train {r['train_seconds']:.0f} s")
         if len(befores) == len(starts):
             result = _result(per_arm, befores, seeds, steps, n_fresh, rows, config, t0)
-            result["complete"] = done == len(jobs)
-            result["workers"], result["threads"] = workers, threads
+            result.update(complete=done == len(jobs), workers=workers, threads=threads,
+                          eval_set=eval_set, runs_file=runs_path.name, run_keys=keys,
+                          runs_resumed=len(finished), missing=missing,
+                          online=online_settings(online, "online").model_dump()
+                          if any(a.startswith("online") for a in arms) else None)
+            result["sizes"]["fresh_distinct"] = distinct
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(result, indent=2))
     return result
 
 
-def _execute(jobs, starts, config, steps, n_fresh, threads, workers):
+def _chain(finished, fresh_runs, runs_path: Path, keys: dict[str, str]):
+    """The runs found in the sidecar, then each new run as it finishes (appended there)."""
+    yield from finished
+    for arm, seed, start, r in fresh_runs:
+        append_run(runs_path, keys[arm], arm, seed, start, r)
+        yield arm, seed, start, r
+
+
+def _execute(jobs, starts, config, steps, n_fresh, threads, workers, eval_set="fresh",
+             online=None):
     """Yields (arm, seed, start, result) as jobs finish: in this process, or on a pool of
     ``workers`` spawned processes (each keeps its own reference-logprob cache)."""
-    if workers <= 1:
+    args = (config, steps, n_fresh, eval_set, online)
+    if workers <= 1 or len(jobs) <= 1:
         _init_worker(threads)
         for arm, seed, start in jobs:
-            yield arm, seed, start, _job(arm, seed, starts[start], config, steps, n_fresh)
+            yield arm, seed, start, _job(arm, seed, starts[start], *args)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -193,8 +320,8 @@ def _execute(jobs, starts, config, steps, n_fresh, threads, workers):
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=learning._init_worker,
                              initargs=(threads,)) as pool:
-        futures = {pool.submit(learning._job, arm, seed, starts[start], config, steps,
-                               n_fresh): (arm, seed, start) for arm, seed, start in jobs}
+        futures = {pool.submit(learning._job, arm, seed, starts[start], *args):
+                   (arm, seed, start) for arm, seed, start in jobs}
         for f in as_completed(futures):
             yield (*futures[f], f.result())
 
@@ -208,27 +335,40 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _job(arm: str, seed: int, start: Path, config: dict, steps: int, n_fresh: int) -> dict:
+def eval_tasks(eval_set: str, n: int) -> list:
+    """The tasks a bench run is scored on (``EVAL_SETS``)."""
+    from tasks.toy import FRESH_EXCLUDES, fresh_tasks, generate_tasks
+
+    if eval_set == "fresh":
+        return fresh_tasks(n)
+    if eval_set == "heldout" and n <= dict(FRESH_EXCLUDES)[7]:
+        return generate_tasks(n, 7, "heldout")
+    raise ValueError(f"eval_set must be 'fresh' or 'heldout' (n <= 1000), got {eval_set!r}, {n}")
+
+
+def _job(arm: str, seed: int, start: Path, config: dict, steps: int, n_fresh: int,
+         eval_set: str = "fresh", online: dict | None = None) -> dict:
     """One unit of work: score a start checkpoint ("before"), or train an arm and score it."""
     from policy.toy.checkpoint import load_checkpoint
-    from tasks.toy import fresh_tasks
     from trainer.evaluate import evaluate
     from trainer.fixtures import fixture_rows
 
-    fresh = fresh_tasks(n_fresh)
+    tasks = eval_tasks(eval_set, n_fresh)
     if arm == "before":
-        r = evaluate(load_checkpoint(start), fresh)
+        r = evaluate(load_checkpoint(start), tasks)
         return {"pass": r.pass_rate, "tokens": r.mean_tokens, "by_kind": r.by_kind,
                 "passed": r.passed}
     with tempfile.TemporaryDirectory() as tmp:
         t1 = time.perf_counter()
-        metrics = train_arm(arm, seed, start, fixture_rows(), config, steps, Path(tmp) / "cand")
+        metrics = train_arm(arm, seed, start, fixture_rows(), config, steps, Path(tmp) / "cand",
+                            online)
         seconds = time.perf_counter() - t1
-        after = evaluate(load_checkpoint(Path(tmp) / "cand"), fresh)
+        after = evaluate(load_checkpoint(Path(tmp) / "cand"), tasks)
     return {"seed": seed, "pass_after": after.pass_rate, "tokens_after": after.mean_tokens,
             "by_kind_after": after.by_kind, "train_seconds": seconds, "passed": after.passed,
             **{k: metrics[k] for k in ("kl_theta_ref_k3", "rows_used", "rows_kept",
-                                       "is_weight_mean", "reward_mean", "rows_reference_cached")
+                                       "is_weight_mean", "reward_mean", "rows_reference_cached",
+                                       "rows_sampled", "reward_mean_rounds")
                if k in metrics}}
 
 
@@ -243,10 +383,13 @@ def _result(per_arm: dict, befores: dict, seeds, steps, n_fresh, rows, config, t
         "delta": rl.get("delta"), "ci_low": rl.get("ci_low"), "ci_high": rl.get("ci_high"),
         "placebo_delta": arms.get("placebo", {}).get("delta"),
         "sft_delta": arms.get("filtered_sft", {}).get("delta"),
+        "online_delta": arms.get("online", {}).get("delta"),
+        "online_placebo_delta": arms.get("online_placebo", {}).get("delta"),
+        "best_arm": best_arm(arms),
         "by_kind_before": champ["by_kind"],
         "arms": arms, "seeds": seeds,
-        "sizes": {"fresh_tasks": n_fresh, "fresh_distinct": len(set(_ids(n_fresh))),
-                  "steps": steps, "batch_size": config.get("batch_size", 64),
+        "sizes": {"fresh_tasks": n_fresh, "steps": steps,
+                  "batch_size": config.get("batch_size", 64),
                   "fixture_rows": rows.num_rows, "bootstrap": BOOTSTRAP},
         "befores": {k: {n: v[n] for n in ("pass", "tokens", "by_kind")}
                     for k, v in befores.items()},
@@ -255,29 +398,44 @@ def _result(per_arm: dict, befores: dict, seeds, steps, n_fresh, rows, config, t
     }
 
 
-def _ids(n: int) -> list[str]:
-    from tasks.toy import fresh_tasks
-
-    return [t.task_id for t in fresh_tasks(n)]
+def best_arm(arms: dict) -> str | None:
+    """The learning arm (not a placebo, not a stale-rows ablation) with the highest CI lower
+    bound, or None if none ran."""
+    cands = {a: r["ci_low"] for a, r in arms.items() if a in ("rl", "filtered_sft",
+                                                              "one_sample", "online")}
+    return max(cands, key=cands.get) if cands else None
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    p.add_argument("--fresh", type=int, default=2000)
+    p.add_argument("--fresh", type=int, default=2000, help="tasks in the eval set")
+    p.add_argument("--eval", choices=EVAL_SETS, default="fresh",
+                   help="heldout: the tuning set (never choose a setting with fresh)")
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     p.add_argument("--workers", type=int, default=2, help="processes running arms in parallel")
     p.add_argument("--config", type=json.loads, default={},
                    help="TrainerConfig fields as JSON, e.g. '{\"lr\": 1e-4}'")
+    p.add_argument("--online", type=json.loads, default={},
+                   help="trainer.online.OnlineRounds fields as JSON, plus \"trainer\": "
+                   "TrainerConfig overrides for the online arms, e.g. "
+                   "'{\"rounds\": 4, \"trainer\": {\"lr\": 2e-4}}'")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--runs", type=Path, default=None,
+                   help="sidecar of finished runs (default: <out>_runs.jsonl)")
+    p.add_argument("--resume", action="store_true",
+                   help="skip runs already in the sidecar for the same settings")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: summarise the sidecar's runs for these settings")
     args = p.parse_args(argv)
     result = run(args.steps, args.seeds, args.fresh, args.arms, args.threads, args.config,
-                 args.out, workers=args.workers)
-    print(f"{'arm':<14}{'before':>8}{'after':>8}{'delta':>8}{'95% CI':>18}{'tokens':>16}")
-    for arm, r in result["arms"].items():
-        print(f"{arm:<14}{r['pass_before']:>8.3f}{r['pass_after']:>8.3f}{r['delta']:>+8.3f}"
+                 args.out, workers=args.workers, eval_set=args.eval, online=args.online,
+                 runs_path=args.runs, resume=args.resume, report_only=args.report_only)
+    print(f"{'arm':<16}{'before':>8}{'after':>8}{'delta':>8}{'95% CI':>18}{'tokens':>16}")
+    for arm, r in result.get("arms", {}).items():  # empty: no "before" in the sidecar yet
+        print(f"{arm:<16}{r['pass_before']:>8.3f}{r['pass_after']:>8.3f}{r['delta']:>+8.3f}"
               f"  [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
               f"{r['tokens_before']:>8.2f} ->{r['tokens_after']:>5.2f}")
 

@@ -68,3 +68,58 @@ def test_evaluate_reports_per_task_results_in_task_order(tiny):
     r = evaluate(model, tasks, max_new_tokens=4, batch_size=3)
     assert len(r.passed) == len(r.tokens) == 7
     assert r.pass_rate == sum(r.passed) / 7 and r.mean_tokens == sum(r.tokens) / 7
+
+
+def _fake(seed: int) -> dict:
+    return {"seed": seed, "pass_after": 0.5, "passed": [True, False]}
+
+
+def test_sidecar_resume_skips_finished_runs_of_the_same_settings_only(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    common = {"config": {"lr": 1e-4}, "steps": 120, "eval": ["fresh", 2000],
+              "fixture": "f1", "starts": {"champion": "c1"}}
+    keys = {a: learning.job_key(common, a, None) for a in ("before", "rl", "online")}
+    stale = learning.job_key({**common, "steps": 60}, "rl", None)
+    assert stale != keys["rl"] and keys["rl"] != keys["online"]
+    assert learning.job_key(common, "online", {"rounds": 2}) != keys["online"]
+    learning.append_run(path, keys["before"], "before", 0, "champion", {"pass": 0.5})
+    learning.append_run(path, keys["rl"], "rl", 0, "champion", _fake(0))
+    learning.append_run(path, stale, "rl", 1, "champion", _fake(1))  # other settings
+    with path.open("a") as f:
+        f.write('{"key": "' + keys["rl"] + '", "arm": "rl", "seed": 2, "sta')  # cut short
+    done = learning.load_runs(path)
+    assert len(done) == 3
+    jobs = [("before", 0, "champion")] + [("rl", s, "champion") for s in (0, 1, 2)] + [
+        ("online", 0, "champion")]
+    finished, pending = learning.split_jobs(jobs, keys, done)
+    assert [(a, s) for a, s, _, _ in finished] == [("before", 0), ("rl", 0)]
+    assert finished[1][3]["passed"] == [True, False]  # per-task results kept for the bootstrap
+    assert pending == [("rl", 1, "champion"), ("rl", 2, "champion"), ("online", 0, "champion")]
+    assert learning.split_jobs(jobs, keys, {}) == ([], jobs)  # no --resume: everything runs
+
+
+def test_sidecar_later_line_replaces_earlier_and_chain_appends(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    keys = {"rl": "k"}
+    learning.append_run(path, "k", "rl", 0, "champion", {"pass_after": 0.1})
+    learning.append_run(path, "k", "rl", 0, "champion", {"pass_after": 0.2})
+    assert learning.load_runs(path)[("k", "rl", 0, "champion")] == {"pass_after": 0.2}
+    finished = [("rl", 0, "champion", {"pass_after": 0.2})]
+    new = iter([("rl", 1, "champion", {"pass_after": 0.3})])
+    got = list(learning._chain(finished, new, path, keys))
+    assert [g[1] for g in got] == [0, 1]
+    assert learning.load_runs(path)[("k", "rl", 1, "champion")] == {"pass_after": 0.3}
+
+
+def test_best_arm_ignores_placebos_and_ablations():
+    arms = {"rl": {"ci_low": 0.01}, "online": {"ci_low": 0.03}, "placebo": {"ci_low": 0.2},
+            "stale_on": {"ci_low": 0.1}, "online_placebo": {"ci_low": 0.5}}
+    assert learning.best_arm(arms) == "online"
+    assert learning.best_arm({"placebo": {"ci_low": 0.2}}) is None
+
+
+def test_heldout_eval_set_stays_inside_the_tuning_draw():
+    assert [t.task_id for t in learning.eval_tasks("heldout", 5)] == [
+        t.task_id for t in generate_tasks(5, 7, "heldout")]
+    with pytest.raises(ValueError, match="heldout"):
+        learning.eval_tasks("heldout", 1001)
