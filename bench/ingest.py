@@ -106,19 +106,13 @@ def one_span(
     chunk_events: int | None = None,
 ):
     """One span over every event (a fresh group and output root): its phases and result."""
-    from ingest.config import JoinConfig, KafkaSource, ParseConfig, ValidationConfig
+    from ingest.config import IngestConfig, KafkaSource
     from ingest.pipeline import CHUNK_EVENTS, SpanJob
-    from rewards.config import RewardConfig
 
-    job = SpanJob(
+    job = SpanJob.from_config(
+        IngestConfig(chunk_events=chunk_events or CHUNK_EVENTS),
         source=KafkaSource(bootstrap=bootstrap, group_id=f"bench-{i}"),
-        output_root=work / f"out-{i}",
-        reward_config=RewardConfig(),
-        join=JoinConfig(),
-        parse=ParseConfig(),
-        validation=ValidationConfig(),
-        beam_args=beam_args,
-        chunk_events=chunk_events or CHUNK_EVENTS,
+        output_root=work / f"out-{i}", beam_args=beam_args,
     )
     phases = {}
     t0 = time.perf_counter()

@@ -130,6 +130,31 @@ class SpanJob:
         self.beam_args = local_runner_args(beam_args)
 
     # setup ------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_config(
+        cls,
+        config: IngestConfig,
+        *,
+        source: KafkaSource | FileSource,
+        output_root: Path,
+        reward_config: RewardConfig | None = None,
+        drain: bool | None = None,
+        beam_args: list[str] | None = None,
+    ) -> SpanJob:
+        """A job judged by ``config`` (windows, limits, validation, rewards, drain, chunking);
+        ``reward_config`` and ``drain``, when given, override it."""
+        return cls(
+            source=source,
+            output_root=Path(output_root),
+            reward_config=reward_config or config.rewards,
+            join=config.join,
+            parse=config.parse,
+            validation=config.validation,
+            drain=config.drain if drain is None else drain,
+            beam_args=beam_args,
+            chunk_events=config.chunk_events,
+        )
     def setup(self) -> None:
         self.store.root.mkdir(parents=True, exist_ok=True)
         if isinstance(self.source, KafkaSource):
@@ -654,22 +679,13 @@ def run_span(
     """
     cfg = config or IngestConfig()
     source = KafkaSource(bootstrap=bootstrap, group_id=group_id, partitions=cfg.partitions)
-    return run_job(
-        source=source,
-        output_root=Path(output_root),
-        reward_config=reward_config or cfg.rewards,
-        join=cfg.join,
-        parse=cfg.parse,
-        validation=cfg.validation,
-        drain=cfg.drain if drain is None else drain,
-        beam_args=beam_args,
-        chunk_events=cfg.chunk_events,
-    )
+    return run_job(SpanJob.from_config(cfg, source=source, output_root=output_root,
+                                       reward_config=reward_config, drain=drain,
+                                       beam_args=beam_args))
 
 
-def run_job(**kwargs: Any) -> SpanResult:
-    """Run one ``SpanJob`` (keyword arguments as its constructor)."""
-    job = SpanJob(**kwargs)
+def run_job(job: SpanJob) -> SpanResult:
+    """Set up, run, commit and clean up one ``SpanJob``."""
     job.setup()
     try:
         job.run()
@@ -682,17 +698,8 @@ def run_config(config: IngestConfig, beam_args: list[str] | None = None) -> Span
     """Run one span as described by an ``IngestConfig`` (``source`` and ``output_root`` set)."""
     if config.source is None or config.output_root is None:
         raise ValueError("IngestConfig.source and IngestConfig.output_root must be set here")
-    return run_job(
-        source=config.source,
-        output_root=config.output_root,
-        reward_config=config.rewards,
-        join=config.join,
-        parse=config.parse,
-        validation=config.validation,
-        drain=config.drain,
-        beam_args=beam_args,
-        chunk_events=config.chunk_events,
-    )
+    return run_job(SpanJob.from_config(config, source=config.source,
+                                       output_root=config.output_root, beam_args=beam_args))
 
 
 def run(argv: list[str] | None = None) -> SpanResult:

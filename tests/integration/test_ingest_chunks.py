@@ -17,11 +17,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.config import FileSource, JoinConfig, ParseConfig, ValidationConfig
+from ingest.config import FileSource, IngestConfig
 from ingest.pipeline import SpanJob
 from ingest.spans import SpanStore
 from ingest.synthetic import append_records, completion, feedback, followup, persistence, stream
-from rewards.config import RewardConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -69,16 +68,8 @@ def _write(path: Path, events: list[Any], bad: list[dict[str, Any]], at: int) ->
 
 
 def _span(src: Path, out: Path, drain: bool, chunk_events: int) -> dict[str, Any]:
-    job = SpanJob(
-        source=FileSource(path=src),
-        output_root=out,
-        reward_config=RewardConfig(),
-        join=JoinConfig(),
-        parse=ParseConfig(),
-        validation=ValidationConfig(),
-        drain=drain,
-        chunk_events=chunk_events,
-    )
+    job = SpanJob.from_config(IngestConfig(drain=drain, chunk_events=chunk_events),
+                              source=FileSource(path=src), output_root=out)
     job.setup()
     try:
         job.run()
@@ -149,15 +140,8 @@ def test_a_recorded_file_in_chunks_finalises_before_its_last_chunk(tmp_path):
     span to the last chunk: state growing with the span)."""
     src = tmp_path / "events.jsonl"
     append_records(src, _events(datetime.now(UTC) - timedelta(hours=6), 240, "a"))
-    job = SpanJob(
-        source=FileSource(path=src),
-        output_root=tmp_path / "out",
-        reward_config=RewardConfig(),
-        join=JoinConfig(),
-        parse=ParseConfig(),
-        validation=ValidationConfig(),
-        chunk_events=150,
-    )
+    job = SpanJob.from_config(IngestConfig(chunk_events=150), source=FileSource(path=src),
+                              output_root=tmp_path / "out")
     job.setup()
     try:
         job.run()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ingest.config import FileSource, JoinConfig, ParseConfig, ValidationConfig
+from ingest.config import FileSource, IngestConfig
 from ingest.join import US, join_group, next_in_conversation
 from ingest.kafka_io import KafkaRecord
 from ingest.parse import EventItem, classify
@@ -25,7 +25,6 @@ from ingest.pipeline import SpanJob, _Staged
 from ingest.schema import DeadLetter
 from ingest.synthetic import append_records, completion, feedback, followup, persistence, stream
 from ingest.transforms import rows_to_table
-from rewards.config import RewardConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -165,16 +164,8 @@ def _run(job: SpanJob) -> dict[str, Any]:
 
 
 def _job(src: Path, out: Path, drain: bool, beam_args: list[str] | None = None) -> SpanJob:
-    return SpanJob(
-        source=FileSource(path=src),
-        output_root=out,
-        reward_config=RewardConfig(),
-        join=JoinConfig(),
-        parse=ParseConfig(),
-        validation=ValidationConfig(),
-        drain=drain,
-        beam_args=beam_args,
-    )
+    return SpanJob.from_config(IngestConfig(drain=drain), source=FileSource(path=src),
+                               output_root=out, beam_args=beam_args)
 
 
 def _same(got: dict[str, Any], want: dict[str, Any]) -> None:
