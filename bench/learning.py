@@ -96,13 +96,10 @@ def paired_bootstrap(before: list[bool], afters: list[list[bool]], *, n_boot: in
 
 def arm_rows(arm: str, rows, seed: int):
     """The rows an arm trains on (pyarrow Table)."""
-    import pyarrow as pa
+    from trainer.online import shuffle_rewards
 
     if arm == "placebo":
-        rewards = rows.column("reward").to_pylist()
-        random.Random(f"placebo/{seed}").shuffle(rewards)
-        i = rows.column_names.index("reward")
-        return rows.set_column(i, "reward", pa.array(rewards, rows.schema.field("reward").type))
+        return shuffle_rewards(rows, f"placebo/{seed}")
     if arm == "one_sample":
         by_prompt: dict[str, list[int]] = {}
         for i, p in enumerate(rows.column("prompt").to_pylist()):

@@ -95,14 +95,9 @@ class PlaceboCycle(BenchCycle):
     """Trains on the same rows with their rewards shuffled (seeded): the placebo arm."""
 
     def _read_rows(self, state):
-        import pyarrow as pa
+        from trainer.online import shuffle_rewards
 
-        rows = super()._read_rows(state)
-        rewards = rows.column("reward").to_pylist()
-        random.Random(f"placebo/{state.cycle_id}").shuffle(rewards)
-        i = rows.schema.get_field_index("reward")
-        field = rows.schema.field(i)
-        return rows.set_column(i, field, pa.array(rewards, field.type))
+        return shuffle_rewards(super()._read_rows(state), f"placebo/{state.cycle_id}")
 
 
 # -- scoring on the fresh set ---------------------------------------------------------------------

@@ -59,8 +59,9 @@ def shuffle_rewards(rows, key: str):
 
     rewards = rows.column("reward").to_pylist()
     random.Random(key).shuffle(rewards)
-    i = rows.column_names.index("reward")
-    return rows.set_column(i, "reward", pa.array(rewards, rows.schema.field("reward").type))
+    i = rows.schema.get_field_index("reward")
+    field = rows.schema.field(i)
+    return rows.set_column(i, field, pa.array(rewards, field.type))
 
 
 def run_online(start: Path, config: TrainerConfig, settings: OnlineRounds, out: Path
