@@ -33,7 +33,8 @@ def _by_kind(tasks, passed) -> dict[str, float]:
             / sum(t.kind == k for t in tasks) for k in kinds}
 
 
-def headroom(model, fresh, k: int) -> dict:
+def headroom(model, fresh, k: int) -> tuple[dict, list[bool]]:
+    """The headroom figures, and the champion's greedy per-task results on ``fresh``."""
     import numpy as np
 
     from tasks.toy import generate_tasks
@@ -44,10 +45,11 @@ def headroom(model, fresh, k: int) -> dict:
     samples = np.array([evaluate(model, fresh, temperature=1.0, seed=1000 * i).passed
                         for i in range(k)], dtype=float)
     at_k = samples.max(axis=0)
-    return {"train_greedy": greedy_train.pass_rate, "train_by_kind": greedy_train.by_kind,
-            "fresh_greedy": greedy.pass_rate, "fresh_by_kind": greedy.by_kind,
-            "fresh_t1_mean": float(samples.mean()), f"fresh_pass_at_{k}": float(at_k.mean()),
-            f"fresh_pass_at_{k}_by_kind": _by_kind(fresh, at_k)}
+    figures = {"train_greedy": greedy_train.pass_rate, "train_by_kind": greedy_train.by_kind,
+               "fresh_greedy": greedy.pass_rate, "fresh_by_kind": greedy.by_kind,
+               "fresh_t1_mean": float(samples.mean()), f"fresh_pass_at_{k}": float(at_k.mean()),
+               f"fresh_pass_at_{k}_by_kind": _by_kind(fresh, at_k)}
+    return figures, greedy.passed
 
 
 def transfer(champion: Path, model, fresh, before: list[bool], seed: int) -> dict:
@@ -87,7 +89,6 @@ def main(argv: list[str] | None = None) -> None:
 
     from policy.toy.checkpoint import load_checkpoint
     from tasks.toy import fresh_tasks
-    from trainer.evaluate import evaluate
     from trainer.fixtures import champion_dir
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -99,10 +100,9 @@ def main(argv: list[str] | None = None) -> None:
     champion = champion_dir()
     model, fresh = load_checkpoint(champion), fresh_tasks()
     print("[1/2] headroom: greedy on train and fresh, pass@k at T=1 on fresh", flush=True)
-    result = {"champion": champion.name, "fresh_tasks": len(fresh),
-              "headroom": headroom(model, fresh, args.k)}
-    print(json.dumps(result["headroom"], indent=1), flush=True)
-    before = evaluate(model, fresh).passed
+    figures, before = headroom(model, fresh, args.k)
+    result = {"champion": champion.name, "fresh_tasks": len(fresh), "headroom": figures}
+    print(json.dumps(figures, indent=1), flush=True)
     for i, seed in enumerate(args.transfer_seeds, 1):
         print(f"[2/2] transfer seed {seed} ({i}/{len(args.transfer_seeds)})", flush=True)
         result.setdefault("transfer", {})[str(seed)] = transfer(champion, model, fresh, before,
