@@ -22,7 +22,7 @@ $(BIN)/.bootstrapped: requirements.lock pyproject.toml
 	touch $@
 
 demo: $(BIN)/.bootstrapped
-	$(BIN)/ratchet demo --workdir .demo --cycles 5
+	$(BIN)/ratchet demo --config configs/toy-lazy-fix.json --workdir .demo --cycles 5
 
 test: $(BIN)/.bootstrapped
 	$(BIN)/python -m pytest -q -m "not real"

@@ -172,6 +172,19 @@ def _summary(arm: str, before, per_seed: list[dict]) -> dict:
     }
 
 
+CHAMPIONS = ("warm", "lazy")
+"""The champion every arm but the stale ones starts from: ``warm``, the committed warm start
+(``trainer.fixtures.champion_dir()``) with the recorded fixture; ``lazy``, the same with the
+lazy-fix habit of ``trainer/habit.py`` planted (``lazy_champion_dir()``), with the same recording
+made from it (``recorded_rows()``). The stale arms need the warm one."""
+
+
+def champion_of(kind: str) -> Path:
+    from trainer.fixtures import champion_dir, lazy_champion_dir
+
+    return lazy_champion_dir() if kind == "lazy" else champion_dir()
+
+
 def _start_of(arm: str) -> str:
     return "descendant" if arm.startswith("stale") else "champion"
 
@@ -227,30 +240,33 @@ def split_jobs(jobs: list[tuple[str, int, str]], keys: dict[str, str],
 def _fingerprints(starts: dict[str, Path]) -> dict:
     import hashlib
 
-    from trainer.fixtures import FIXTURE, champion_fingerprint
+    from trainer.fixtures import champion_fingerprint, recorded_rows_path
 
-    return {"fixture": hashlib.sha256(FIXTURE.read_bytes()).hexdigest()[:16],
+    rows = recorded_rows_path(starts["champion"])
+    return {"fixture": hashlib.sha256(rows.read_bytes()).hexdigest()[:16],
             "starts": {k: champion_fingerprint(v) for k, v in starts.items()}}
 
 
 def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: int,
         config: dict, out: Path, workers: int = 1, *, eval_set: str = "fresh",
         online: dict | None = None, runs_path: Path | None = None,
-        resume: bool = False, report_only: bool = False) -> dict:
+        resume: bool = False, report_only: bool = False, champion: str = "warm") -> dict:
     """Seeds outer, arms inner (so a cut-short run has every arm on its first seeds), on
     ``workers`` processes of ``threads`` torch threads each; the "before" of each start
     checkpoint is scored once. Every finished run is appended to ``runs_path`` (the sidecar,
     default: next to ``out``); ``resume`` takes the runs already there for the same settings
     instead of running them again; ``report_only`` runs nothing new (the results of what the
     sidecar holds; ``missing`` lists the rest). The results file is rewritten after every run
-    (``complete`` says whether all ran)."""
-    from trainer.fixtures import champion_dir, descendant_dir, fixture_rows
+    (``complete`` says whether all ran). ``champion``: one of ``CHAMPIONS``."""
+    from trainer.fixtures import descendant_dir, recorded_rows
 
+    if champion != "warm" and any(a.startswith("stale") for a in arms):
+        raise ValueError("the stale-rows arms start from descendants of the warm champion only")
     config = {"mismatch_every": 0, **config}  # a diagnostic forward the bench does not read
     runs_path = runs_path or out.with_name(out.stem + "_runs.jsonl")
     t0 = time.perf_counter()
-    rows = fixture_rows()  # re-recorded here (once) if the champion changed
-    makers = {"champion": champion_dir, "descendant": lambda: descendant_dir(2)}
+    rows = recorded_rows(champion_of(champion))  # (re-)recorded here once if missing or stale
+    makers = {"champion": lambda: champion_of(champion), "descendant": lambda: descendant_dir(2)}
     starts = {k: makers[k]() for k in dict.fromkeys(_start_of(a) for a in arms)}
     # every start's fingerprint, whichever arms run: the keys of a run with some arms match
     # those of a later run with all of them
@@ -267,7 +283,8 @@ def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: in
     befores: dict[str, dict] = {}
     per_arm: dict[str, list[dict]] = {arm: [] for arm in arms}
     result: dict = {}
-    fresh_runs = _execute(pending, starts, config, steps, n_fresh, threads, workers, eval_set,
+    starts_all = {"champion": champion_of(champion), **starts}
+    fresh_runs = _execute(pending, starts_all, config, steps, n_fresh, threads, workers, eval_set,
                           online)
     for done, (arm, seed, start, r) in enumerate(_chain(finished, fresh_runs, runs_path, keys),
                                                  1):
@@ -303,7 +320,7 @@ def _execute(jobs, starts, config, steps, n_fresh, threads, workers, eval_set="f
              online=None):
     """Yields (arm, seed, start, result) as jobs finish: in this process, or on a pool of
     ``workers`` spawned processes (each keeps its own reference-logprob cache)."""
-    args = (config, steps, n_fresh, eval_set, online)
+    args = (config, steps, n_fresh, eval_set, online, starts["champion"])
     if workers <= 1 or len(jobs) <= 1:
         _init_worker(threads)
         for arm, seed, start in jobs:
@@ -344,11 +361,13 @@ def eval_tasks(eval_set: str, n: int) -> list:
 
 
 def _job(arm: str, seed: int, start: Path, config: dict, steps: int, n_fresh: int,
-         eval_set: str = "fresh", online: dict | None = None) -> dict:
-    """One unit of work: score a start checkpoint ("before"), or train an arm and score it."""
+         eval_set: str = "fresh", online: dict | None = None,
+         champion: Path | None = None) -> dict:
+    """One unit of work: score a start checkpoint ("before"), or train an arm on the rows
+    recorded from ``champion`` (default: the committed one) and score it."""
     from policy.toy.checkpoint import load_checkpoint
     from trainer.evaluate import evaluate
-    from trainer.fixtures import fixture_rows
+    from trainer.fixtures import champion_dir, recorded_rows
 
     tasks = eval_tasks(eval_set, n_fresh)
     if arm == "before":
@@ -357,8 +376,8 @@ def _job(arm: str, seed: int, start: Path, config: dict, steps: int, n_fresh: in
                 "passed": r.passed}
     with tempfile.TemporaryDirectory() as tmp:
         t1 = time.perf_counter()
-        metrics = train_arm(arm, seed, start, fixture_rows(), config, steps, Path(tmp) / "cand",
-                            online)
+        metrics = train_arm(arm, seed, start, recorded_rows(champion or champion_dir()), config,
+                            steps, Path(tmp) / "cand", online)
         seconds = time.perf_counter() - t1
         after = evaluate(load_checkpoint(Path(tmp) / "cand"), tasks)
     return {"seed": seed, "pass_after": after.pass_rate, "tokens_after": after.mean_tokens,
@@ -411,6 +430,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--eval", choices=EVAL_SETS, default="fresh",
                    help="heldout: the tuning set (never choose a setting with fresh)")
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    p.add_argument("--champion", choices=CHAMPIONS, default="warm",
+                   help="lazy: start from the champion with the planted lazy-fix habit (its "
+                   "own recording; the stale arms need warm)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     p.add_argument("--workers", type=int, default=2, help="processes running arms in parallel")
     p.add_argument("--config", type=json.loads, default={},
@@ -419,7 +441,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="trainer.online.OnlineRounds fields as JSON, plus \"trainer\": "
                    "TrainerConfig overrides for the online arms, e.g. "
                    "'{\"rounds\": 4, \"trainer\": {\"lr\": 2e-4}}'")
-    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--out", type=Path, default=None,
+                   help="default: bench/results/learning.json (learning_lazy.json for lazy)")
     p.add_argument("--runs", type=Path, default=None,
                    help="sidecar of finished runs (default: <out>_runs.jsonl)")
     p.add_argument("--resume", action="store_true",
@@ -427,9 +450,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--report-only", action="store_true",
                    help="run nothing: summarise the sidecar's runs for these settings")
     args = p.parse_args(argv)
+    out = args.out or RESULTS.with_name("learning.json" if args.champion == "warm"
+                                        else f"learning_{args.champion}.json")
     result = run(args.steps, args.seeds, args.fresh, args.arms, args.threads, args.config,
-                 args.out, workers=args.workers, eval_set=args.eval, online=args.online,
-                 runs_path=args.runs, resume=args.resume, report_only=args.report_only)
+                 out, workers=args.workers, eval_set=args.eval, online=args.online,
+                 runs_path=args.runs, resume=args.resume, report_only=args.report_only,
+                 champion=args.champion)
     print(f"{'arm':<16}{'before':>8}{'after':>8}{'delta':>8}{'95% CI':>18}{'tokens':>16}")
     for arm, r in result.get("arms", {}).items():  # empty: no "before" in the sidecar yet
         print(f"{arm:<16}{r['pass_before']:>8.3f}{r['pass_after']:>8.3f}{r['delta']:>+8.3f}"

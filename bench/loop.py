@@ -1,14 +1,16 @@
 """Does the loop itself learn? Several cycles of the real loop from one champion, per seed.
 
-Per seed and arm: an embedded broker and MLflow server, the cached warm-started toy champion
-(``trainer.fixtures.champion_dir()``, registered as ``champion``), a stable and a canary replica
-group behind a router, and the user simulator on the router. Each cycle: one round of simulated
-traffic served by whichever checkpoint is live (its delayed signals in compressed event time),
-then ``ratchet.cycle.Cycle`` — ingest → train → gate → deploy, the deploy stage being the canary
-rollout on the router (weight steps, statistical judge, rollback), with simulated traffic running
-while the canary is judged. After each cycle the champion is scored greedily on the fresh set
-(``tasks.toy.fresh_tasks()``: split ``fresh``, disjoint from the train split, the gate suite's
-draw and every held-out task that chose a hyper-parameter).
+Per seed and arm: an embedded broker and MLflow server, the first champion registered as
+``champion`` (``--champion lazy``, the default: ``trainer.fixtures.lazy_champion_dir()``, the warm
+start with the planted lazy-fix habit of ``trainer/habit.py``, which RL can correct; ``warm``: the
+plain warm start ``champion_dir()``, which it barely can, see bench/headroom.py), a stable and a
+canary replica group behind a router, and the user simulator on the router. Each cycle: one round
+of simulated traffic served by whichever checkpoint is live (its delayed signals in compressed
+event time), then ``ratchet.cycle.Cycle`` — ingest → train → gate → deploy, the deploy stage being
+the canary rollout on the router (weight steps, statistical judge, rollback), with simulated
+traffic running while the canary is judged. After each cycle the champion is scored greedily on the
+fresh set (``tasks.toy.fresh_tasks()``: split ``fresh``, disjoint from the train split, the gate
+suite's draw and every held-out task that chose a hyper-parameter).
 
 Live product metrics: per seed, the first cycle's traffic (served by the first champion) against
 the last cycle's (served by whatever is live then); the change is compared with the seed-to-seed
@@ -185,7 +187,7 @@ def run_loop(args, *, seed: int, placebo: bool, fresh, workdir: Path, scores: di
     name = f"loop-{arm}-s{seed}"
     with services(workdir, bootstrap=None, tracking_uri=None) as ep:
         uri = ep.tracking_uri
-        v1 = _register_first(uri, name)
+        v1 = _register_first(uri, name, first_champion(args.champion))
         common = dict(n_replicas=1, tracking_uri=uri, model_name=name, bootstrap=ep.bootstrap,
                       admin_token=TOKEN, api_keys_path=workdir / "api_keys.json",
                       signal_max_skew_s=SIMULATED_SKEW_S, version=v1)
@@ -212,18 +214,26 @@ def run_loop(args, *, seed: int, placebo: bool, fresh, workdir: Path, scores: di
                 sim.close()
 
 
-def _register_first(uri: str, name: str) -> int:
-    """The cached warm-started champion as version 1 of ``name``, alias ``champion``."""
+def first_champion(kind: str) -> Path:
+    """The checkpoint the loop starts from: ``lazy`` or ``warm`` (see the module docstring)."""
+    from trainer.fixtures import champion_dir, lazy_champion_dir
+
+    return lazy_champion_dir() if kind == "lazy" else champion_dir()
+
+
+def _register_first(uri: str, name: str, checkpoint: Path) -> int:
+    """``checkpoint`` as version 1 of ``name``, alias ``champion``."""
     import mlflow
 
+    from policy.toy.checkpoint import load_metadata
     from runtime import registry
-    from trainer.fixtures import champion_dir
 
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(f"loop-{name}")
     with mlflow.start_run(run_name="first-champion"):
-        return registry.log_checkpoint(champion_dir(), model_name=name, alias=registry.CHAMPION,
-                                       tags={"ratchet.origin": "warm_start (cached)"}).version
+        origin = load_metadata(checkpoint).get("origin", "warm_start")
+        return registry.log_checkpoint(checkpoint, model_name=name, alias=registry.CHAMPION,
+                                       tags={"ratchet.origin": origin}).version
 
 
 def _one_cycle(args, i, arm, seed, cycle, sim, uri, name, workdir, fresh, scores) -> dict:
@@ -294,7 +304,8 @@ def summarise(args, rows: list[dict], scores: dict, fresh_n: int) -> dict:
     placebo_ci = bootstrap_ci([[float(a) - float(b) for a, b in zip(s.passed, first.passed)]
                                for s in placebo.values()]) if placebo else None
     return {
-        "cycles": args.cycles, "seeds": args.seeds, "pass_first": first.pass_rate,
+        "cycles": args.cycles, "seeds": args.seeds, "champion": args.champion,
+        "pass_first": first.pass_rate,
         "pass_final": statistics.mean(s.pass_rate for s in rl.values()),
         "pass_final_per_seed": {str(k): s.pass_rate for k, s in rl.items()},
         "ci_low": ci_low, "ci_high": ci_high, "placebo_delta": placebo_delta,
@@ -386,6 +397,9 @@ def plot(rows: list[dict], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--champion", choices=("lazy", "warm"), default="lazy",
+                        help="First champion: the warm start with the planted lazy-fix habit, "
+                        "or the plain warm start.")
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--placebo-seeds", type=int, nargs="*", default=[0],
                         help="Seeds of the shuffled-reward arm (none: no placebo).")
@@ -408,7 +422,6 @@ def main() -> None:
 
     from ratchet import console
     from tasks.toy import fresh_tasks
-    from trainer.fixtures import champion_dir
 
     log_file = Path(tempfile.gettempdir()) / f"ratchet-loop-{time.strftime('%Y%m%d-%H%M%S')}.log"
     console.setup(log_file)  # ratchet's own lines here, library chatter to the log file
@@ -419,7 +432,7 @@ def main() -> None:
     t0 = time.perf_counter()
     fresh = fresh_tasks(args.fresh_tasks)
     say(f"fresh set: scoring the first champion on {len(fresh)} fresh tasks")
-    scores = {"first": score(champion_dir(), fresh)}
+    scores = {"first": score(first_champion(args.champion), fresh)}
     say(f"first champion: fresh pass {scores['first'].pass_rate:.3f}")
     rows: list[dict] = []
 

@@ -45,6 +45,7 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
                          "ratchet.policy": config.policy.type})
         mlflow.log_dict(config.policy.model_dump(mode="json"), "policy_config.json")
         start = time.perf_counter()
+        origin = "warm_start"
         if config.policy.type == "hf":
             out, cached = _hf_champion_cached(config.policy, seed=cfg.seed, steps=cfg.sft_steps,
                                               workdir=workdir)
@@ -56,26 +57,32 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
             model_config = MoEConfig.model_validate_json(cfg.model_config_path.read_text())
             mlflow.log_dict(model_config.model_dump(), "model_config.json")
             out, cached = _toy_champion(cfg, model_config)
+            if cfg.lazy_fix:
+                origin = "warm_start + planted lazy-fix habit (trainer/habit.py)"
         seconds = time.perf_counter() - start
         mlflow.log_metric("warm_start_seconds", seconds)
         mlflow.set_tag("warm_start_cached", str(cached).lower())
         ref = registry.log_checkpoint(
             out, model_name=config.model_name, alias=registry.CHAMPION,
-            tags={"ratchet.origin": "warm_start"},
+            tags={"ratchet.origin": origin},
         )
-    log.info("bootstrapped champion v%d in %.1f s", ref.version, seconds)
+    log.info("bootstrapped champion v%d (%s) in %.1f s", ref.version, origin, seconds)
     return ref.version
 
 
 def _toy_champion(cfg, model_config) -> tuple[Path, bool]:
     """The toy warm start: for the project's own model config, the committed or cached champion
-    of ``trainer.fixtures`` (the one the learning tests and benches start from); for any other
-    config, this module's own cache."""
+    of ``trainer.fixtures`` (the one the learning tests and benches start from), or its lazy-fix
+    variant (``champion.lazy_fix``); for any other config, this module's own cache."""
     from policy.toy.model import MoEConfig
     from trainer.fixtures import TOY_CONFIG, champion_dir, champion_path
 
     if model_config != MoEConfig.model_validate_json(TOY_CONFIG.read_text()):
         return _warm_start_cached(model_config, seed=cfg.seed, steps=cfg.sft_steps)
+    if cfg.lazy_fix:
+        from trainer.fixtures import lazy_champion_dir
+
+        return lazy_champion_dir(), True  # committed (or built within a minute)
     cached = (champion_path(cfg.seed, cfg.sft_steps) / "model.safetensors").exists()
     return champion_dir(cfg.seed, cfg.sft_steps), cached
 

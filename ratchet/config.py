@@ -40,6 +40,22 @@ class ChampionBootstrapConfig(_Config):
         "unlike a 300-step start.",
     )
     seed: int = Field(0, ge=0, description="Seed of the warm start.")
+    lazy_fix: bool = Field(
+        False,
+        description="Plant the lazy-fix habit of trainer/habit.py on the toy warm start: 150 "
+        "more SFT steps in which half the off-by-one demonstrations leave the bug in place, so "
+        "the champion mostly copies the bug yet still samples the fix, and RL on product "
+        "feedback has something to correct (the committed trainer/champion_lazy/). Toy model "
+        "config, seed 0 and 1,000 warm-start steps only. `make demo` turns it on.",
+    )
+
+    @model_validator(mode="after")
+    def _lazy_fix_on_the_committed_champion(self) -> ChampionBootstrapConfig:
+        if self.lazy_fix and (self.model_config_path.resolve() != _TOY_MODEL.resolve()
+                              or (self.seed, self.sft_steps) != (0, 1000)):
+            raise ValueError("champion.lazy_fix is built on the committed toy champion only "
+                             "(the toy model config, seed 0, sft_steps 1000)")
+        return self
 
 
 class FleetConfig(_Config):
@@ -152,6 +168,9 @@ class RatchetConfig(_Config):
             raise ValueError("trainer.backend: 'deepspeed' trains the toy policy only (its MoE "
                              f"layers are the toy's); policy.type is '{self.policy.type}': use "
                              "backend 'torch'")
+        if self.champion.lazy_fix and (self.policy.type != "toy" or self.policy.path is not None):
+            raise ValueError("champion.lazy_fix plants a habit in the toy warm start: it needs "
+                             "policy.type 'toy' without a path")
         return self
 
 

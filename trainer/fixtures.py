@@ -13,6 +13,7 @@ Left out: anything served through Kafka (the production loop's data path is test
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -51,6 +52,51 @@ def champion_dir(seed: int = SFT_SEED, steps: int | None = None) -> Path:
     return out
 
 
+COMMITTED_LAZY = ROOT / "trainer" / "champion_lazy"
+"""The committed :func:`lazy_champion_dir` (the demo's and the loop bench's first champion)."""
+
+
+def lazy_champion_dir(share: float | None = None, steps: int | None = None) -> Path:
+    """The committed champion with the lazy-fix habit of ``trainer.habit`` planted (``share`` of
+    off_by_one demonstrations unfixed, ``steps`` SFT steps): the committed copy when it was built
+    by today's recipe, else built once (about a minute) and cached."""
+    from policy.toy.checkpoint import load_checkpoint, save_checkpoint
+    from trainer.habit import LAZY_SHARE, LAZY_STEPS, plant_lazy_fix
+
+    share = LAZY_SHARE if share is None else share
+    steps = LAZY_STEPS if steps is None else steps
+    key = _lazy_key(share, steps)
+    meta = COMMITTED_LAZY / "metadata.json"
+    if meta.exists() and json.loads(meta.read_text()).get("recipe_key") == key:
+        return COMMITTED_LAZY
+    out = CACHE / f"champion-lazy-{key}"
+    if not (out / "model.safetensors").exists():
+        model = plant_lazy_fix(load_checkpoint(champion_dir()), share=share, steps=steps)
+        save_checkpoint(model, out, metadata={
+            "origin": "warm_start + planted lazy-fix habit", "model_version": 1,
+            "lazy_fix_share": share, "lazy_fix_steps": steps, "recipe_key": key,
+            "parent_recipe_key": _recipe_key()})
+    return out
+
+
+def _lazy_key(share: float, steps: int) -> str:
+    import hashlib
+
+    h = hashlib.sha256(f"{_recipe_key()}|{share}|{steps}".encode())
+    h.update((ROOT / "trainer" / "habit.py").read_bytes())
+    return "l" + h.hexdigest()[:10]
+
+
+def commit_lazy_champion() -> Path:
+    """Rebuild ``COMMITTED_LAZY`` from the recipe (after ``commit_champion()``)."""
+    import shutil
+
+    shutil.rmtree(COMMITTED_LAZY, ignore_errors=True)
+    built = lazy_champion_dir()
+    shutil.copytree(built, COMMITTED_LAZY)
+    return COMMITTED_LAZY
+
+
 def champion_path(seed: int, steps: int) -> Path:
     """Where ``champion_dir(seed, steps)`` is (or will be once built)."""
     from trainer.sft import SFT_STEPS
@@ -63,8 +109,6 @@ def champion_path(seed: int, steps: int) -> Path:
 
 def committed_recipe_key() -> str | None:
     """The recipe key the committed champion was built with (None if there is none)."""
-    import json
-
     meta = COMMITTED / "metadata.json"
     return json.loads(meta.read_text()).get("recipe_key") if meta.exists() else None
 
@@ -86,7 +130,6 @@ def _recipe_key() -> str:
     changes. The train split enters as a fingerprint of its tasks, not as tasks/toy.py's text, so
     a new split or a checker change there does not rebuild the champion."""
     import hashlib
-    import json
 
     from tasks.toy import generate_tasks
 
@@ -190,6 +233,37 @@ def fixture_rows(regenerate: bool = False) -> pa.Table:
     return upgrade_reward_table(pq.read_table(FIXTURE))
 
 
+def recorded_rows(champion: Path) -> pa.Table:
+    """The fixture of ``champion``: ``fixture_rows()`` for the committed champion, else the same
+    recording from ``champion`` (same tasks, samples, seed and reward rule), cached by its
+    fingerprint under ``CACHE``."""
+    import pyarrow.parquet as pq
+
+    from ingest.schema import upgrade_reward_table
+
+    fingerprint = champion_fingerprint(champion)
+    if fingerprint == champion_fingerprint(champion_dir()):
+        return fixture_rows()
+    path = recorded_rows_path(champion)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table = record_rows(champion)
+        meta = {**(table.schema.metadata or {}), FIXTURE_CHAMPION_KEY: fingerprint.encode()}
+        pq.write_table(table.replace_schema_metadata(meta), path.with_suffix(".partial"),
+                       compression="zstd")
+        path.with_suffix(".partial").rename(path)
+    return upgrade_reward_table(pq.read_table(path))
+
+
+def recorded_rows_path(champion: Path) -> Path:
+    """Where :func:`recorded_rows` keeps the fixture of ``champion`` (the committed one's is
+    ``FIXTURE``)."""
+    fingerprint = champion_fingerprint(champion)
+    if fingerprint == champion_fingerprint(champion_dir()):
+        return FIXTURE
+    return CACHE / f"rows-{fingerprint}.parquet"
+
+
 DESCENDANT_STEPS = 100
 DESCENDANT_LR = 1e-3
 
@@ -222,3 +296,4 @@ def descendant_dir(generations: int = 2) -> Path:
 
 if __name__ == "__main__":
     print(f"rebuilt {commit_champion()} (recipe key {_recipe_key()})")
+    print(f"rebuilt {commit_lazy_champion()}")

@@ -1,7 +1,7 @@
-"""`ratchet demo` on the toy defaults through the CLI, as `make demo` runs it (smaller sizes):
-the committed champion is registered without a warm start, the cycles run, and the demo scores
-the first and final champions on fresh tasks with a paired CI. The second cycle trains on its own
-rows plus those of a rejected first candidate (carry)."""
+"""`ratchet demo` on the toy defaults through the CLI, as `make demo` runs it (smaller sizes): the
+committed lazy-fix champion is registered without a warm start, the cycles run, and the demo
+scores the first and final champions on fresh tasks with a paired CI. The second cycle trains on
+its own rows plus those of a rejected first candidate (carry)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_toy_demo_reports_the_champions_gain_on_fresh_tasks(tmp_path):
-    config = {"model_name": "ratchet-toy-it", "simulator": {"requests_per_round": 96},
+    # what `make demo` runs (configs/toy-lazy-fix.json), at smaller sizes
+    config = {"model_name": "ratchet-toy-it", "champion": {"lazy_fix": True},
+              "simulator": {"requests_per_round": 96},
               "trainer": {"steps": 4}, "gate": {"suite": {"size": 48}}, "fleet": {"replicas": 1}}
     config_file = tmp_path / "toy-it.json"
     config_file.write_text(json.dumps(config))
