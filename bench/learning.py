@@ -24,6 +24,10 @@ setting). Arms:
   next round starts from the result (the regime the production loop approximates);
 - ``online_placebo``: the same with rewards shuffled inside each round.
 
+``--champion lazy`` starts every arm but the stale ones from the champion with the planted
+lazy-fix habit (``trainer/habit.py``) and trains on the same recording made from it; it writes
+``learning_lazy.json`` and its own sidecar.
+
 Per arm: the pass-rate change on the fresh set with a paired-bootstrap 95% CI (tasks resampled,
 per-task change averaged over seeds first), mean completion tokens before/after, per-seed detail.
 
