@@ -80,9 +80,10 @@ def _toy_champion(cfg, model_config) -> tuple[Path, bool]:
     if model_config != MoEConfig.model_validate_json(TOY_CONFIG.read_text()):
         return _warm_start_cached(model_config, seed=cfg.seed, steps=cfg.sft_steps)
     if cfg.lazy_fix:
-        from trainer.fixtures import lazy_champion_dir
+        from trainer.fixtures import lazy_champion_dir, lazy_champion_path
 
-        return lazy_champion_dir(), True  # committed (or built within a minute)
+        cached = (lazy_champion_path() / "model.safetensors").exists()
+        return lazy_champion_dir(), cached  # committed, or built once in about a minute
     cached = (champion_path(cfg.seed, cfg.sft_steps) / "model.safetensors").exists()
     return champion_dir(cfg.seed, cfg.sft_steps), cached
 

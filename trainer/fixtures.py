@@ -66,10 +66,7 @@ def lazy_champion_dir(share: float | None = None, steps: int | None = None) -> P
     share = LAZY_SHARE if share is None else share
     steps = LAZY_STEPS if steps is None else steps
     key = _lazy_key(share, steps)
-    meta = COMMITTED_LAZY / "metadata.json"
-    if meta.exists() and json.loads(meta.read_text()).get("recipe_key") == key:
-        return COMMITTED_LAZY
-    out = CACHE / f"champion-lazy-{key}"
+    out = lazy_champion_path(share, steps)
     if not (out / "model.safetensors").exists():
         model = plant_lazy_fix(load_checkpoint(champion_dir()), share=share, steps=steps)
         save_checkpoint(model, out, metadata={
@@ -77,6 +74,17 @@ def lazy_champion_dir(share: float | None = None, steps: int | None = None) -> P
             "lazy_fix_share": share, "lazy_fix_steps": steps, "recipe_key": key,
             "parent_recipe_key": _recipe_key()})
     return out
+
+
+def lazy_champion_path(share: float | None = None, steps: int | None = None) -> Path:
+    """Where ``lazy_champion_dir(share, steps)`` is (or will be once built)."""
+    from trainer.habit import LAZY_SHARE, LAZY_STEPS
+
+    key = _lazy_key(LAZY_SHARE if share is None else share, LAZY_STEPS if steps is None else steps)
+    meta = COMMITTED_LAZY / "metadata.json"
+    if meta.exists() and json.loads(meta.read_text()).get("recipe_key") == key:
+        return COMMITTED_LAZY
+    return CACHE / f"champion-lazy-{key}"
 
 
 def _lazy_key(share: float, steps: int) -> str:
