@@ -269,8 +269,9 @@ def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: in
     config = {"mismatch_every": 0, **config}  # a diagnostic forward the bench does not read
     runs_path = runs_path or out.with_name(out.stem + "_runs.jsonl")
     t0 = time.perf_counter()
-    rows = recorded_rows(champion_of(champion))  # (re-)recorded here once if missing or stale
-    makers = {"champion": lambda: champion_of(champion), "descendant": lambda: descendant_dir(2)}
+    champ = champion_of(champion)
+    rows = recorded_rows(champ)  # (re-)recorded here once if missing or stale
+    makers = {"champion": lambda: champ, "descendant": lambda: descendant_dir(2)}
     starts = {k: makers[k]() for k in dict.fromkeys(_start_of(a) for a in arms)}
     # every start's fingerprint, whichever arms run: the keys of a run with some arms match
     # those of a later run with all of them
@@ -287,7 +288,7 @@ def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: in
     befores: dict[str, dict] = {}
     per_arm: dict[str, list[dict]] = {arm: [] for arm in arms}
     result: dict = {}
-    starts_all = {"champion": champion_of(champion), **starts}
+    starts_all = {"champion": champ, **starts}
     fresh_runs = _execute(pending, starts_all, config, steps, n_fresh, threads, workers, eval_set,
                           online)
     for done, (arm, seed, start, r) in enumerate(_chain(finished, fresh_runs, runs_path, keys),

@@ -66,7 +66,7 @@ def lazy_champion_dir(share: float | None = None, steps: int | None = None) -> P
     share = LAZY_SHARE if share is None else share
     steps = LAZY_STEPS if steps is None else steps
     key = _lazy_key(share, steps)
-    out = lazy_champion_path(share, steps)
+    out = _lazy_path(key)
     if not (out / "model.safetensors").exists():
         model = plant_lazy_fix(load_checkpoint(champion_dir()), share=share, steps=steps)
         save_checkpoint(model, out, metadata={
@@ -80,7 +80,11 @@ def lazy_champion_path(share: float | None = None, steps: int | None = None) -> 
     """Where ``lazy_champion_dir(share, steps)`` is (or will be once built)."""
     from trainer.habit import LAZY_SHARE, LAZY_STEPS
 
-    key = _lazy_key(LAZY_SHARE if share is None else share, LAZY_STEPS if steps is None else steps)
+    return _lazy_path(_lazy_key(LAZY_SHARE if share is None else share,
+                                LAZY_STEPS if steps is None else steps))
+
+
+def _lazy_path(key: str) -> Path:
     meta = COMMITTED_LAZY / "metadata.json"
     if meta.exists() and json.loads(meta.read_text()).get("recipe_key") == key:
         return COMMITTED_LAZY
@@ -226,47 +230,36 @@ def fixture_rows(regenerate: bool = False) -> pa.Table:
     recorded from another champion: rows logged by a different model are off-policy for this
     one (their logprobs and routing are not the champion's), which silently changes what every
     learning figure measures."""
-    import pyarrow.parquet as pq
-
-    champ = champion_dir()
-    fingerprint = champion_fingerprint(champ)
-    if regenerate or not FIXTURE.exists() or recorded_from() != fingerprint:
-        FIXTURE.parent.mkdir(parents=True, exist_ok=True)
-        table = record_rows(champ)
-        meta = {**(table.schema.metadata or {}), FIXTURE_CHAMPION_KEY: fingerprint.encode()}
-        pq.write_table(table.replace_schema_metadata(meta), FIXTURE, compression="zstd")
-        print(f"recorded {FIXTURE} from {champ} ({fingerprint})", flush=True)
-    from ingest.schema import upgrade_reward_table
-
-    return upgrade_reward_table(pq.read_table(FIXTURE))
+    return recorded_rows(champion_dir(), regenerate=regenerate)
 
 
-def recorded_rows(champion: Path) -> pa.Table:
-    """The fixture of ``champion``: ``fixture_rows()`` for the committed champion, else the same
-    recording from ``champion`` (same tasks, samples, seed and reward rule), cached by its
-    fingerprint under ``CACHE``."""
+def recorded_rows(champion: Path, *, regenerate: bool = False) -> pa.Table:
+    """The fixture of ``champion`` (same tasks, samples, seed and reward rule): ``FIXTURE`` for
+    the committed champion, else a copy cached by its fingerprint under ``CACHE``; recorded when
+    missing, asked to, or recorded from another champion."""
     import pyarrow.parquet as pq
 
     from ingest.schema import upgrade_reward_table
 
     fingerprint = champion_fingerprint(champion)
-    if fingerprint == champion_fingerprint(champion_dir()):
-        return fixture_rows()
-    path = recorded_rows_path(champion)
-    if not path.exists():
+    path = _recording_path(fingerprint)
+    if regenerate or not path.exists() or recorded_from(path) != fingerprint:
         path.parent.mkdir(parents=True, exist_ok=True)
         table = record_rows(champion)
         meta = {**(table.schema.metadata or {}), FIXTURE_CHAMPION_KEY: fingerprint.encode()}
-        pq.write_table(table.replace_schema_metadata(meta), path.with_suffix(".partial"),
-                       compression="zstd")
-        path.with_suffix(".partial").rename(path)
+        partial = path.with_suffix(".partial")
+        pq.write_table(table.replace_schema_metadata(meta), partial, compression="zstd")
+        partial.rename(path)
+        print(f"recorded {path} from {champion} ({fingerprint})", flush=True)
     return upgrade_reward_table(pq.read_table(path))
 
 
 def recorded_rows_path(champion: Path) -> Path:
-    """Where :func:`recorded_rows` keeps the fixture of ``champion`` (the committed one's is
-    ``FIXTURE``)."""
-    fingerprint = champion_fingerprint(champion)
+    """Where :func:`recorded_rows` keeps the fixture of ``champion``."""
+    return _recording_path(champion_fingerprint(champion))
+
+
+def _recording_path(fingerprint: str) -> Path:
     if fingerprint == champion_fingerprint(champion_dir()):
         return FIXTURE
     return CACHE / f"rows-{fingerprint}.parquet"
