@@ -88,6 +88,13 @@ class TrainerConfig(_Strict):
         default_factory=TokenClip, description="Policy-loss objective. token_clip measured "
         "ahead of sequence_gspo on the logged prompts of the toy fixture (+0.031 / +0.027 vs "
         "+0.016 at the paper's clip and +0.027 / +0.010 at 3e-3/4e-3; learning_tuning.md).")
+    proximal: Literal["champion", "current"] = Field(
+        "champion", description="pi_prox, the centre of the clip. champion: the champion this "
+        "update starts from, for every step (one trust region around it for the whole update, "
+        "so a token's probability can rise at most 1 + clip_eps_high times over all steps). "
+        "current: the policy at each step, detached (every batch gets one optimizer step, so "
+        "the clip holds within the step and the KL penalties to the champion and the anchor are "
+        "what bounds the update); the importance weight is then min(pi_theta / pi_b, C).")
     is_cap: float = Field(
         2.0, ge=1.0, description="C: behaviour importance weights pi_prox/pi_behaviour truncated "
         "at C."

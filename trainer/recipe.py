@@ -461,11 +461,13 @@ class RLRecipe:
     def _objective(self, logp: Tensor, batch: Batch, adv: Tensor, logp_ref: Tensor,
                    mask: Tensor, logp_anchor: Tensor) -> tuple[Tensor, dict[str, float]]:
         cfg, obj = self.config, self.config.objective
-        # The proximal policy is the champion this update starts from (= the reference).
+        # The proximal policy: the champion this update starts from (= the reference), or the
+        # policy of this step (config.proximal).
+        logp_prox = logp_ref if cfg.proximal == "champion" else logp.detach()
         logp_b = batch.logp_b if cfg.off_policy_correction else logp_ref
         common = dict(logp_ref=logp_ref, kl_coef=cfg.kl_coef, row_weight=batch.weights,
                       is_cap=cfg.is_cap, eps_low=obj.clip_eps_low, eps_high=obj.clip_eps_high,
-                      logp_prox=logp_ref, dual_clip_c=cfg.dual_clip_c, logp_anchor=logp_anchor,
+                      logp_prox=logp_prox, dual_clip_c=cfg.dual_clip_c, logp_anchor=logp_anchor,
                       anchor_kl_coef=cfg.anchor_kl_coef)
         if isinstance(obj, TokenClip):
             return rl.token_clip_loss(logp, logp_b, adv, mask, **common)

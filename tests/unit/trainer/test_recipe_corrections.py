@@ -129,3 +129,27 @@ def test_top_p_rows_keep_a_bit_packed_nucleus_per_response_token(tiny_model, cha
             assert nucleus is None
     m = recipe.train_step(list(range(len(recipe.samples))))
     assert m["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_proximal_current_centres_the_clip_on_the_policy_of_the_step(tiny_model, champion):
+    """Once the policy has moved off the champion, ``proximal="champion"`` measures every ratio
+    against the champion (pi_prox / pi_b = 1 on the champion's own rows), while
+    ``proximal="current"`` centres it on this step's policy: every ratio is exactly 1, nothing is
+    clipped, and the importance weight becomes pi_theta / pi_b."""
+    rows = _rows(tiny_model, n=8, samples=2, temperature=1.0)
+    m = {}
+    for proximal in ("champion", "current"):
+        recipe = RLRecipe(champion, rows, TrainerConfig(batch_size=rows.num_rows,
+                                                        proximal=proximal, **TINY))
+        recipe.setup()
+        with torch.no_grad():  # the same move off the champion for both
+            gen = torch.Generator().manual_seed(1)
+            for p in recipe.policy.parameters():
+                p.add_(0.5 * torch.randn(p.shape, generator=gen))
+        m[proximal] = recipe.train_step(list(range(len(recipe.samples))))
+    assert abs(m["champion"]["ratio_mean"] - 1.0) > 1e-2
+    assert m["champion"]["is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert m["current"]["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert m["current"]["ratio_min"] == pytest.approx(1.0, abs=1e-6)
+    assert m["current"]["clip_frac"] == 0.0
+    assert abs(m["current"]["is_weight_mean"] - 1.0) > 1e-2
