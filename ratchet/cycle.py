@@ -381,13 +381,14 @@ class Cycle:
         import pyarrow.parquet as pq
 
         from ingest.schema import upgrade_reward_table
+        from trainer.data import order_by_content
 
         files = self.store.span_files(state.train_span_ids)
         rows = pa.concat_tables([upgrade_reward_table(pq.read_table(f)) for f in files])
         if rows.num_rows != state.train_rows:
             raise RuntimeError(f"{state.cycle_id}: spans hold {rows.num_rows} rows, the cycle "
                                f"state records {state.train_rows}")
-        return rows
+        return order_by_content(rows)
 
     def _span_paths(self, span_id: str) -> tuple[Path, Path]:
         [path] = self.store.span_files([span_id])

@@ -10,12 +10,16 @@ for a sequence ``prompt + response`` the input is ``seq[:-1]`` and response toke
 at input position ``len(prompt) - 1 + j`` — where its logged logprob and its logged routing (the
 routing that produced it at serving time) are placed.
 
+Row order: :func:`order_by_content` sorts rows by what they were, so the cycle's candidate is a
+function of its rows, not of the order its spans listed them in.
+
 Left out: reading Parquet (callers pass a pyarrow Table), reward shaping (rewards/ did it).
 Malformed or broken answers are ordinary samples here: they carry their (negative) reward.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -73,6 +77,27 @@ REQUIRED = ("prompt", "response_token_ids", "response_logprobs", "routed_experts
             "task_kind", "model_version", "temperature")
 OPTIONAL = ("top_p", "prompt_token_ids", "prompt_routed_experts")
 """REWARD_SCHEMA v2 columns; absent or null (v1 rows): top_p 1.0, prompt re-tokenised."""
+
+IDENTITY = ("prompt", "prompt_token_ids", "response_token_ids", "task_kind", "model_version",
+            "temperature", "top_p")
+"""What a row was: the columns :func:`order_by_content` sorts on (logprobs are left out: the
+same tokens served in another batch can differ in the last float bits)."""
+
+
+def order_by_content(rows: pa.Table) -> pa.Table:
+    """``rows`` sorted by a digest of what each row was (:data:`IDENTITY`), then by reward.
+
+    The trainer's seeded batches are drawn by row position, and a span's rows are ordered by
+    event time and response id, which differ between two runs of the same traffic (wall-clock
+    times, fresh uuids). Sorted by content, the same rows give the same batches, hence the same
+    candidate, whatever order they arrived in."""
+    present = [c for c in IDENTITY if c in rows.column_names]
+    cols = [rows.column(c).to_pylist() for c in present]
+    digests = [hashlib.blake2b(repr(values).encode(), digest_size=16).digest()
+               for values in zip(*cols)]
+    rewards = rows.column("reward").to_pylist()
+    order = sorted(range(rows.num_rows), key=lambda i: (digests[i], rewards[i]))
+    return rows.take(pa.array(order, pa.int64()))
 
 
 def rows_to_samples(
