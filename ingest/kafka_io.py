@@ -34,9 +34,15 @@ FETCH_SETTINGS = {
     "fetch_max_bytes": 64 * 1024 * 1024,
     "max_poll_records": 5000,
     "fetch_max_wait_ms": 10,
+    "retry_backoff_ms": 10,
 }
-"""Consumer settings for bounded reads: big fetches, and no 500 ms broker-side wait at the end
-of a partition (a reader that knows its end offset never wants to wait for more)."""
+"""Consumer settings for bounded reads: big fetches, no 500 ms broker-side wait at the end
+of a partition (a reader that knows its end offset never wants to wait for more), and a 10 ms
+retry backoff instead of 100: kafka-python delays a metadata refresh until the backoff has
+passed since the last one, and a poll with nothing fetchable yet sleeps that long, so a read
+that assigns one partition after another waited ~0.1 s at every new topic (100k events, 4
+topics read in turn: 1.13 s -> 0.78 s wall, same CPU). Failed metadata requests still back
+off exponentially (kafka-python's connection delay, KIP-580)."""
 
 
 class KafkaRecord(NamedTuple):
