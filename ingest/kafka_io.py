@@ -144,7 +144,11 @@ def high_watermarks(bootstrap: str, topic: str, *, timeout_s: float = 20.0) -> d
     The consumer is positioned at ``end_offsets()`` (a lower bound on Tansu) so each fetch is
     small, then polls until every partition's fetch response has reported its high-water mark.
     """
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        retry_backoff_ms=FETCH_SETTINGS["retry_backoff_ms"],
+    )
     try:
         parts = sorted(consumer.partitions_for_topic(topic) or [])
         tps = [TopicPartition(topic, p) for p in parts]
