@@ -34,9 +34,15 @@ FETCH_SETTINGS = {
     "fetch_max_bytes": 64 * 1024 * 1024,
     "max_poll_records": 5000,
     "fetch_max_wait_ms": 10,
+    "retry_backoff_ms": 10,
 }
-"""Consumer settings for bounded reads: big fetches, and no 500 ms broker-side wait at the end
-of a partition (a reader that knows its end offset never wants to wait for more)."""
+"""Consumer settings for bounded reads: big fetches, no 500 ms broker-side wait at the end
+of a partition (a reader that knows its end offset never wants to wait for more), and a 10 ms
+retry backoff instead of 100: kafka-python delays a metadata refresh until the backoff has
+passed since the last one, and a poll with nothing fetchable yet sleeps that long, so a read
+that assigns one partition after another waited ~0.1 s at every new topic (100k events, 4
+topics read in turn: 1.13 s -> 0.78 s wall, same CPU). Failed metadata requests still back
+off exponentially (kafka-python's connection delay, KIP-580)."""
 
 
 class KafkaRecord(NamedTuple):
@@ -138,7 +144,11 @@ def high_watermarks(bootstrap: str, topic: str, *, timeout_s: float = 20.0) -> d
     The consumer is positioned at ``end_offsets()`` (a lower bound on Tansu) so each fetch is
     small, then polls until every partition's fetch response has reported its high-water mark.
     """
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        retry_backoff_ms=FETCH_SETTINGS["retry_backoff_ms"],
+    )
     try:
         parts = sorted(consumer.partitions_for_topic(topic) or [])
         tps = [TopicPartition(topic, p) for p in parts]

@@ -11,8 +11,9 @@ a batch into one element per *bucket* (``bucket_of(response_id)``: a stable hash
 the shuffle groups by bucket, not by response id. The join then groups a bucket's events by
 response id in memory and applies the same per-response-id rules (``join_group``); side outputs
 leave as one multi-line element per bundle and kind. This cuts the elements Beam encodes and
-shuffles from one per response id and batch to one per bucket and batch; the rules and their
-outputs are unchanged (tests/integration/test_ingest_columnar.py).
+shuffles from one per response id and batch to one per bucket and batch, and each element's
+events cross the shuffle as one pickled bytes value (``_packed``), not field by field; the rules
+and their outputs are unchanged (tests/integration/test_ingest_columnar.py).
 
 Deliberately left out: planning ranges, validating, writing spans and committing offsets
 (ingest/pipeline.py), and the join and parse rules themselves (ingest/join.py, ingest/parse.py).
@@ -78,6 +79,21 @@ def _by_bucket(pairs: Iterable[tuple[str, Any]]) -> dict[int, list[tuple[str, An
             target = lists[k] = out.setdefault(bucket_of(k), [])
         target.append((k, v))
     return out
+
+
+def _packed(pairs: Iterable[tuple[str, Any]]) -> Iterator[tuple[int, bytes]]:
+    """``(bucket, blob)`` per bucket of ``pairs``: its ``(key, value)`` pairs, in order, pickled
+    into one bytes value. What crosses a shuffle: Beam's coders and the runner's grouping then
+    copy one bytes value instead of encoding and decoding every field of every event (twice on
+    the FnApiRunner: it decodes and re-encodes each element to group it)."""
+    for bucket, bucket_pairs in _by_bucket(pairs).items():
+        yield bucket, pickle.dumps(bucket_pairs, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _unpacked(blobs: Iterable[bytes]) -> Iterator[tuple[str, Any]]:
+    """The ``(key, value)`` pairs of a bucket's blobs (``_packed``), blob by blob."""
+    for blob in blobs:
+        yield from pickle.loads(blob)
 
 
 def failpoint(step: str) -> None:
@@ -180,10 +196,11 @@ class ReadFileRanges(beam.DoFn):
 
 # --- parse, join, format -----------------------------------------------------------------------
 class ClassifyRecords(beam.DoFn):
-    """Record batches -> ``(bucket, [(response_id, item), ...])`` per bucket of the batch.
+    """Record batches -> ``(bucket, blob of [(response_id, item), ...])`` per bucket of the
+    batch (``_packed``).
 
     Tagged outputs: ``dead`` (one list of dead-letter JSON lines per batch), ``conv``
-    (``(bucket, [(conversation_id, (response_id, t_us)), ...])``) and ``times``
+    (``(bucket, blob of [(conversation_id, (response_id, t_us)), ...])``) and ``times``
     (``("topic:partition", the batch's largest event time)``).
     """
 
@@ -214,8 +231,8 @@ class ClassifyRecords(beam.DoFn):
             events.append((response_id, tuple(item)))
             if item.conversation_id:
                 convs.append((item.conversation_id, (response_id, t)))
-        yield from _by_bucket(events).items()
-        for conv in _by_bucket(convs).items():
+        yield from _packed(events)
+        for conv in _packed(convs):
             yield beam.pvalue.TaggedOutput("conv", conv)
         if dead:
             yield beam.pvalue.TaggedOutput("dead", dead)
@@ -276,11 +293,10 @@ class JoinSignals(beam.DoFn):
         self.side = {k: [] for k in self.SIDE}
 
     def process(self, element: tuple[int, Any], watermark: list[int | None]) -> Iterator[Any]:
-        _, chunks = element
+        _, blobs = element
         by_id: dict[str, list[tuple[Any, ...]]] = {}
-        for chunk in chunks:
-            for response_id, item in chunk:
-                by_id.setdefault(response_id, []).append(item)
+        for response_id, item in _unpacked(blobs):
+            by_id.setdefault(response_id, []).append(item)
         for response_id in sorted(by_id):
             self._join(response_id, by_id[response_id], int(watermark[1]))  # type: ignore[arg-type]
             if len(self.rows) >= ROWS_PER_TABLE:
@@ -363,11 +379,11 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
         "dead", "times", "conv", main="events"
     )
     carried = _create_pickled(
-        p, "CarriedEvents", sorted(_by_bucket((k, tuple(i)) for k, i in spec.carried).items())
+        p, "CarriedEvents", sorted(_packed((k, tuple(i)) for k, i in spec.carried))
     )
     convs = ((i.conversation_id, (k, i.event_time_us)) for k, i in spec.carried)
     carried_conv = _create_pickled(
-        p, "CarriedConversations", sorted(_by_bucket(c for c in convs if c[0]).items())
+        p, "CarriedConversations", sorted(_packed(c for c in convs if c[0]))
     )
     next_markers = (
         (parsed.conv, carried_conv)
@@ -447,20 +463,19 @@ def _create_pickled(p: beam.Pipeline, label: str, values: list[Any]) -> beam.PCo
     )
 
 
-def _next_markers(element: tuple[int, Any]) -> Iterator[tuple[int, list[tuple[str, Any]]]]:
-    """Per conversation bucket: ``(bucket, [(response_id, marker), ...])`` for each completion
-    of a conversation that has a next one (``next_in_conversation``)."""
-    _, chunks = element
+def _next_markers(element: tuple[int, Any]) -> Iterator[tuple[int, bytes]]:
+    """Per conversation bucket: ``(bucket, blob of [(response_id, marker), ...])`` (``_packed``)
+    for each completion of a conversation that has a next one (``next_in_conversation``)."""
+    _, blobs = element
     by_conv: dict[str, list[tuple[str, int]]] = {}
-    for chunk in chunks:
-        for conversation_id, entry in chunk:
-            by_conv.setdefault(conversation_id, []).append(entry)
+    for conversation_id, entry in _unpacked(blobs):
+        by_conv.setdefault(conversation_id, []).append(entry)
     markers = (
         (response_id, tuple(marker))
         for conversation_id in sorted(by_conv)
         for response_id, marker in next_in_conversation(by_conv[conversation_id])
     )
-    yield from _by_bucket(markers).items()
+    yield from _packed(markers)
 
 
 def _json_line(value: Any) -> list[str]:
