@@ -6,7 +6,8 @@ reference logprobs), ``train()`` (``config.steps`` optimizer steps; per-step met
 when a run is active), ``save_checkpoint(dir)`` and ``cleanup()``. :func:`run_training` does all
 four.
 
-Off-policy by construction: the trust region is around the champion the update starts from, and
+Off-policy by construction: the trust region is around the champion the update starts from
+(``TrainerConfig.proximal``: or around each step's own policy), and
 the logged behaviour logprobs give each token its truncated importance weight pi_champion /
 pi_behaviour (rows served by an older checkpoint get weights != 1); the logged routing is
 replayed (``router_replay``); the temperature each row was sampled at is applied to the policy's

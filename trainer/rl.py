@@ -12,7 +12,9 @@ Notation (per token t of sequence i, all (B, T) unless said):
 - ``adv``     A_i = R_i - b_i  (B,)      — reward minus baseline, no std division by default
 
 - ``logp_prox`` log pi_prox(y_t)          — the proximal policy: the one this update started from
-                                           (the champion); defaults to ``logp_b``
+                                           (the champion), or the detached policy of this
+                                           step (``TrainerConfig.proximal``); defaults to
+                                           ``logp_b``
 
 Top-p: rows sampled with top_p < 1 log pi_b under the temperature-scaled, nucleus-renormalised
 distribution. pi_prox and pi_theta are then computed under the same truncation: the nucleus N_t
