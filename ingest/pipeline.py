@@ -69,6 +69,7 @@ from ingest.spans import (
 from ingest.transforms import FAILPOINT_ENV, PipelineSpec, build_pipeline, failpoint
 from rewards.config import RewardConfig
 from rewards.monitors import batch_monitors
+from runtime import jsonl
 
 log = logging.getLogger(__name__)
 
@@ -510,7 +511,7 @@ class _Staged:
             if not path.exists():
                 continue
             last = d == self.dirs[-1]
-            for line in path.read_text(encoding="utf-8").splitlines():
+            for line in jsonl.read_lines(path):
                 name, _, body = line.partition("\t")
                 if last or name not in ("pending", "watermark"):
                     self.side.setdefault(name, []).append(body)

@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 
 from ingest.parse import EventItem
 from ingest.schema import REWARD_SCHEMA, SCHEMA_VERSION, DeadLetter, upgrade_reward_table
+from runtime import jsonl
 
 MANIFESTS = "_manifests"
 STAGING = "_staging"
@@ -192,7 +193,7 @@ class SpanStore:
         ends = {
             t: {int(p): int(r[1]) for p, r in parts.items()} for t, parts in m["offsets"].items()
         }
-        pending = [_item_from_json(line) for line in _lines(last / "pending.jsonl")]
+        pending = [_item_from_json(line) for line in jsonl.read_lines(last / "pending.jsonl")]
         finalized = json.loads((last / "finalized.json").read_text())
         stats = next(
             (
@@ -250,10 +251,12 @@ class SpanStore:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
-        atomic_write_bytes(tmp / "pending.jsonl", _jsonl(_item_to_json(k, i) for k, i in pending))
+        pending_lines = (_item_to_json(k, i) for k, i in pending)
+        atomic_write_bytes(tmp / "pending.jsonl", jsonl.encode(pending_lines))
         atomic_write_bytes(tmp / "finalized.json", json.dumps(finalized).encode())
-        atomic_write_bytes(tmp / "late.jsonl", _jsonl(d.model_dump_json() for d in late))
-        atomic_write_bytes(tmp / "dead_letters.jsonl", _jsonl(d.model_dump_json() for d in dead))
+        for name, letters in (("late", late), ("dead_letters", dead)):
+            body = jsonl.encode(d.model_dump_json() for d in letters)
+            atomic_write_bytes(tmp / f"{name}.jsonl", body)
         atomic_write_bytes(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
         self.manifests.mkdir(parents=True, exist_ok=True)
         final = self.manifests / span_id
@@ -269,7 +272,7 @@ class SpanStore:
 
     def dead_letters(self, span_id: str, name: str) -> list[DeadLetter]:
         path = self.manifests / span_id / f"{name}.jsonl"
-        return [DeadLetter.model_validate_json(line) for line in _lines(path)]
+        return [DeadLetter.model_validate_json(line) for line in jsonl.read_lines(path)]
 
     # --- recovery -----------------------------------------------------------------------------
     def remove_orphans(self) -> list[str]:
@@ -359,16 +362,6 @@ def manifest_record(
         "stats": stats,
         "validation": validation,
     }
-
-
-def _jsonl(lines: Iterable[str]) -> bytes:
-    return "".join(line + "\n" for line in lines).encode()
-
-
-def _lines(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    return [ln for ln in path.read_text().splitlines() if ln]
 
 
 def _item_to_json(response_id: str, item: EventItem) -> str:

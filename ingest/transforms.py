@@ -182,7 +182,7 @@ class ReadFileRanges(beam.DoFn):
     def process(self, element: tuple[str, int, int, int]) -> Iterator[list[tuple[Any, ...]]]:
         path, _, start, end = element
         out: list[tuple[Any, ...]] = []
-        with open(path, encoding="utf-8") as f:
+        with open(path, "rb") as f:  # lines end at b"\n" only, as ``SpanJob._ranges`` counts them
             for i, line in enumerate(f):
                 if i >= end:
                     break

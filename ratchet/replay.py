@@ -82,7 +82,7 @@ def load_recording(path: Path) -> list[dict]:
     except (IsADirectoryError, UnicodeDecodeError) as e:
         raise RecordingError(f"{path}: cannot read as a JSONL recording ({e})") from None
     records = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
