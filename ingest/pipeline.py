@@ -169,8 +169,22 @@ class SpanJob:
         self.offsets = self._ranges()
 
     def recover(self) -> None:
-        """Finish after-commit steps of committed spans; delete files of uncommitted ones."""
-        for d in self.store.manifest_dirs():
+        """Finish after-commit steps of committed spans; delete files of uncommitted ones.
+
+        A span whose carried files no longer parse (its unfinished steps read them; the last
+        span's pending events seed the next span) is quarantined with the reason instead
+        (``SpanStore.quarantine_unreadable``), so one poison record cannot stop every later run.
+        """
+        dirs = self.store.manifest_dirs()
+        for d in dirs:
+            done = self.store.has_mark(d.name, "published") and self.store.has_mark(
+                d.name, "committed"
+            )
+            if not done or d == dirs[-1]:
+                problems = self.store.unreadable(d.name)
+                if problems:
+                    log.error("span %s quarantined at recovery: %s", d.name, problems)
+                    self.store.quarantine_unreadable(d.name, problems)
             self._publish(d.name)
             self._commit_offsets(d.name)
         self.store.remove_orphans()

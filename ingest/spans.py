@@ -275,6 +275,43 @@ class SpanStore:
         return [DeadLetter.model_validate_json(line) for line in jsonl.read_lines(path)]
 
     # --- recovery -----------------------------------------------------------------------------
+    def unreadable(self, span_id: str) -> dict[str, str]:
+        """The span's carried files that do not parse, ``{name: why}`` (empty: all read)."""
+        parsers = {
+            "pending": _item_from_json,
+            "late": DeadLetter.model_validate_json,
+            "dead_letters": DeadLetter.model_validate_json,
+        }
+        problems = {}
+        for name, parse in parsers.items():
+            path = self.manifests / span_id / f"{name}.jsonl"
+            try:
+                for line in jsonl.read_lines(path):
+                    parse(line)
+            except (ValueError, TypeError, KeyError) as e:
+                problems[name] = f"{type(e).__name__}: {str(e)[:300]}"
+        return problems
+
+    def quarantine_unreadable(self, span_id: str, problems: dict[str, str]) -> None:
+        """Quarantine a committed span whose carried files do not parse, so recovery goes on.
+
+        The manifest (the commit point) becomes ``quarantined`` with a ``recovery`` record
+        naming each file and why; then each such file is renamed ``NAME.jsonl.unreadable`` (kept
+        for review, never read again). The span's rows and offsets stay as they were;
+        ``release`` re-admits the rows. A rerun after a crash between the two steps repeats
+        them.
+        """
+        path = self.manifests / span_id / "manifest.json"
+        m = json.loads(path.read_text())
+        recovery = {"at": datetime.now(UTC).isoformat(), "unreadable": problems}
+        atomic_write_bytes(path, json.dumps({**m, "status": "quarantined",
+                                             "recovery": recovery}, indent=1).encode())
+        for name in problems:
+            src = self.manifests / span_id / f"{name}.jsonl"
+            if src.exists():
+                os.replace(src, src.with_name(f"{name}.jsonl.unreadable"))
+        fsync_dir(self.manifests / span_id)
+
     def remove_orphans(self) -> list[str]:
         """Delete Parquet files (and temp files) of spans without a manifest, and staging."""
         known = {d.name for d in self.manifest_dirs()}

@@ -84,3 +84,32 @@ def test_empty_root_has_empty_state(tmp_path):
     state = SpanStore(tmp_path).load_state()
     assert (state.seq, state.ends, state.pending, state.finalized) == (0, {}, [], {})
     assert read_spans(tmp_path).num_rows == 0
+
+
+def test_a_span_whose_carried_files_do_not_parse_is_quarantined_and_recovery_goes_on(tmp_path):
+    from ingest.config import FileSource, IngestConfig
+    from ingest.pipeline import SpanJob
+
+    store = SpanStore(tmp_path)
+    c = _item(completion("r1", T0), 3)
+    table = pa.Table.from_pylist([reward_row("r1", c, [], RewardConfig())], schema=REWARD_SCHEMA)
+    fb = _item(feedback("r2", T0, True), 4)
+    _commit(store, 1, table, [("r2", fb)])
+    span = span_id_for(1)
+    poison = '{"reason": "late_signal", "detail": "cut\n'  # a torn line: not JSON
+    (store.manifests / span / "late.jsonl").write_text(poison)
+    (tmp_path / "rec.jsonl").write_text("")
+    job = SpanJob.from_config(IngestConfig(), source=FileSource(path=tmp_path / "rec.jsonl"),
+                              output_root=tmp_path)
+
+    job.recover()  # raised before: the torn line stopped every later run
+    job.recover()  # and again: idempotent
+
+    m = store.manifests_list()[0]
+    assert m["status"] == "quarantined" and list(m["recovery"]["unreadable"]) == ["late"]
+    assert (store.manifests / span / "late.jsonl.unreadable").read_text() == poison
+    assert store.has_mark(span, "published") and store.has_mark(span, "committed")
+    assert store.load_state().pending == [("r2", fb)]  # the readable files are still carried
+    assert read_spans(tmp_path).num_rows == 0
+    store.release(span, note="reviewed")
+    assert read_spans(tmp_path).column("response_id").to_pylist() == ["r1"]
