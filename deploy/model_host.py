@@ -94,9 +94,12 @@ class ModelHost:
         if not registry.version_exists(self.tracking_uri, self.model_name, version):
             raise LookupError(f"version {version} of model {self.model_name!r} does not exist")
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        directory = registry.download_checkpoint(
-            self.tracking_uri, self.model_name, version, self.cache_dir
-        )
+        try:
+            directory = registry.download_checkpoint(
+                self.tracking_uri, self.model_name, version, self.cache_dir
+            )
+        except FileNotFoundError as exc:  # the version lost its config.json or weights
+            raise ModelLoadError(str(exc)) from exc
         return load_checked(directory)
 
 

@@ -90,10 +90,10 @@ class GateRunner:
         clock = _Clock()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._downloads = Path(tempfile.mkdtemp(prefix="checkpoints-", dir=self.workdir))
-        self.candidate_dir = self._download(self.candidate_version)
         try:
+            self.candidate_dir = self._download(self.candidate_version)
             self.candidate = load_policy(self.candidate_dir)
-        except Exception as e:  # a broken artefact is a failing verdict, not a crashed cycle
+        except Exception as e:  # a broken or missing artefact is a failing verdict, not a crash
             self.load_error = f"{type(e).__name__}: {str(e)[:500]}"
             log.warning("candidate v%d does not load: %s", self.candidate_version, self.load_error)
         if self.champion_version is not None:

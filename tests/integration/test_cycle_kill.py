@@ -232,3 +232,32 @@ def test_two_concurrent_cycles_one_runs_the_other_waits_or_exits(
     assert len(origins) == 1  # one bootstrap champion, not two
     logs = (tmp_path / "a.log").read_text() + (tmp_path / "b.log").read_text()
     assert "rows < min_rows_to_train" in logs  # the waiter found the offsets already consumed
+
+
+def test_a_candidate_that_lost_its_checkpoint_gets_a_failing_verdict_on_resume(
+    broker, mlflow_server, tmp_path
+):
+    from ratchet.cycle_state import CycleStore
+    from runtime import registry
+
+    name, config = _setup(broker, tmp_path)
+    workdir = tmp_path / "work"
+    argv = _argv(config, workdir, broker, mlflow_server)
+    _kill_at(argv, workdir, "gate")
+    candidate = registry.resolve_alias(mlflow_server.uri, name, registry.CANDIDATE)
+    version = next(v for v in _versions(mlflow_server.uri, name) if int(v.version) == candidate)
+    every = list((mlflow_server.workdir / "artifacts").rglob("config.json"))
+    model_id = version.source.removeprefix("models:/")
+    lost = [p for p in every if f"/{model_id}/" in str(p)]
+    assert lost, (version.source, every)
+    for path in lost:
+        path.unlink()
+
+    again = subprocess.run(argv, env=_env(), cwd=ROOT, capture_output=True, text=True,
+                           timeout=900)  # raised FileNotFoundError here, on every rerun
+
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    tags = registry.version_tags(mlflow_server.uri, name, candidate)
+    assert tags["gate.verdict"] == "fail" and tags["gate.loads"] == "fail"
+    assert registry.resolve_alias(mlflow_server.uri, name, registry.CHAMPION) != candidate
+    assert CycleStore(workdir / "spans").unfinished() is None
