@@ -23,6 +23,7 @@ import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,8 +66,10 @@ class GateRunner:
         config: GateConfig,
         workdir: Path,
         promote: bool = True,
+        guard: Callable[[], None] | None = None,
     ) -> None:
         self.promote = promote
+        self.guard = guard or (lambda: None)
         self.load_error: str | None = None
         self.tracking_uri = tracking_uri
         self.model_name = model_name
@@ -218,6 +221,7 @@ class GateRunner:
         import mlflow
 
         mlflow.set_tracking_uri(self.tracking_uri)
+        self.guard()
         with self._start_run() as run:
             verdict = GateVerdict(
                 passed=all(g.passed for g in gates), run_id=run.info.run_id,
@@ -230,6 +234,7 @@ class GateRunner:
         self._tag_version(verdict, run.info.experiment_id)
         # Promote last: an alias never moves without a complete record of why.
         if verdict.promoted:
+            self.guard()
             registry.promote(
                 self.tracking_uri, self.model_name, self.candidate_version,
                 expected=self.champion_version,
@@ -420,8 +425,12 @@ def run_gate(
     config: GateConfig,
     workdir: Path,
     promote: bool = True,
+    guard: Callable[[], None] | None = None,
 ) -> GateVerdict:
     """Gate ``candidate_version`` against ``champion_version`` (None: absolute gates only).
+
+    ``guard`` is called right before the verdict is written (and before a promotion); it raises
+    to stop a caller that lost its right to write (a cycle's lease, runtime/lease.py).
 
     ``promote=False`` records the verdict and leaves ``champion`` alone (the cycle promotes in its
     deploy stage, compare-and-set under its lease); otherwise a pass promotes compare-and-set
@@ -430,6 +439,7 @@ def run_gate(
     runner = GateRunner(
         tracking_uri=tracking_uri, model_name=model_name, candidate_version=candidate_version,
         champion_version=champion_version, config=config, workdir=workdir, promote=promote,
+        guard=guard,
     )
     runner.setup()
     try:

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KILLED_REASON = "ratchet.killed_reason"
-ABANDONED = "ratchet.abandoned"
+ABANDONED = registry.ABANDONED
 
 
 @dataclass
@@ -194,6 +194,7 @@ class Cycle:
         if state.stage == "ingested":
             self._adopt_registered(state)
         self._settle_orphan_candidate(state)
+        self._drop_abandoned_candidate(state)
         if state.stage == "ingested":
             self._timed(result, "train", lambda: self._train(state))
         if state.stage == "trained":
@@ -209,6 +210,12 @@ class Cycle:
         finally:
             result.seconds[stage] = round(time.perf_counter() - start, 2)
             log.info("stage %s took %.1f s", stage, result.seconds[stage])
+
+    def _guard(self) -> None:
+        """Raise ``LeaseLost`` unless this cycle still holds the model's lease with its fencing
+        token: called right before every write that matters (runtime/lease.py)."""
+        if self.lease is not None:
+            self.lease.check()
 
     def _tags(self, stage: str, state: CycleState) -> dict[str, str]:
         return {
@@ -245,6 +252,7 @@ class Cycle:
         if not found:
             return
         state.candidate_version = found[-1]
+        self._guard()
         registry.set_version_tags(
             self.tracking_uri, self.config.model_name, state.candidate_version,
             self._candidate_tags(state),
@@ -265,11 +273,25 @@ class Cycle:
         tags = registry.version_tags(self.tracking_uri, name, version)
         if "gate.verdict" in tags or ABANDONED in tags:
             return
+        self._guard()
         registry.set_version_tags(self.tracking_uri, name, version, {
             ABANDONED: f"no verdict; its cycle died before the gate (seen by {state.cycle_id})"
         })
         registry.delete_alias(self.tracking_uri, name, registry.CANDIDATE)
         log.warning("candidate v%d had no verdict: tagged abandoned", version)
+
+    def _drop_abandoned_candidate(self, state: CycleState) -> None:
+        """This cycle's own candidate was tagged abandoned by another cycle (this one stalled
+        past its lease): never gate or promote it; its spans stay unconsumed for the next."""
+        if state.stage not in ("trained", "gated") or state.candidate_version is None:
+            return
+        tags = registry.version_tags(self.tracking_uri, self.config.model_name,
+                                     state.candidate_version)
+        if ABANDONED in tags and tags.get("gate.promoted") != "true":
+            state.stage = "skipped"
+            state.note = f"candidate v{state.candidate_version} was abandoned: {tags[ABANDONED]}"
+            self.store.save(state)
+            log.warning("%s", state.note)
 
     # -- stages -----------------------------------------------------------------------------------
 
@@ -368,6 +390,7 @@ class Cycle:
                 champion_dir, rows, trainer, out_dir, current_version=state.champion_version,
             )
             mlflow.log_metrics({k: float(v) for k, v in metrics.items() if _is_number(v)})
+            self._guard()
             ref = registry.log_checkpoint(
                 out_dir, model_name=self.config.model_name, alias=registry.CANDIDATE,
                 tags=self._candidate_tags(state),
@@ -409,7 +432,7 @@ class Cycle:
             verdict = run_gate(
                 tracking_uri=self.tracking_uri, model_name=name, candidate_version=version,
                 champion_version=state.champion_version, config=self.config.gate,
-                workdir=self.workdir / "gate", promote=False,
+                workdir=self.workdir / "gate", promote=False, guard=self._guard,
             )
             state.verdict = {"passed": verdict.passed, "run_id": verdict.run_id,
                              "failed": ", ".join(verdict.failed_gates) or "none"}
@@ -500,15 +523,14 @@ class Cycle:
         from mlflow import MlflowClient
 
         name, version = self.config.model_name, state.candidate_version
-        if self.lease is not None:
-            self.lease.check()
+        self._guard()
         if "previous_champion" not in state.verdict:  # restored if the canary rolls back
             state.verdict["previous_champion"] = registry.resolve_alias(
                 self.tracking_uri, name, registry.PREVIOUS_CHAMPION)
             self.store.save(state)
         try:
             registry.promote(self.tracking_uri, name, version, expected=state.champion_version)
-        except registry.ChampionMoved as e:
+        except registry.PromotionRefused as e:
             log.error("promotion refused: %s", e)
             registry.set_version_tags(self.tracking_uri, name, version,
                                       {"ratchet.promotion": f"refused: {e}"})

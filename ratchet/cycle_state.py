@@ -144,9 +144,10 @@ class CycleStore:
 
 
 def pause_point(stage: str, workdir: Path) -> None:
-    """Test-only: if ``RATCHET_TEST_PAUSE_AT`` names ``stage``, write a marker and sleep."""
+    """Test-only: if ``RATCHET_TEST_PAUSE_AT`` names ``stage``, write a marker and sleep
+    (``RATCHET_TEST_PAUSE_S`` seconds, default an hour)."""
     if os.environ.get(PAUSE_ENV) != stage:
         return
     Path(workdir).mkdir(parents=True, exist_ok=True)
     (Path(workdir) / f"paused-{stage}").write_text(str(os.getpid()))
-    time.sleep(3600)
+    time.sleep(float(os.environ.get("RATCHET_TEST_PAUSE_S", "3600")))

@@ -53,12 +53,15 @@ LOCKED_EXIT = 75
 
 
 def run_command(args: argparse.Namespace, config: RatchetConfig) -> int:
-    from runtime.lease import LeaseHeld
+    from runtime.lease import LeaseHeld, LeaseLost
 
     try:
         return _run_command(args, config)
     except LeaseHeld as e:
         print(f"ratchet {args.command}: {e}", file=sys.stderr)
+        return LOCKED_EXIT
+    except LeaseLost as e:  # stalled past the lease: another cycle owns the model now
+        print(f"ratchet {args.command}: stopped without writing: {e}", file=sys.stderr)
         return LOCKED_EXIT
 
 

@@ -1,21 +1,30 @@
-"""A lock per registered model that works across machines: a lease in an MLflow model tag.
+"""A lock per registered model that works across machines: a lease in an MLflow model tag,
+with a fencing token.
 
-The lease is the registered model's tag ``ratchet.lease`` = ``{"owner", "expires"}`` (wall-clock
-epoch seconds). ``acquire`` takes it when it is free, expired or already ours: it writes its own
-tag, waits ``settle_s`` and re-reads; only if the tag still names it does it hold the lease
-(read-verify: MLflow has no compare-and-set). While held, a daemon thread renews the expiry every
-``ttl_s / 3`` and notices when someone else has taken the tag (``check`` then raises). ``release``
-deletes the tag if it is still ours. A holder that dies stops renewing; its lease expires after
-``ttl_s`` and the next cycle takes over.
+The lease is the registered model's tag ``ratchet.lease`` = ``{"owner", "expires", "token"}``
+(wall-clock epoch seconds). The token comes from a second tag, ``ratchet.fence``, that only
+grows: each acquisition writes ``fence + 1`` there and the same number into its lease, and it
+is never deleted. ``acquire`` takes the lease when it is free, expired or already ours: it
+writes the fence and its tag, waits ``settle_s`` and re-reads both; only if the lease still
+names it and the fence still holds its token does it hold the lease (read-verify: MLflow has no
+compare-and-set). While held, a daemon thread renews the expiry every ``ttl_s / 3`` as long as
+the lease still names it with its token.
 
-Residual race (documented, not closed): two contenders that both read "free", where the later
-writer's tag lands more than ``settle_s`` after the earlier one re-read, both believe they hold
-the lease. Each write and re-read is one HTTP round trip to the same tracking server, so the
-window is a write delayed by more than ``settle_s`` (default 1 s). What such a double holder can
-still not do is promote from a stale champion: promotion is compare-and-set on the ``champion``
-alias (runtime/registry.py ``promote(expected=...)``), re-read under the lease right before the
-alias moves; that leaves the few milliseconds between that re-read and the write.
-Deliberately left out: fencing tokens on every registry write (MLflow cannot check them).
+Fencing: a holder that finds its lease gone, another owner on it, or a larger fence (it stalled
+past its lifetime and someone else acquired, perhaps released since) has lost the lease for good:
+the renewal thread stops and never writes the tag again, and ``check`` raises ``LeaseLost``.
+Every write that matters (a gate record, an alias move, an abandonment tag) calls ``check``
+right before it. ``release`` deletes the lease tag if it is still ours; the fence stays. A
+holder that dies stops renewing; its lease expires after ``ttl_s`` and the next cycle takes
+over with a larger token.
+
+Residual race (documented, not closed): MLflow cannot check a token on the write itself, so a
+holder that stalls between ``check`` and the write it guards (one HTTP round trip) can still
+land that one write. Two contenders that both read "free", where the later writer's tags land
+more than ``settle_s`` after the earlier one re-read, both believe they hold the lease until the
+next renewal or ``check`` reads the fence. Promotion is in addition compare-and-set on the
+``champion`` alias (runtime/registry.py ``promote(expected=...)``), which also refuses a version
+tagged abandoned.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import uuid
 log = logging.getLogger(__name__)
 
 TAG = "ratchet.lease"
+FENCE = "ratchet.fence"
 
 
 class LeaseHeld(RuntimeError):
@@ -66,6 +76,8 @@ class ModelLease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lost: str | None = None
+        self.token = 0
+        """This holder's fencing token (0: never acquired)."""
 
     # -- registry access -------------------------------------------------------------------------
     def _client(self):
@@ -73,25 +85,40 @@ class ModelLease:
 
         return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
 
-    def read(self) -> dict | None:
-        """The current lease tag, or None (no tag, or no registered model yet)."""
+    def _tags(self) -> dict[str, str]:
         from mlflow.exceptions import MlflowException
 
         try:
-            tags = self._client().get_registered_model(self.model_name).tags
+            return self._client().get_registered_model(self.model_name).tags
         except MlflowException:
-            return None
-        raw = tags.get(TAG)
-        if not raw:
-            return None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return None
+            return {}
+
+    def read(self) -> dict | None:
+        """The current lease tag, or None (no tag, or no registered model yet)."""
+        return _parse(self._tags().get(TAG))
+
+    def fence(self) -> int:
+        """The largest token ever handed out for this model (0: none yet)."""
+        raw = self._tags().get(FENCE, "0")
+        return int(raw) if raw.isdigit() else 0
 
     def _write(self) -> None:
-        value = json.dumps({"owner": self.owner, "expires": time.time() + self.ttl_s})
+        value = json.dumps(
+            {"owner": self.owner, "expires": time.time() + self.ttl_s, "token": self.token}
+        )
         self._client().set_registered_model_tag(self.model_name, TAG, value)
+
+    def _why_lost(self) -> str | None:
+        """Why the lease is no longer ours (None: it still is), from one read of both tags."""
+        tags = self._tags()
+        cur, fence = _parse(tags.get(TAG)), tags.get(FENCE, "0")
+        if fence.isdigit() and int(fence) > self.token:
+            return f"a later holder took token {fence} (ours is {self.token})"
+        if cur is None:
+            return "the lease was released or expired and taken since"
+        if cur.get("owner") != self.owner or cur.get("token") != self.token:
+            return f"lease taken by {cur.get('owner')}"
+        return None
 
     def _ensure_model(self) -> None:
         from mlflow.exceptions import MlflowException
@@ -118,10 +145,12 @@ class ModelLease:
         while True:
             cur = self.read()
             if self._free(cur):
+                self.token = self.fence() + 1
+                self._client().set_registered_model_tag(self.model_name, FENCE, str(self.token))
                 self._write()
                 time.sleep(self.settle_s)
                 cur = self.read()
-                if cur is not None and cur.get("owner") == self.owner:
+                if self._why_lost() is None:
                     break
             if time.monotonic() >= deadline:
                 left = (cur or {}).get("expires", 0) - time.time()
@@ -131,28 +160,31 @@ class ModelLease:
                     f"waited {self.wait_s:.0f} s. Run one controller per model, or retry later."
                 )
             time.sleep(min(self.poll_s, max(0.0, deadline - time.monotonic())) or 0.01)
-        log.debug("lease on %s held by %s", self.model_name, self.owner)
+        log.debug("lease on %s held by %s, token %d", self.model_name, self.owner, self.token)
+        self.lost = None
         self._stop.clear()
         self._thread = threading.Thread(target=self._renew, name="lease-renew", daemon=True)
         self._thread.start()
 
     def _renew(self) -> None:
+        """Extend the expiry while the lease is ours; once lost, stop for good (never retake)."""
         while not self._stop.wait(self.ttl_s / 3):
             try:
-                cur = self.read()
-                if cur is not None and cur.get("owner") != self.owner:
-                    self.lost = f"lease taken by {cur.get('owner')}"
-                    log.error("lease on %s lost: %s", self.model_name, self.lost)
+                why = self._why_lost()
+                if why is not None:
+                    self.lost = why
+                    log.error("lease on %s lost: %s", self.model_name, why)
                     return
                 self._write()
             except Exception:  # a registry hiccup: try again at the next tick
                 log.warning("lease renewal failed", exc_info=True)
 
     def check(self) -> None:
-        """Raise ``LeaseLost`` unless the tag still names us (call before anything irreversible)."""
-        cur = self.read()
-        if self.lost or cur is None or cur.get("owner") != self.owner:
-            why = self.lost or f"holder is {(cur or {}).get('owner')}"
+        """Raise ``LeaseLost`` unless the lease still names us with our token and no later token
+        was handed out (call right before any write that matters)."""
+        why = self.lost or self._why_lost()
+        if why is not None:
+            self.lost = why
             raise LeaseLost(f"lease on {self.model_name!r} no longer ours: {why}")
 
     def release(self) -> None:
@@ -161,8 +193,7 @@ class ModelLease:
             self._thread.join(timeout=5)
             self._thread = None
         try:
-            cur = self.read()
-            if cur is not None and cur.get("owner") == self.owner:
+            if self._why_lost() is None:
                 self._client().delete_registered_model_tag(self.model_name, TAG)
         except Exception:
             log.warning("could not release the lease on %s (it expires)", self.model_name)
@@ -188,3 +219,13 @@ def _dead_on_this_host(owner: str) -> bool:
     except PermissionError:
         return False
     return False
+
+
+def _parse(raw: str | None) -> dict | None:
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

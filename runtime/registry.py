@@ -128,8 +128,20 @@ def set_alias(tracking_uri: str, model_name: str, alias: str, version: int) -> N
     _client(tracking_uri).set_registered_model_alias(model_name, alias, str(version))
 
 
-class ChampionMoved(RuntimeError):
+ABANDONED = "ratchet.abandoned"
+"""Version tag of a candidate whose cycle will never gate it; such a version is never promoted."""
+
+
+class PromotionRefused(RuntimeError):
+    """``promote`` refused to move ``champion``."""
+
+
+class ChampionMoved(PromotionRefused):
     """``promote(expected=...)`` found ``champion`` on another version than expected."""
+
+
+class VersionAbandoned(PromotionRefused):
+    """``promote`` was asked to promote a version tagged ``ratchet.abandoned``."""
 
 
 _UNSET = object()
@@ -144,7 +156,11 @@ def promote(
     alias is re-read right before it moves and ``ChampionMoved`` is raised if it no longer points
     at ``expected`` (a candidate gated against one champion never replaces another). MLflow has
     no server-side CAS: the re-read and the write are two calls (see runtime/lease.py).
+    A version tagged ``ratchet.abandoned`` is never promoted (``VersionAbandoned``).
     """
+    abandoned = version_tags(tracking_uri, model_name, version).get(ABANDONED)
+    if abandoned is not None:
+        raise VersionAbandoned(f"{model_name}: v{version} is tagged abandoned ({abandoned})")
     old = resolve_alias(tracking_uri, model_name, CHAMPION)
     if expected is not _UNSET and old != expected and old != version:
         raise ChampionMoved(

@@ -261,3 +261,47 @@ def test_a_candidate_that_lost_its_checkpoint_gets_a_failing_verdict_on_resume(
     assert tags["gate.verdict"] == "fail" and tags["gate.loads"] == "fail"
     assert registry.resolve_alias(mlflow_server.uri, name, registry.CHAMPION) != candidate
     assert CycleStore(workdir / "spans").unfinished() is None
+
+
+def test_a_cycle_stalled_past_its_lease_exits_without_promoting_the_abandoned_candidate(
+    broker, mlflow_server, tmp_path
+):
+    from runtime import registry
+
+    name, config = _setup(broker, tmp_path, wait_s=60.0)
+    short = json.loads(config.read_text())
+    short["lock"]["ttl_s"] = 6.0
+    config.write_text(json.dumps(short))
+    a, b = tmp_path / "a", tmp_path / "b"  # two controller machines, own workdirs
+    env = {**_env("gate"), "RATCHET_TEST_PAUSE_S": "4"}
+    log_a = tmp_path / "a.log"
+    proc = subprocess.Popen(_argv(config, a, broker, mlflow_server), env=env, cwd=ROOT,
+                            stdout=open(log_a, "w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 600
+        while not (a / "paused-gate").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log_a.read_text()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGSTOP)  # stalled in the gate, past its 6 s lease
+        candidate = registry.resolve_alias(mlflow_server.uri, name, registry.CANDIDATE)
+        time.sleep(7.0)
+        other = subprocess.run(_argv(config, b, broker, mlflow_server), env=_env(), cwd=ROOT,
+                               capture_output=True, text=True, timeout=600)
+        assert other.returncode == 0, other.stdout[-3000:] + other.stderr[-3000:]
+        assert registry.ABANDONED in registry.version_tags(mlflow_server.uri, name, candidate)
+        proc.send_signal(signal.SIGCONT)
+        assert proc.wait(timeout=300) == 75, log_a.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "stopped without writing" in log_a.read_text()
+    tags = registry.version_tags(mlflow_server.uri, name, candidate)
+    assert "gate.verdict" not in tags and tags.get("gate.promoted") != "true"
+    assert registry.resolve_alias(mlflow_server.uri, name, registry.CHAMPION) != candidate
+    # A rerun on the stalled machine drops its abandoned candidate instead of gating it.
+    again = subprocess.run(_argv(config, a, broker, mlflow_server), env=_env(), cwd=ROOT,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode in (0, 1), again.stdout[-3000:] + again.stderr[-3000:]
+    assert registry.resolve_alias(mlflow_server.uri, name, registry.CHAMPION) != candidate
+    assert "gate.verdict" not in registry.version_tags(mlflow_server.uri, name, candidate)

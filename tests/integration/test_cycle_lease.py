@@ -89,3 +89,53 @@ def test_promotion_is_compare_and_set(mlflow_server, tmp_path):
     assert registry.resolve_alias(uri, name, registry.CHAMPION) == v2
     assert registry.resolve_alias(uri, name, registry.PREVIOUS_CHAMPION) == v1
     assert registry.promote(uri, name, v2, expected=v1) == v2  # a retried promotion: no-op
+
+
+HOLDER = """
+import sys, time
+from runtime.lease import LeaseLost, ModelLease
+lease = ModelLease(sys.argv[1], sys.argv[2], ttl_s=3.0, settle_s=0.1)
+lease.acquire()
+print("token", lease.token, flush=True)
+while True:
+    try:
+        lease.check()
+    except LeaseLost as e:
+        print("lost:", e, flush=True)
+        time.sleep(2.0)  # the renewal thread's next ticks: it must not write the tag again
+        sys.exit(3)
+    time.sleep(0.2)
+"""
+
+
+def test_a_holder_stalled_past_its_lease_stops_and_never_retakes_it(mlflow_server, tmp_path):
+    import os
+    import signal
+
+    from runtime.lease import ModelLease
+
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "holder.log"
+    with open(out, "w") as log:
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, mlflow_server.uri, name],
+                                  stdout=log, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        deadline = time.monotonic() + 60
+        while "token" not in out.read_text():
+            assert holder.poll() is None and time.monotonic() < deadline, out.read_text()
+            time.sleep(0.1)
+        holder.send_signal(signal.SIGSTOP)  # stalled past its 3 s lifetime
+        other = ModelLease(mlflow_server.uri, name, ttl_s=30, wait_s=20, settle_s=0.1, poll_s=0.3)
+        with other:  # takes the expired lease with a larger token, then releases it
+            assert other.token == 2
+        assert other.read() is None
+        holder.send_signal(signal.SIGCONT)
+        assert holder.wait(timeout=30) == 3, out.read_text()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert "a later holder took token 2" in out.read_text()
+    assert other.read() is None  # released by the other holder and never retaken
+    assert other.fence() == 2
