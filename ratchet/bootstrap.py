@@ -32,9 +32,21 @@ HF_RECIPE = "sft_policy-v1"
 
 
 def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) -> int:
+    """The ``champion`` version, bootstrapped when the model has none.
+
+    Idempotent: a bootstrap killed after its version was registered but before the tags and
+    alias landed left that version behind; a rerun completes it instead of registering another.
+    """
     version = registry.resolve_alias(tracking_uri, config.model_name, registry.CHAMPION)
     if version is not None:
         return version
+    left = _left_by_a_killed_bootstrap(tracking_uri, config.model_name)
+    if left is not None:
+        registry.set_version_tags(tracking_uri, config.model_name, left,
+                                  {"ratchet.origin": _origin(config)})
+        registry.set_alias(tracking_uri, config.model_name, registry.CHAMPION, left)
+        log.warning("completed champion v%d, registered by a bootstrap that was killed", left)
+        return left
     import mlflow
 
     cfg = config.champion
@@ -45,7 +57,7 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
                          "ratchet.policy": config.policy.type})
         mlflow.log_dict(config.policy.model_dump(mode="json"), "policy_config.json")
         start = time.perf_counter()
-        origin = "warm_start"
+        origin = _origin(config)
         if config.policy.type == "hf":
             out, cached = _hf_champion_cached(config.policy, seed=cfg.seed, steps=cfg.sft_steps,
                                               workdir=workdir)
@@ -57,8 +69,6 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
             model_config = MoEConfig.model_validate_json(cfg.model_config_path.read_text())
             mlflow.log_dict(model_config.model_dump(), "model_config.json")
             out, cached = _toy_champion(cfg, model_config)
-            if cfg.lazy_fix:
-                origin = "warm_start + planted lazy-fix habit (trainer/habit.py)"
         seconds = time.perf_counter() - start
         mlflow.log_metric("warm_start_seconds", seconds)
         mlflow.set_tag("warm_start_cached", str(cached).lower())
@@ -68,6 +78,31 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
         )
     log.info("bootstrapped champion v%d (%s) in %.1f s", ref.version, origin, seconds)
     return ref.version
+
+
+def _origin(config: RatchetConfig) -> str:
+    if config.policy.type != "hf" and config.policy.path is None and config.champion.lazy_fix:
+        return "warm_start + planted lazy-fix habit (trainer/habit.py)"
+    return "warm_start"
+
+
+def _left_by_a_killed_bootstrap(tracking_uri: str, model_name: str) -> int | None:
+    """The newest version registered by a ``bootstrap-champion`` run that never got its
+    ``ratchet.origin`` tag (the bootstrap died between registering and tagging), if any."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    try:
+        versions = client.search_model_versions(f"name = '{model_name}'")
+    except MlflowException:
+        return None
+    for v in sorted(versions, key=lambda v: -int(v.version)):
+        if "ratchet.origin" in v.tags or not v.run_id:
+            continue
+        if client.get_run(v.run_id).data.tags.get("ratchet.stage") == "bootstrap":
+            return int(v.version)
+    return None
 
 
 def _toy_champion(cfg, model_config) -> tuple[Path, bool]:
