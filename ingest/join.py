@@ -15,6 +15,8 @@ earlier one, and decides:
   marker item, made by the pipeline from the completions of each conversation);
 - otherwise everything is carried to the next span (pending);
 - a signal for an already finalised response id, or outside its window, is *late*;
+- one feedback per response: the first in event time joins; each later one with another event
+  id is dead-lettered ``contradictory_feedback`` (another label) or ``repeated_feedback``;
 - a signal with no completion past the join horizon is dead-lettered ``unknown_response_id``;
   a second completion with another event id for the same response id is
   ``duplicate_response_id``.
@@ -186,6 +188,8 @@ def join_group(
         out.pending = [completion, *signals]
         return out
     out.late = [dead_letter(s, "late_signal", f"outside the {s.kind} window") for s in outside]
+    in_window, refused = _first_feedback(in_window)
+    out.dead += refused
     if build_row:
         out.row = reward_row(response_id, completion, in_window, reward_config)
     else:
@@ -207,6 +211,26 @@ def _complete(
         "feedback": "feedback" in kinds,
     }
     return all(arrived[k] or ends[k] <= watermark_us for k in expected)
+
+
+def _first_feedback(signals: list[EventItem]) -> tuple[list[EventItem], list[DeadLetter]]:
+    """``signals`` with only the first feedback (event time, then event id) kept, and a dead
+    letter for each later one: a response gets one verdict from its user."""
+    feedback = sorted((s for s in signals if s.kind == "feedback"),
+                      key=lambda s: (s.event_time_us, s.event_id))
+    if len(feedback) < 2:
+        return signals, []
+    first, later = feedback[0], feedback[1:]
+    letters = [
+        dead_letter(
+            s,
+            "repeated_feedback" if s.signal == first.signal else "contradictory_feedback",
+            f"{first.event_id} already gave this response its feedback",
+        )
+        for s in later
+    ]
+    dropped = {id(s) for s in later}
+    return [s for s in signals if id(s) not in dropped], letters
 
 
 def _pick_signals(

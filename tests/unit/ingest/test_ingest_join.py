@@ -202,3 +202,18 @@ def test_final_once_the_expected_signals_arrived_without_waiting_for_a_followup(
     no_600 = items[:-2] + items[-1:]
     partial = _join_cfg(no_600, watermark - 100 * US, expected=("edit_persistence",))
     assert partial.row is None
+
+
+def test_feedback_after_the_first_is_a_dead_letter_with_its_reason():
+    first = feedback("r1", T0 + timedelta(seconds=5), True)
+    flip = first.model_copy(update={"event_id": "fb-r1-2", "label": "reject",
+                                    "event_time": T0 + timedelta(seconds=9)})
+    again = first.model_copy(update={"event_id": "fb-r1-3",
+                                     "event_time": T0 + timedelta(seconds=12)})
+    items = [item(completion("r1", T0)), item(flip), item(first), item(again)]
+
+    out = join(items, watermark_us=T0_US, drain=True)
+
+    assert out.row["feedback_accept"] is True  # the first verdict stands (was: the latest)
+    assert sorted(d.reason for d in out.dead) == ["contradictory_feedback", "repeated_feedback"]
+    assert {d.offset for d in out.dead} == {items[1].offset, items[3].offset}
