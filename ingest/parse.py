@@ -6,8 +6,8 @@ field and value:
 ``too_large``, ``invalid_utf8``, ``unparseable_json``, ``schema_violation`` (field named),
 ``unknown_kind``, ``wrong_topic``, ``negative_latency``, ``logprob_above_zero``,
 ``length_mismatch``, ``non_finite`` (NaN or infinity, field named), ``out_of_range`` (field
-named), ``future_timestamp``, ``stale_timestamp``. The join adds ``unknown_response_id`` and
-``duplicate_response_id`` (ingest/join.py).
+named), ``future_timestamp``, ``stale_timestamp``. The join adds ``unknown_response_id``,
+``duplicate_response_id``, ``contradictory_feedback`` and ``repeated_feedback`` (ingest/join.py).
 
 Staleness is judged against the record's own Kafka timestamp, so a rerun (or a replay that keeps
 each record's relative timestamp) classifies a record exactly as the first run did. The future
@@ -52,6 +52,8 @@ DEAD_LETTER_REASONS = (
     "stale_timestamp",
     "unknown_response_id",
     "duplicate_response_id",
+    "contradictory_feedback",
+    "repeated_feedback",
 )
 
 
