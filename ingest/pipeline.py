@@ -37,7 +37,7 @@ import gc
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,7 +119,11 @@ class SpanJob:
         drain: bool = False,
         beam_args: list[str] | None = None,
         chunk_events: int = CHUNK_EVENTS,
+        guard: Callable[[], None] | None = None,
     ) -> None:
+        """``guard`` is called right before the span's manifest is committed; it raises to stop
+        a caller that lost its right to write (a cycle's lease): nothing is committed then."""
+        self.guard = guard or (lambda: None)
         self.source = source
         self.chunk_events = chunk_events
         self.store = SpanStore(output_root)
@@ -142,10 +146,12 @@ class SpanJob:
         reward_config: RewardConfig | None = None,
         drain: bool | None = None,
         beam_args: list[str] | None = None,
+        guard: Callable[[], None] | None = None,
     ) -> SpanJob:
         """A job judged by ``config`` (windows, limits, validation, rewards, drain, chunking);
         ``reward_config`` and ``drain``, when given, override it."""
         return cls(
+            guard=guard,
             source=source,
             output_root=Path(output_root),
             reward_config=reward_config or config.rewards,
@@ -357,6 +363,7 @@ class SpanJob:
             validation=report,
         )
         finalized = self._finalized(staged.finalized(), max_t)
+        self.guard()
         path = self.store.commit_manifest(manifest, pending, finalized, late, dead)
         failpoint("after_write")
         self._publish(self.span_id)
@@ -706,6 +713,7 @@ def run_span(
     config: IngestConfig | None = None,
     drain: bool | None = None,
     beam_args: list[str] | None = None,
+    guard: Callable[[], None] | None = None,
 ) -> SpanResult:
     """Ingest everything new on the event topics for ``group_id`` into one span.
 
@@ -718,7 +726,7 @@ def run_span(
     source = KafkaSource(bootstrap=bootstrap, group_id=group_id, partitions=cfg.partitions)
     return run_job(SpanJob.from_config(cfg, source=source, output_root=output_root,
                                        reward_config=reward_config, drain=drain,
-                                       beam_args=beam_args))
+                                       beam_args=beam_args, guard=guard))
 
 
 def run_job(job: SpanJob) -> SpanResult:

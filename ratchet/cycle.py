@@ -151,7 +151,7 @@ class Cycle:
                 mlflow.set_tag("ratchet.resumed_from", resumed)
                 log.info("resuming %s at stage %s", state.cycle_id, resumed)
             state.runs["cycle"] = parent.info.run_id
-            self.store.save(state)
+            self._save(state)
             result = CycleResult(
                 index=index, run_id=parent.info.run_id, cycle_id=state.cycle_id,
                 resumed_from=resumed,
@@ -217,6 +217,12 @@ class Cycle:
         if self.lease is not None:
             self.lease.check()
 
+    def _save(self, state: CycleState) -> None:
+        """Save the cycle's state, only while the lease is still ours (a cycle that stalled past
+        it must not overwrite what the cycle that took over wrote)."""
+        self._guard()
+        self.store.save(state)
+
     def _tags(self, stage: str, state: CycleState) -> dict[str, str]:
         return {
             "ratchet.stage": stage, "ratchet.model": self.config.model_name,
@@ -260,7 +266,7 @@ class Cycle:
         registry.set_alias(self.tracking_uri, self.config.model_name, registry.CANDIDATE,
                            state.candidate_version)
         state.stage = "trained"
-        self.store.save(state)
+        self._save(state)
         log.info("adopted v%d registered by killed train run %s", state.candidate_version,
                  train_run)
 
@@ -290,7 +296,7 @@ class Cycle:
         if ABANDONED in tags and tags.get("gate.promoted") != "true":
             state.stage = "skipped"
             state.note = f"candidate v{state.candidate_version} was abandoned: {tags[ABANDONED]}"
-            self.store.save(state)
+            self._save(state)
             log.warning("%s", state.note)
 
     # -- stages -----------------------------------------------------------------------------------
@@ -305,7 +311,7 @@ class Cycle:
             mlflow.set_tags(self._tags("ingest", state))
             span = run_span(
                 bootstrap=self.bootstrap, group_id=cfg.group_id,
-                output_root=self.workdir / "spans", config=cfg,
+                output_root=self.workdir / "spans", config=cfg, guard=self._guard,
             )
             mlflow.log_metrics({
                 "rows": span.rows, "dead_letters": span.dead_letters,
@@ -346,7 +352,7 @@ class Cycle:
             state.stage = "ingested"
         if state.stage == "skipped":
             result.skipped = state.note
-        self.store.save(state)
+        self._save(state)
 
     def _candidate_tags(self, state: CycleState) -> dict[str, str]:
         return {
@@ -373,7 +379,7 @@ class Cycle:
         out_dir = self.workdir / "candidates" / state.cycle_id
         with mlflow.start_run(run_name="train", nested=True) as run:
             state.runs["train"] = run.info.run_id
-            self.store.save(state)
+            self._save(state)
             mlflow.set_tags({**self._tags("train", state), "span_id": ",".join(state.span_ids),
                              "span_ids": ",".join(state.span_ids)})
             trainer = trainer_config(self.config, state)
@@ -397,7 +403,7 @@ class Cycle:
             )
             pause_point("train", self.workdir)
         state.candidate_version, state.stage = ref.version, "trained"
-        self.store.save(state)
+        self._save(state)
 
     def _read_rows(self, state: CycleState):
         import pyarrow as pa
@@ -446,7 +452,7 @@ class Cycle:
             if verdict.champion is not None:
                 result.champion_pass_rate = verdict.champion.pass_rate
         state.stage = "gated"
-        self.store.save(state)
+        self._save(state)
 
     def _deploy(self, state: CycleState) -> None:
         """Promote (compare-and-set, under the lease) a passing candidate, then roll it out."""
@@ -466,7 +472,7 @@ class Cycle:
                 mlflow.set_tag("ratchet.rollout", rollout)
         state.verdict = {**(state.verdict or {}), "promoted": promoted, "rollout": rollout}
         state.stage = "deployed"
-        self.store.save(state)
+        self._save(state)
 
     def _roll_out(self, state: CycleState) -> str:
         import mlflow
@@ -527,7 +533,7 @@ class Cycle:
         if "previous_champion" not in state.verdict:  # restored if the canary rolls back
             state.verdict["previous_champion"] = registry.resolve_alias(
                 self.tracking_uri, name, registry.PREVIOUS_CHAMPION)
-            self.store.save(state)
+            self._save(state)
         try:
             registry.promote(self.tracking_uri, name, version, expected=state.champion_version)
         except registry.PromotionRefused as e:
