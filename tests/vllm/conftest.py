@@ -10,7 +10,7 @@ import pytest
 
 
 def vllm_skip_reason(config: pytest.Config) -> str | None:
-    """Why the vLLM tier does not run in this session, or None."""
+    """Why the vLLM tier does not run here, or None."""
     if "vllm" not in (config.option.markexpr or ""):
         return "vLLM tier: run `make test-vllm` (pytest -m vllm tests/vllm)"
     from runtime.vllm_server import venv_problem
