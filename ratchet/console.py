@@ -67,7 +67,7 @@ def setup(log_file: Path | None, *, verbose: bool = False) -> None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         to_file = logging.FileHandler(log_file)
         to_file.setFormatter(logging.Formatter(LOG_FORMAT))
-        to_file.setLevel(logging.DEBUG)
+        to_file.setLevel(logging.DEBUG if verbose else logging.INFO)  # DEBUG: 12 MB a demo
         root.addHandler(to_file)
     logging.captureWarnings(True)
     for name in ("urllib3", "kafka", "httpx", "httpcore", "matplotlib", "filelock"):

@@ -57,6 +57,8 @@ class CycleResult:
     index: int
     run_id: str
     cycle_id: str = ""
+    seq: int = 0
+    """The cycle's number in its workdir, as its MLflow run is named (``cycle-0001`` …)."""
     resumed_from: str | None = None
     span_rows: int = 0
     span_ids: list[str] = field(default_factory=list)
@@ -154,7 +156,7 @@ class Cycle:
             self._save(state)
             result = CycleResult(
                 index=index, run_id=parent.info.run_id, cycle_id=state.cycle_id,
-                resumed_from=resumed,
+                seq=state.seq, resumed_from=resumed,
             )
             try:
                 self._advance(state, result)
@@ -471,8 +473,19 @@ class Cycle:
             if rollout:
                 mlflow.set_tag("ratchet.rollout", rollout)
         state.verdict = {**(state.verdict or {}), "promoted": promoted, "rollout": rollout}
+        self._release_candidate_alias(state)
         state.stage = "deployed"
         self._save(state)
+
+    def _release_candidate_alias(self, state: CycleState) -> None:
+        """The cycle is decided: ``candidate`` no longer names a version under evaluation (the
+        version keeps its verdict tags; a promoted one is ``champion``)."""
+        name = self.config.model_name
+        if registry.resolve_alias(self.tracking_uri, name, registry.CANDIDATE) == (
+            state.candidate_version
+        ):
+            self._guard()
+            registry.delete_alias(self.tracking_uri, name, registry.CANDIDATE)
 
     def _roll_out(self, state: CycleState) -> str:
         import mlflow

@@ -325,7 +325,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                 _log_live(ep.tracking_uri, config.experiment, result.run_id, stats)
                 stage_seconds.append({"traffic": round(traffic_s, 2), **result.seconds})
                 rows.append(CycleRow(
-                    cycle=i, served_version=served, pass_rate_live=stats.pass_rate,
+                    cycle=result.seq, served_version=served, pass_rate_live=stats.pass_rate,
                     edit_persistence=stats.edit_persistence,
                     dissatisfied_rate=stats.dissatisfied_rate,
                     mean_latency_ms=stats.mean_latency_ms,
@@ -342,7 +342,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                     cycle_run_id=result.run_id, gate_run_id=result.gate_run_id,
                     train_run_id=result.train_run_id,
                 ))
-                log.info("cycle %d of %d: %s\n%s", i + 1, cycles, rows[-1].outcome,
+                log.info("cycle %d (%d of %d): %s\n%s", result.seq, i + 1, cycles, rows[-1].outcome,
                          format_table(rows[-1:]))
         finally:
             fleet.stop()

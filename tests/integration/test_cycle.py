@@ -80,7 +80,8 @@ def test_cycle_moves_champion_only_when_the_gate_passes(broker, mlflow_server, t
     assert r1.candidate_version == v1 + 1
     assert not r1.gate_passed and not r1.promoted
     assert registry.resolve_alias(uri, name, registry.CHAMPION) == v1
-    assert registry.resolve_alias(uri, name, registry.CANDIDATE) == r1.candidate_version
+    assert registry.resolve_alias(uri, name, registry.CANDIDATE) is None  # decided: released
+    assert registry.version_tags(uri, name, r1.candidate_version)["gate.verdict"] == "fail"
 
     # The same traffic read again by a fresh consumer group, through a permissive gate.
     permissive = _config(name, f"g-{uuid.uuid4().hex[:6]}", permissive=True)

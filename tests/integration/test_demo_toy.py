@@ -36,7 +36,7 @@ def test_toy_demo_reports_the_champions_gain_on_fresh_tasks(tmp_path):
     summary = json.loads((workdir / "demo_summary.json").read_text())
     assert summary["bootstrap_seconds"] < 60, "the committed champion needs no warm start"
     first, second = summary["cycles"]
-    assert [first["cycle"], second["cycle"]] == [0, 1]
+    assert [first["cycle"], second["cycle"]] == [1, 2]  # as MLflow names them: cycle-0001, …
     assert first["train_rows"] == first["span_rows"] > 0
     # carry: a rejected candidate's rows are trained on again from the same champion
     carried = 0 if first["promoted"] or first["rolled_back"] else first["span_rows"]
