@@ -2,12 +2,15 @@
 
 The model version's ``gate.run_id`` tag points at the gate run; its ``gate/verdict.json``
 artifact is parsed into a :class:`~gating.records.GateVerdict` and printed with the same table
-the HTML report shows.
+the HTML report shows. From a tracking server, or straight from a local store that
+``runtime.services.MlflowServer`` wrote (its sqlite database and artifacts folder: no server).
 
 Deliberately left out: running a gate (gating/gate.py).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from gating.records import GateVerdict
 from gating.report import format_table
@@ -35,8 +38,20 @@ def check_reachable(tracking_uri: str, timeout_s: float = REACH_TIMEOUT_S) -> No
         raise GateLookupError(f"MLflow at {tracking_uri} is not reachable ({reason})") from None
 
 
-def load_verdict(tracking_uri: str, model_name: str, version: int) -> GateVerdict | None:
-    """The verdict recorded for ``version``, or None if it was never gated."""
+def local_store(workdir: Path) -> tuple[str, Path]:
+    """The tracking URI and artifacts folder of the MLflow store under ``workdir`` (as
+    ``ratchet demo`` leaves it in ``WORKDIR/mlflow``)."""
+    root = Path(workdir) / "mlflow"
+    if not (root / "mlflow.db").exists():
+        raise GateLookupError(f"{workdir} holds no MLflow store ({root / 'mlflow.db'} is missing)")
+    return f"sqlite:///{root / 'mlflow.db'}", root / "artifacts"
+
+
+def load_verdict(
+    tracking_uri: str, model_name: str, version: int, artifacts_root: Path | None = None
+) -> GateVerdict | None:
+    """The verdict recorded for ``version``, or None if it was never gated. With
+    ``artifacts_root`` (a local store), artifacts are read from that folder directly."""
     check_reachable(tracking_uri)  # before importing mlflow: a refusal costs no import
     import mlflow
     from mlflow import MlflowClient
@@ -52,14 +67,20 @@ def load_verdict(tracking_uri: str, model_name: str, version: int) -> GateVerdic
     run_id = mv.tags.get("gate.run_id") if mv.tags else None
     if run_id is None:
         return None
+    if artifacts_root is not None:  # mlflow-artifacts:/EXP/RUN/artifacts, served from the root
+        uri = client.get_run(run_id).info.artifact_uri
+        path = Path(artifacts_root) / uri.removeprefix("mlflow-artifacts:/") / "gate/verdict.json"
+        return GateVerdict.model_validate_json(path.read_text())
     mlflow.set_tracking_uri(tracking_uri)
     text = mlflow.artifacts.load_text(f"runs:/{run_id}/gate/verdict.json")
     return GateVerdict.model_validate_json(text)
 
 
-def format_gate_table(tracking_uri: str, model_name: str, version: int) -> str:
+def format_gate_table(
+    tracking_uri: str, model_name: str, version: int, artifacts_root: Path | None = None
+) -> str:
     """The gate table of ``version`` (or a line saying it has no verdict yet)."""
-    verdict = load_verdict(tracking_uri, model_name, version)
+    verdict = load_verdict(tracking_uri, model_name, version, artifacts_root)
     if verdict is None:
         return f"{model_name} v{version}: no gate verdict recorded"
     return format_table(verdict)

@@ -90,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     gsub = p.add_subparsers(dest="gates_command", required=True)
     show = gsub.add_parser("show", help="print the gate table of a model version")
     show.add_argument("version", type=int)
-    show.add_argument("--tracking-uri", required=True)
+    where = show.add_mutually_exclusive_group(required=True)
+    where.add_argument("--tracking-uri", help="an MLflow tracking server")
+    where.add_argument("--workdir", type=Path, help="a local store (e.g. .demo), no server needed")
     show.add_argument("--config", type=Path)
 
     p = sub.add_parser("spans", help="ingested spans: list, show one, release a quarantined one")
@@ -211,10 +213,12 @@ def _rollout(args: argparse.Namespace, config) -> int:
 
 
 def _gates_show(args: argparse.Namespace, config) -> int:
-    from gating.show import GateLookupError, format_gate_table
+    from gating.show import GateLookupError, format_gate_table, local_store
 
     try:
-        print(format_gate_table(args.tracking_uri, config.model_name, args.version))
+        uri, artifacts = (args.tracking_uri, None) if args.workdir is None else local_store(
+            args.workdir)
+        print(format_gate_table(uri, config.model_name, args.version, artifacts))
     except GateLookupError as e:
         print(f"ratchet: error: {e}", file=sys.stderr)
         return EXIT_FAILED

@@ -133,6 +133,10 @@ def test_gate_promotes_only_on_pass(mlflow_server, versions, tmp_path):
     table = format_gate_table(uri, MODEL, versions["worse"])
     assert table.startswith(f"Gate FAIL: {MODEL} v{versions['worse']}")
     assert "pass_rate_change" in table
+    store = mlflow_server.workdir  # the same store read with no server (`gates show --workdir`)
+    local = format_gate_table(f"sqlite:///{store / 'mlflow.db'}", MODEL, versions["worse"],
+                              artifacts_root=store / "artifacts")
+    assert local == table
 
     # A NaN checkpoint fails health, whatever else it scores.
     nan = _gate(uri, versions["nan"], versions["decent"], work)
