@@ -50,8 +50,7 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
     import mlflow
 
     cfg = config.champion
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.set_experiment(config.experiment)
+    registry.use_experiment(tracking_uri, config.experiment)
     with mlflow.start_run(run_name="bootstrap-champion"):
         mlflow.set_tags({"ratchet.stage": "bootstrap", "ratchet.model": config.model_name,
                          "ratchet.policy": config.policy.type})

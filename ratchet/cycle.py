@@ -139,9 +139,8 @@ class Cycle:
     def _run_locked(self, index: int) -> CycleResult:
         import mlflow
 
-        mlflow.set_tracking_uri(self.tracking_uri)
-        exp = mlflow.set_experiment(self.config.experiment)
-        self._mark_dead_runs(exp.experiment_id)
+        experiment_id = registry.use_experiment(self.tracking_uri, self.config.experiment)
+        self._mark_dead_runs(experiment_id)
         state = self.store.unfinished() or self.store.new()
         resumed = state.stage if state.attempts else None
         state.attempts += 1

@@ -43,8 +43,7 @@ def run_rollout(
         previous = registry.resolve_alias(tracking_uri, name, registry.PREVIOUS_CHAMPION)
         lease.check()
         registry.promote(tracking_uri, name, version, expected=stable)
-        mlflow.set_tracking_uri(tracking_uri)
-        mlflow.set_experiment(config.experiment)
+        registry.use_experiment(tracking_uri, config.experiment)
         with mlflow.start_run(run_name=f"rollout-v{version}"):
             mlflow.set_tags({"ratchet.stage": "rollout", "ratchet.model": name})
             ctl = run_canary(

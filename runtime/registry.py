@@ -124,6 +124,23 @@ def version_exists(tracking_uri: str, model_name: str, version: int) -> bool:
     return True
 
 
+EXPERIMENT_KIND = "mlflow.experimentKind"
+
+
+def use_experiment(tracking_uri: str, name: str) -> str:
+    """Make ``name`` the active experiment (created if missing) and return its id. It is marked
+    a model-development experiment, so MLflow's UI opens it on its runs table (not on the GenAI
+    overview and traces pages it shows an experiment of unknown kind)."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    exp = mlflow.set_experiment(name)
+    if exp.tags.get(EXPERIMENT_KIND) is None:
+        _client(tracking_uri).set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND,
+                                                 "custom_model_development")
+    return exp.experiment_id
+
+
 def set_alias(tracking_uri: str, model_name: str, alias: str, version: int) -> None:
     _client(tracking_uri).set_registered_model_alias(model_name, alias, str(version))
 

@@ -104,3 +104,5 @@ def test_cycle_moves_champion_only_when_the_gate_passes(broker, mlflow_server, t
     stages = {c.data.tags.get("ratchet.stage") for c in children}
     assert {"ingest", "train", "gate"} <= stages
     assert parent.data.tags["ratchet.outcome"] == "promoted"
+    experiment = client.get_experiment(parent.info.experiment_id)  # the UI lands on the runs
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
