@@ -25,7 +25,7 @@ import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Self
 
@@ -52,6 +52,9 @@ class RoundStats:
     """Mean client-observed request latency."""
     mean_completion_tokens: float
     signals_scheduled: int
+    standard_errors: dict[str, float] = field(default_factory=dict)
+    """Standard error of each mean above (``pass_rate``, ``edit_persistence``, …), across the
+    round's requests: what a plot's interval is drawn from."""
 
 
 @dataclass(frozen=True)
@@ -288,20 +291,30 @@ class UserSimulator:
                 p.score for p in plan if p.window_s == 600
             ))
             dissatisfied.append(any(p.dissatisfied for p in plan if p.kind == "followup"))
+        samples = {
+            "pass_rate": passed, "edit_persistence": persist,
+            "dissatisfied_rate": dissatisfied,
+            "mean_latency_ms": [s.latency_ms for s in served],
+            "mean_completion_tokens": [_output_tokens(s.response) for s in served],
+        }
         return RoundStats(
             requests=len(served) + errors,
             errors=errors,
-            pass_rate=_mean(passed),
-            edit_persistence=_mean(persist),
-            dissatisfied_rate=_mean(dissatisfied),
-            mean_latency_ms=_mean([s.latency_ms for s in served]),
-            mean_completion_tokens=_mean([_output_tokens(s.response) for s in served]),
+            **{name: _mean(values) for name, values in samples.items()},
             signals_scheduled=scheduled,
+            standard_errors={name: _sem(values) for name, values in samples.items()},
         )
 
 
 def _mean(values: list) -> float:
     return float(statistics.fmean(values)) if values else 0.0
+
+
+def _sem(values: list) -> float:
+    """Standard error of the mean (0 for fewer than two values)."""
+    if len(values) < 2:
+        return 0.0
+    return float(statistics.stdev(float(v) for v in values) / len(values) ** 0.5)
 
 
 def _text(response: dict) -> str:

@@ -16,7 +16,7 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ratchet.config import RatchetConfig
@@ -78,6 +78,8 @@ class CycleRow:
     cycle_run_id: str
     gate_run_id: str | None
     train_run_id: str | None
+    live_se: dict[str, float] = field(default_factory=dict)
+    """Standard error of each live metric across the round's requests (simulator.RoundStats)."""
 
 
 def _version(v: int | None) -> str:
@@ -139,35 +141,58 @@ def outcome_of(result) -> str:
     return "promoted" if result.promoted else "rejected"
 
 
-_PANELS = [  # (title, field, better)
-    ("live edit persistence (600 s)", "edit_persistence", "higher"),
-    ("live dissatisfied follow-ups", "dissatisfied_rate", "lower"),
-    ("live mean latency (ms)", "mean_latency_ms", "lower"),
-    ("live completion tokens", "completion_tokens", "lower"),
+_PANELS = [  # (title, field, better, scale): panels of one scale share their y axis
+    ("live pass rate", "pass_rate_live", "higher", "rate"),
+    ("live edit persistence (600 s)", "edit_persistence", "higher", "rate"),
+    ("live dissatisfied follow-ups", "dissatisfied_rate", "lower", "rate"),
+    ("live completion tokens", "completion_tokens", "lower", "tokens"),
+    ("live mean latency (ms): follows the\nmachine's load, not only the model", "mean_latency_ms",
+     "lower", "ms"),
 ]
+_SE_KEYS = {"pass_rate_live": "pass_rate", "completion_tokens": "mean_completion_tokens"}
 
 
 def plot(rows: list[CycleRow], path: Path, gain: dict | None = None) -> None:
-    """One panel per metric with its own axis and direction; the gate panel has CI bars, the
-    champion line follows the champion each cycle compared against, promotions and rollbacks
-    are marked in a legend, and each gate point is labelled with its number of tasks."""
+    """A 2 x 3 grid: the gate panel (candidate and champion pass rates, the CI of the change,
+    promotions and rollbacks) and one panel per live metric with its 95% interval (1.96 standard
+    errors across the round's requests). The three rates share one 0-1 axis, so noise cannot pass
+    for a trend; latency is flagged as load-bound."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(rows, gain)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def figure(rows: list[CycleRow], gain: dict | None = None):  # -> matplotlib Figure
+    """The figure ``plot`` saves."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     x = [r.cycle for r in rows]
-    fig, axes = plt.subplots(1, 1 + len(_PANELS), figsize=(4.2 * (1 + len(_PANELS)), 3.6))
+    fig, grid = plt.subplots(2, 3, figsize=(13, 7.2))
+    axes = list(grid.flat)
     _gate_panel(axes[0], rows)
     if gain is not None:
-        axes[0].set_title(f"gate pass rate (higher is better)\nfresh set v{gain['first_version']}"
-                          f" -> v{gain['final_version']}: {gain['delta']:+.3f} "
-                          f"[{gain['ci_low']:+.3f}, {gain['ci_high']:+.3f}]", fontsize=8)
-    for ax, (title, field, better) in zip(axes[1:], _PANELS):
-        ax.plot(x, [getattr(r, field) for r in rows], marker="o", color="tab:blue")
-        ax.set_title(f"{title}\n({better} is better)", fontsize=9)
-        ax.set_xlabel("cycle (traffic served by the champion of that cycle)", fontsize=7)
+        axes[0].set_title(f"gate pass rate (higher is better)\n{gain.get('split', 'fresh')} set "
+                          f"v{gain['first_version']} -> v{gain['final_version']}: "
+                          f"{gain['delta']:+.3f} [{gain['ci_low']:+.3f}, {gain['ci_high']:+.3f}]",
+                          fontsize=8)
+    for ax, (title, name, better, scale) in zip(axes[1:], _PANELS):
+        se_key = _SE_KEYS.get(name, name)
+        ys = [getattr(r, name) for r in rows]
+        err = [1.96 * r.live_se.get(se_key, 0.0) for r in rows]
+        ax.errorbar(x, ys, yerr=err, marker="o", capsize=3, color="tab:blue")
+        ax.set_title(f"{title}\n({better} is better; bars: 95% interval)", fontsize=8)
+        ax.set_xlabel("cycle (traffic served by that cycle's champion)", fontsize=7)
         ax.set_xticks(x)
+        if scale == "rate":
+            ax.set_ylim(0.0, 1.0)
+        else:
+            top = max((y + e for y, e in zip(ys, err)), default=1.0)
+            ax.set_ylim(0.0, top * 1.15 or 1.0)
     for ax in axes:
         for r in rows:
             if r.promoted and not r.rolled_back:
@@ -175,8 +200,7 @@ def plot(rows: list[CycleRow], path: Path, gain: dict | None = None) -> None:
             if r.rolled_back:
                 ax.axvline(r.cycle, color="red", alpha=0.15)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def _gate_panel(ax, rows: list[CycleRow]) -> None:
@@ -340,7 +364,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                     outcome=outcome_of(result), promoted=result.promoted,
                     rolled_back=result.rolled_back, seconds=time.perf_counter() - c0,
                     cycle_run_id=result.run_id, gate_run_id=result.gate_run_id,
-                    train_run_id=result.train_run_id,
+                    train_run_id=result.train_run_id, live_se=stats.standard_errors,
                 ))
                 log.info("cycle %d (%d of %d): %s\n%s", result.seq, i + 1, cycles, rows[-1].outcome,
                          format_table(rows[-1:]))

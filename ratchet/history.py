@@ -70,29 +70,63 @@ def _f(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _svg(records: list[dict], width: int = 640, height: int = 220, pad: int = 30) -> str:
+def _svg(records: list[dict], width: int = 720, height: int = 360, pad: int = 56) -> str:
+    """Gate pass rates per cycle with axes: the y range fits the points and their intervals
+    (0.02 margin), ticks every 0.02 to 0.1 as the range needs, x labelled by cycle number."""
     pts = [(i, r) for i, r in enumerate(records) if r["gate.candidate_pass_rate"] is not None]
     if not pts:
         return "<p>(no gated cycles yet)</p>"
+    values = []
+    for _, r in pts:
+        values.append(r["gate.candidate_pass_rate"])
+        champ = r["gate.champion_pass_rate"]
+        if champ is not None:
+            values.append(champ)
+            if r["gate.ci_low"] is not None:
+                values += [champ + r["gate.ci_low"], champ + r["gate.ci_high"]]
+    lo, hi = max(0.0, min(values) - 0.02), min(1.0, max(values) + 0.02)
+    step = next(s for s in (0.02, 0.05, 0.1, 0.2) if (hi - lo) / s <= 8)
+    lo, hi = step * int(lo / step), min(1.0, step * (int(hi / step) + 1))
     n = max(len(records) - 1, 1)
 
-    def xy(i: int, y: float) -> tuple[float, float]:
-        return pad + i * (width - 2 * pad) / n, height - pad - y * (height - 2 * pad)
+    def xy(i: float, y: float) -> tuple[float, float]:
+        return (pad + i * (width - 2 * pad) / n,
+                height - pad - (y - lo) * (height - 2 * pad) / (hi - lo))
 
-    parts = [f"<svg width='{width}' height='{height}' xmlns='http://www.w3.org/2000/svg'>",
+    parts = [f"<svg width='{width}' height='{height}' xmlns='http://www.w3.org/2000/svg' "
+             "font-family='sans-serif' font-size='11'>",
              f"<rect width='{width}' height='{height}' fill='white' stroke='#ccc'/>"]
+    x0, y0 = xy(0, lo)
+    x1, y1 = xy(n, hi)
+    parts.append(f"<line x1='{x0}' y1='{y0}' x2='{x1}' y2='{y0}' stroke='black'/>")
+    parts.append(f"<line x1='{x0}' y1='{y0}' x2='{x0}' y2='{y1}' stroke='black'/>")
+    k = 0
+    while lo + k * step <= hi + 1e-9:
+        _, ty = xy(0, lo + k * step)
+        parts.append(f"<line x1='{x0}' y1='{ty}' x2='{x1}' y2='{ty}' stroke='#eee'/>")
+        parts.append(f"<text x='{x0 - 6}' y='{ty + 4}' text-anchor='end'>{lo + k * step:.2f}"
+                     "</text>")
+        k += 1
+    for i, r in enumerate(records):
+        tx, _ = xy(i, lo)
+        parts.append(f"<text x='{tx}' y='{y0 + 16}' text-anchor='middle'>"
+                     f"{html.escape(str(r['seq']).lstrip('0') or '0')}</text>")
+    parts.append(f"<text x='{(x0 + x1) / 2}' y='{height - 12}' text-anchor='middle'>cycle</text>")
+    parts.append(f"<text x='14' y='{(y0 + y1) / 2}' text-anchor='middle' "
+                 f"transform='rotate(-90 14 {(y0 + y1) / 2})'>gate pass rate</text>")
     for i, r in pts:
         cx, cy = xy(i, r["gate.candidate_pass_rate"])
         champ = r["gate.champion_pass_rate"]
         if champ is not None and r["gate.ci_low"] is not None:
-            _, y0 = xy(i, champ + r["gate.ci_low"])
-            _, y1 = xy(i, champ + r["gate.ci_high"])
-            parts.append(f"<line x1='{cx}' x2='{cx}' y1='{y0}' y2='{y1}' stroke='steelblue'/>")
+            _, ya = xy(i, champ + r["gate.ci_low"])
+            _, yb = xy(i, champ + r["gate.ci_high"])
+            parts.append(f"<line x1='{cx}' x2='{cx}' y1='{ya}' y2='{yb}' stroke='steelblue' "
+                         "stroke-width='2'/>")
         if champ is not None:
             gx, gy = xy(i, champ)
-            parts.append(f"<rect x='{gx - 3}' y='{gy - 3}' width='6' height='6' fill='gray'/>")
+            parts.append(f"<rect x='{gx - 4}' y='{gy - 4}' width='8' height='8' fill='gray'/>")
         color = "green" if r["outcome"] == "promoted" else "steelblue"
-        parts.append(f"<circle cx='{cx}' cy='{cy}' r='4' fill='{color}'/>")
+        parts.append(f"<circle cx='{cx}' cy='{cy}' r='5' fill='{color}'/>")
     parts.append("</svg>")
     return "".join(parts)
 

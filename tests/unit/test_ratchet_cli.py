@@ -230,6 +230,28 @@ def test_demo_table_names_the_versions_it_compared():
     assert max(len(line) for line in lines) <= 120
 
 
+def test_demo_plot_shows_intervals_and_one_scale_for_the_rates():
+    import dataclasses
+
+    import matplotlib.pyplot as plt
+
+    from ratchet.demo import figure
+
+    se = {"pass_rate": 0.02, "edit_persistence": 0.03, "dissatisfied_rate": 0.01,
+          "mean_completion_tokens": 0.2, "mean_latency_ms": 5.0}
+    rows = [dataclasses.replace(_row(i, 1, i + 1, False), live_se=se) for i in (1, 2)]
+    fig = figure(rows)
+    try:
+        pass_ax, edit_ax, dissat_ax = fig.axes[1:4]
+        assert pass_ax.get_ylim() == edit_ax.get_ylim() == dissat_ax.get_ylim() == (0.0, 1.0)
+        [bars] = [c for c in edit_ax.containers]  # one errorbar: the 95% interval
+        segments = bars.lines[2][0].get_segments()
+        assert [round(seg[1][1] - seg[0][1], 4) for seg in segments] == [2 * 1.96 * 0.03] * 2
+        assert "load" in fig.axes[5].get_title()  # latency is flagged as load-bound
+    finally:
+        plt.close(fig)
+
+
 def test_demo_plot_and_overview_page(tmp_path):
     from ratchet.demo import plot
     from ratchet.history import render
