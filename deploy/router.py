@@ -41,7 +41,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.background import BackgroundTask
 
 from deploy.judge import ArmSamples
-from deploy.settings import DEFAULT_ADMIN_TOKEN, MIN_PUBLIC_TOKEN_CHARS, is_loopback
+from deploy.settings import DEFAULT_ADMIN_TOKEN, is_loopback, weak_token_reason
 
 Arm = Literal["stable", "canary"]
 
@@ -388,12 +388,10 @@ class RouterSettings(BaseSettings):
         token = self.admin_token.get_secret_value()
         if token == DEFAULT_ADMIN_TOKEN and not self.local_mode:
             raise ValueError("admin_token is the default; set RATCHET_ROUTER_ADMIN_TOKEN")
-        if not is_loopback(self.host) and (
-            token == DEFAULT_ADMIN_TOKEN or len(token) < MIN_PUBLIC_TOKEN_CHARS
-        ):
+        reason = None if is_loopback(self.host) else weak_token_reason(token)
+        if reason is not None:
             raise ValueError(
-                f"admin_token must be a non-default secret of at least {MIN_PUBLIC_TOKEN_CHARS} "
-                f"characters when host={self.host!r} is not loopback"
+                f"admin_token is too weak when host={self.host!r} is not loopback: {reason}"
             )
         return self
 
