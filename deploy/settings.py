@@ -177,7 +177,8 @@ class ServerSettings(BaseSettings):
     port: int = Field(default=8000, ge=1, le=65535, description="TCP port to bind.")
     admin_token: SecretStr = Field(
         default=SecretStr(DEFAULT_ADMIN_TOKEN),
-        description="Bearer token for /admin/*. Must be changed unless local_mode.",
+        description="Bearer token for /admin/*. Must be changed unless local_mode; off loopback "
+        "it must be strong (16+ characters, 64+ estimated bits: token_strength_bits).",
     )
     local_mode: bool = Field(
         default=False, description="Developer mode: allows the default admin token."
@@ -200,10 +201,12 @@ class ServerSettings(BaseSettings):
         default=64 * 1024,
         ge=256,
         le=16 * 1024 * 1024,
-        description="Largest request body accepted; larger ones get 413.",
+        description="Largest request body accepted; larger ones get 413 'request_too_large'.",
     )
     max_prompt_chars: int = Field(
-        default=4096, ge=1, description="Longest prompt accepted (characters)."
+        default=4096, ge=1,
+        description="Longest prompt accepted (characters); longer is a 400 "
+        "'context_length_exceeded'.",
     )
     max_tokens_limit: int = Field(
         default=4096,
@@ -229,7 +232,7 @@ class ServerSettings(BaseSettings):
         gt=0.0,
         le=600.0,
         description="A connection must deliver a request's line and headers within this many "
-        "seconds of its first byte (or of the previous response); else it is closed.",
+        "seconds of opening (or of its previous response); else it is closed.",
     )
     body_timeout_s: float = Field(
         default=30.0,
@@ -252,8 +255,8 @@ class ServerSettings(BaseSettings):
     )
     api_keys_path: Path = Field(
         default=Path("runs/api_keys.json"),
-        description="Hashed client API keys of the signals API (deploy/api_keys.py); shared by "
-        "the replicas of a fleet.",
+        description="Hashed client API keys of inference and the signals API "
+        "(deploy/api_keys.py); shared by the replicas of a fleet.",
     )
     response_memory: int = Field(
         default=100_000,

@@ -76,7 +76,6 @@ def fleet(models, mlflow_server, broker, tmp_path_factory):
 
 def complete(url: str, i: int, **kw) -> httpx.Response:
     body = {
-        "model": "toy",
         "prompt": "# evaluate\n12+7 = ",
         "max_tokens": 8,
         "temperature": 1.0,

@@ -295,5 +295,7 @@ def test_too_large_and_invalid_bodies_are_openai_errors(client, replica):
     assert err.value.status_code == 413 and err.value.code == "request_too_large"
     app, url = replica
     with pytest.raises(openai.UnprocessableEntityError) as err:  # the signals API's 422
-        _client(url, _key(app, "ide")).post("/feedback", cast_to=object, body={"response_id": "r", "label": "meh"})
+        _client(url, _key(app, "ide")).post(
+            "/feedback", cast_to=object, body={"response_id": "r", "label": "meh"}
+        )
     assert (err.value.param, err.value.body["type"]) == ("label", "invalid_request_error")
