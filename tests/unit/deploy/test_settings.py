@@ -140,3 +140,11 @@ def test_managed_vllm_follows_the_replicas_loaded_version(tmp_path):
     assert engine.server.dtype == "float32" and engine.server.workdir == tmp_path / "vllm"
     with pytest.raises(LookupError, match="loaded no version"):
         loaded_checkpoint(host, wait_s=0.3)()
+
+
+def test_every_replica_setting_is_documented():
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[3] / "docs" / "API.md").read_text()
+    missing = [n for n in ServerSettings.model_fields if f"`RATCHET_{n.upper()}`" not in doc]
+    assert missing == []
