@@ -289,8 +289,8 @@ class ServerSettings(BaseSettings):
                 "admin_token is the default 'changethis'; set RATCHET_ADMIN_TOKEN "
                 "or RATCHET_LOCAL_MODE=true"
             )
-        if not self.admin_token.get_secret_value():
-            raise ValueError("admin_token must not be empty")
+        if not self.admin_token.get_secret_value().strip():
+            raise ValueError("admin_token must not be empty or blank")
         return self
 
     @model_validator(mode="after")

@@ -73,11 +73,17 @@ def test_strong_token_is_accepted_off_loopback(host):
 
 @pytest.mark.parametrize(
     "token",
-    [" " * 16, "a" * 16, "ab" * 12, "0123456789012345", "1234123412341234", "aaaaaaaabbbbbbbbcc"],
+    ["a" * 16, " a" * 8, "ab" * 12, "0123456789012345", "1234123412341234", "aaaaaaaabbbbbbbbcc"],
 )
 def test_low_entropy_token_is_refused_off_loopback(token):
     with pytest.raises(ValidationError, match="bits, fewer than 64"):
         ServerSettings(tracking_uri="x", model_name="m", host="0.0.0.0", admin_token=token)
+
+
+@pytest.mark.parametrize("token", ["", " " * 16, "\t\n "])
+def test_blank_token_is_refused_even_on_loopback(token):
+    with pytest.raises(ValidationError, match="empty or blank"):
+        ServerSettings(tracking_uri="x", model_name="m", admin_token=token)
 
 
 def test_token_strength_estimate():
