@@ -122,6 +122,11 @@ def _followup(client: openai.OpenAI, response_id: str) -> None:
     client.post("/followups", cast_to=object, body={"response_id": response_id, "text": "again"})
 
 
+def _edit(client: openai.OpenAI, response_id: str) -> None:
+    body = {"response_id": response_id, "window_s": 30, "text": "kept as is"}
+    client.post("/edits", cast_to=object, body=body)
+
+
 def test_only_the_owner_or_its_organisation_may_signal(keyed):
     app, url = keyed
     alice, bob = _client(url, _key(app, "alice")), _client(url, _key(app, "bob"))
@@ -131,9 +136,11 @@ def test_only_the_owner_or_its_organisation_may_signal(keyed):
         with pytest.raises(openai.NotFoundError) as err:  # as for an id never served
             _signal(other, served)
         assert "was not served" in err.value.message
-        with pytest.raises(openai.NotFoundError):
-            _followup(other, served)
+        for send in (_followup, _edit):
+            with pytest.raises(openai.NotFoundError):
+                send(other, served)
     _signal(alice, served)
+    _edit(alice, served)
     with pytest.raises(openai.ConflictError):  # the owner's duplicate is still a duplicate
         _signal(alice, served)
     acme = _complete(carol).id
