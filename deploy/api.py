@@ -274,9 +274,11 @@ class TextPart(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    """One message; ``content`` is a string or a list of text parts."""
+    """One message; ``content`` is a string or a list of text parts. Other OpenAI message fields
+    (``tool_call_id``, ``refusal``, ...) are kept aside; an assistant turn's ``tool_calls`` or
+    ``function_call`` is refused by ``ChatCompletionRequest`` (no template renders them)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow", json_schema_extra={"additionalProperties": False})
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[TextPart] | None = None
@@ -310,6 +312,16 @@ class ChatCompletionRequest(_OpenAIRequest):
         le=20,
         description="0 (or omitted) only: top-k alternatives are a 400 ``unsupported_value``.",
     )
+
+    @model_validator(mode="after")
+    def _no_tool_call_turns(self):
+        for i, message in enumerate(self.messages):
+            for key in ("tool_calls", "function_call"):
+                if (message.model_extra or {}).get(key):
+                    raise _unsupported(
+                        f"messages.{i}.{key}", "tool calls are not supported by this server"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _logprobs_served(self):

@@ -199,6 +199,16 @@ def test_chat_parameters_it_cannot_honour_are_refused(client, kw, param):
     assert (err.value.code, err.value.param) == ("unsupported_parameter", param)
 
 
+def test_a_tool_call_turn_in_the_history_is_refused(client):
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+    messages = [{"role": "user", "content": "1+1"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "2"}]
+    with pytest.raises(openai.BadRequestError) as err:
+        _chat(client, messages=messages)
+    assert (err.value.code, err.value.param) == ("unsupported_parameter", "messages.1.tool_calls")
+
+
 @pytest.mark.parametrize(
     ("call", "kw", "param"),
     [
