@@ -52,7 +52,6 @@ async def _block(client, url: str, n: int, concurrency: int, offset: int, max_to
     async def worker() -> None:
         for i in counter:
             body = {
-                "model": "bench",
                 "prompt": PROMPT,
                 "max_tokens": max_tokens,
                 "temperature": 1.0,

@@ -1,9 +1,14 @@
 """Request and response models of the serving API (one place a client can read the contract).
 
 The public API is OpenAI's: ``POST /v1/completions``, ``POST /v1/chat/completions`` and
-``GET /v1/models`` take and return OpenAI's shapes, so the official clients work unchanged.
-Fields OpenAI defines that ratchet does not use (``logit_bias``, ``presence_penalty``, ...) are
-accepted and ignored; unknown fields are ignored too. What ratchet adds:
+``GET /v1/models`` (and ``/v1/models/{id}``) take and return OpenAI's shapes, so the official
+clients work unchanged. Every request parameter is honoured or refused: a parameter OpenAI defines
+that ratchet does not implement (``UNSUPPORTED_AT_DEFAULT``: ``tools``, ``response_format``,
+``suffix``, ``echo``, ``best_of``, ``logit_bias``, penalties, ...) is accepted only at its default
+value, whose behaviour is ratchet's; any other value, and any parameter OpenAI does not define, is
+a 400 with code ``unsupported_parameter`` naming it. A supported parameter with a value ratchet
+cannot honour (top-k logprobs, logprobs while streaming) is a 400 ``unsupported_value``. What
+ratchet adds:
 
 - the conversation id: header ``X-Conversation-Id``, else ``metadata.conversation_id``, else the
   legacy top-level ``conversation_id``; a request without one gets a generated id, returned in the
@@ -26,7 +31,8 @@ The signals API (``/v1/feedback``, ``/v1/edits``, ``/v1/followups``) and the cli
 admin routes have their models at the end of this module.
 
 Deliberately left out: the Kafka events a completion or a signal produces (ingest/schema.py),
-tool calls, images and audio, ``best_of``, ``echo``, ``suffix``.
+tool calls and JSON mode (refused: no served policy's template is wired to render tools yet),
+images and audio, ``best_of``, ``echo``, ``suffix``, top-k logprobs.
 """
 
 from __future__ import annotations
@@ -69,6 +75,38 @@ Text = Annotated[str, AfterValidator(_unicode)]
 PromptText = Annotated[str, Field(min_length=1), AfterValidator(_unicode)]
 
 
+_ANY_BOOL = (None, True, False)
+UNSUPPORTED_AT_DEFAULT: dict[str, tuple[Any, ...]] = {
+    "suffix": (None,),
+    "echo": (None, False),
+    "best_of": (None, 1),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "logit_bias": (None, {}),
+    "tools": (None, []),
+    "tool_choice": (None, "none", "auto"),
+    "parallel_tool_calls": _ANY_BOOL,
+    "functions": (None, []),
+    "function_call": (None, "none", "auto"),
+    "response_format": (None, {"type": "text"}),
+    "store": (None, False),
+    "service_tier": (None, "auto", "default"),
+    "modalities": (None, ["text"]),
+    "audio": (None,),
+    "prediction": (None,),
+    "reasoning_effort": (None,),
+    "web_search_options": (None,),
+    "verbosity": (None,),
+}
+"""OpenAI request parameters ratchet does not implement, with the values it honours anyway: each
+one's default, whose behaviour ratchet's equals (``tool_choice: "auto"`` without tools calls no
+tool). Any other value is refused (400 ``unsupported_parameter``)."""
+
+
+def _unsupported(param: str, message: str, code: str = "unsupported_parameter"):
+    return PydanticCustomError(code, "{where}: " + message, {"where": param})
+
+
 def _non_finite_path(value: Any, path: str) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         return path
@@ -88,17 +126,21 @@ def _non_finite_path(value: Any, path: str) -> str | None:
 class _OpenAIRequest(BaseModel):
     """Fields shared by both endpoints (OpenAI's names and meanings)."""
 
-    model_config = ConfigDict(extra="ignore")
+    # extra keys are kept to be checked (``_refuse_unsupported``); the schema says none are taken
+    model_config = ConfigDict(extra="allow", json_schema_extra={"additionalProperties": False})
 
     model: str | None = Field(
-        default=None, max_length=256, description="Model name; any value is served by the champion."
+        default=None,
+        max_length=256,
+        description="The served model's id (``GET /v1/models``); another id is a 404 "
+        "``model_not_found``. Omitted: the served model.",
     )
     max_tokens: int | None = Field(
         default=None,
         ge=1,
-        le=4096,
-        description="Most tokens to generate (default 16 for completions); the replica's "
-        "max_tokens_limit may be lower (a 400 names it).",
+        description="Most tokens to generate (default 16 for completions, the replica's "
+        "default_max_tokens for chat); above the replica's max_tokens_limit is a 400 "
+        "``invalid_value``.",
     )
     temperature: float = Field(
         default=1.0, ge=0.0, le=10.0, description="0 means greedy; else at least 1e-3."
@@ -147,6 +189,18 @@ class _OpenAIRequest(BaseModel):
             )
         return data
 
+    @model_validator(mode="after")
+    def _refuse_unsupported(self):
+        for key, value in (self.model_extra or {}).items():
+            allowed = UNSUPPORTED_AT_DEFAULT.get(key)
+            if allowed is None:
+                raise _unsupported(key, "not a parameter this server knows")
+            if not any(_same(value, a) for a in allowed):
+                raise _unsupported(
+                    key, f"not supported by this server; only {_defaults(allowed)} is accepted"
+                )
+        return self
+
     @field_validator("temperature")
     @classmethod
     def _temperature(cls, value: float) -> float:
@@ -166,6 +220,19 @@ class _OpenAIRequest(BaseModel):
         return bool((self.stream_options or {}).get("include_usage"))
 
 
+def _same(value: Any, allowed: Any) -> bool:
+    """JSON equality: ``0 == 0.0``, but ``false`` is not ``0`` and ``null`` only ``null``."""
+    if allowed is None or isinstance(allowed, bool) or isinstance(value, bool):
+        return value is allowed
+    return value == allowed
+
+
+def _defaults(allowed: tuple[Any, ...]) -> str:
+    import json
+
+    return " or ".join(json.dumps(a) for a in allowed)
+
+
 class CompletionRequest(_OpenAIRequest):
     """``POST /v1/completions``: one prompt (or a list of prompts) to continue."""
 
@@ -173,8 +240,27 @@ class CompletionRequest(_OpenAIRequest):
         description="Text to continue; a list samples each (n choices per prompt).",
     )
     logprobs: int | None = Field(
-        default=None, ge=0, le=5, description="Return the sampled tokens' logprobs (top 0 only)."
+        default=None,
+        ge=0,
+        le=5,
+        description="0: return the sampled tokens' logprobs. 1-5 (top-k alternatives) are a 400 "
+        "``unsupported_value``: the engines return only the sampled token's; so is any value "
+        "with stream=true.",
     )
+
+    @model_validator(mode="after")
+    def _logprobs_served(self):
+        if self.logprobs is not None and self.logprobs > 0:
+            raise _unsupported(
+                "logprobs", "top-k alternatives are not available; use 0 for the sampled "
+                "tokens' logprobs", "unsupported_value",
+            )
+        if self.logprobs is not None and self.stream:
+            raise _unsupported(
+                "logprobs", "not available while streaming; use stream=false",
+                "unsupported_value",
+            )
+        return self
 
     def prompts(self) -> list[str]:
         return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
@@ -188,9 +274,11 @@ class TextPart(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    """One message; ``content`` is a string or a list of text parts."""
+    """One message; ``content`` is a string or a list of text parts. Other OpenAI message fields
+    (``tool_call_id``, ``refusal``, ...) are kept aside; an assistant turn's ``tool_calls`` or
+    ``function_call`` is refused by ``ChatCompletionRequest`` (no template renders them)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow", json_schema_extra={"additionalProperties": False})
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[TextPart] | None = None
@@ -211,11 +299,43 @@ class ChatCompletionRequest(_OpenAIRequest):
     max_completion_tokens: int | None = Field(
         default=None,
         ge=1,
-        le=4096,
         description="OpenAI's newer name for max_tokens (wins if both).",
     )
-    logprobs: bool = Field(default=False, description="Return the sampled tokens' logprobs.")
-    top_logprobs: int | None = Field(default=None, ge=0, le=20, description="Accepted; 0 used.")
+    logprobs: bool = Field(
+        default=False,
+        description="Return the sampled tokens' logprobs; with stream=true a 400 "
+        "``unsupported_value``.",
+    )
+    top_logprobs: int | None = Field(
+        default=None,
+        ge=0,
+        le=20,
+        description="0 (or omitted) only: top-k alternatives are a 400 ``unsupported_value``.",
+    )
+
+    @model_validator(mode="after")
+    def _no_tool_call_turns(self):
+        for i, message in enumerate(self.messages):
+            for key in ("tool_calls", "function_call"):
+                if (message.model_extra or {}).get(key):
+                    raise _unsupported(
+                        f"messages.{i}.{key}", "tool calls are not supported by this server"
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _logprobs_served(self):
+        if self.top_logprobs:
+            raise _unsupported(
+                "top_logprobs", "top-k alternatives are not available; use 0",
+                "unsupported_value",
+            )
+        if self.logprobs and self.stream:
+            raise _unsupported(
+                "logprobs", "not available while streaming; use stream=false",
+                "unsupported_value",
+            )
+        return self
 
 
 class Usage(BaseModel):
@@ -288,7 +408,8 @@ class ChatCompletionResponse(BaseModel):
 class ModelCard(BaseModel):
     id: str = Field(description="Registered model name.")
     object: Literal["model"] = "model"
-    created: int
+    created: int = Field(description="Unix seconds when this replica loaded the served version "
+                         "(when the replica started, while loading).")
     owned_by: str = "ratchet"
     version: int | None = Field(description="Registry version served (None while loading).")
 
@@ -429,16 +550,25 @@ class ApiKeyCreateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=128, description="Who the key is for.")
+    org: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="Organisation: keys of one organisation may send signals about each "
+        "other's responses. None: only about the key's own.",
+    )
 
 
 class ApiKeyCreated(BaseModel):
     key_id: str
     name: str
+    org: str | None = None
     key: str = Field(description="The key itself: shown once, only its hash is stored.")
 
 
 class ApiKeyInfo(BaseModel):
     key_id: str
     name: str
+    org: str | None = None
     created: datetime
     revoked_at: datetime | None

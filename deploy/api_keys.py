@@ -1,4 +1,9 @@
-"""Per-client API keys for the signals API: created once, stored hashed, revocable.
+"""Per-client API keys: created once, stored hashed, revocable, optionally grouped in an
+organisation.
+
+A key authenticates signals (always) and inference (when the replica requires keys). A response
+belongs to the key that was served it; a signal about it is accepted from that key, or from any
+key of the same organisation (``org``) when the response's key has one.
 
 A key reads ``rk_<key_id>_<secret>``. Only ``hmac_sha256(salt, secret)`` and a random per-key salt
 are stored, in one small JSON file (mode 0600) that every replica of a fleet shares: a replica
@@ -22,12 +27,27 @@ import threading
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 _PREFIX = "rk"
 
 
 class InvalidApiKey(Exception):
     """The key is malformed, unknown or revoked (the message says which, never the key)."""
+
+
+class ApiClient(NamedTuple):
+    """Who a valid key belongs to: its id and its organisation (None if not grouped)."""
+
+    key_id: str
+    org: str | None = None
+
+    def may_signal(self, owner: ApiClient | None) -> bool:
+        """Whether this client may send signals about a response served to ``owner``: its own,
+        its organisation's, or one served without a key (a replica that does not require keys)."""
+        if owner is None or owner.key_id == self.key_id:
+            return True
+        return owner.org is not None and owner.org == self.org
 
 
 def _digest(salt: bytes, secret: str) -> str:
@@ -56,8 +76,8 @@ class ApiKeyStore:
             self._keys = json.loads(self.path.read_text())["keys"]
             self._stamp = stamp
 
-    def verify(self, key: str) -> str:
-        """The key id of a valid, unrevoked ``key``; raises InvalidApiKey otherwise."""
+    def verify(self, key: str) -> ApiClient:
+        """The client of a valid, unrevoked ``key``; raises InvalidApiKey otherwise."""
         parts = key.split("_", 2)
         if len(parts) != 3 or parts[0] != _PREFIX:
             raise InvalidApiKey("malformed API key (expected rk_<id>_<secret>)")
@@ -71,7 +91,7 @@ class ApiKeyStore:
             raise InvalidApiKey("unknown API key")
         if entry.get("revoked_at"):
             raise InvalidApiKey(f"API key {key_id} was revoked")
-        return key_id
+        return ApiClient(key_id, entry.get("org"))
 
     def list(self) -> list[dict]:
         """Every key's id, name, creation and revocation time (never the hash or salt)."""
@@ -79,17 +99,20 @@ class ApiKeyStore:
             self._refresh()
             keys = dict(self._keys)
         return [
-            {"key_id": k, "name": v["name"], "created": v["created"], "revoked_at": v["revoked_at"]}
+            {"key_id": k, "name": v["name"], "org": v.get("org"), "created": v["created"],
+             "revoked_at": v["revoked_at"]}
             for k, v in keys.items()
         ]
 
     # -- writing ------------------------------------------------------------------------------
-    def create(self, name: str) -> tuple[str, str]:
-        """A new key for client ``name``: ``(key_id, key)``; the key is shown only here."""
+    def create(self, name: str, org: str | None = None) -> tuple[str, str]:
+        """A new key for client ``name`` (in organisation ``org``, if given): ``(key_id, key)``;
+        the key is shown only here."""
         key_id, secret = secrets.token_hex(4), secrets.token_urlsafe(24)
         salt = secrets.token_bytes(16)
         entry = {
             "name": name,
+            "org": org,
             "salt": salt.hex(),
             "hash": _digest(salt, secret),
             "created": datetime.now(UTC).isoformat(),

@@ -1,5 +1,12 @@
 """FastAPI dependencies as ``Annotated`` aliases: settings, model host, engine, logger, metrics,
-admin.
+admin, client keys.
+
+``ClientDep`` (signals) needs a valid client key. ``InferenceClientDep`` (completions, chat) needs
+one when the replica requires keys (``ServerSettings.keys_required``); otherwise a request without
+a key, or with a placeholder that is not a ratchet key (OpenAI clients insist on sending some
+``api_key``, e.g. ``EMPTY``), is served anonymously, while a ratchet key (``rk_...``) is still
+checked, so a wrong one is a 401 and a right one owns the response. Every 401 is OpenAI's:
+``code`` ``invalid_api_key``.
 
 Everything lives on ``app.state`` (set by deploy.server.create_app), so nothing is global and two
 apps in one process do not share state.
@@ -15,8 +22,10 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from deploy.api_keys import ApiClient, InvalidApiKey
 from deploy.behaviour_log import BehaviourLogger
 from deploy.engines.base import Engine
+from deploy.errors import APIError
 from deploy.metrics import ServerMetrics
 from deploy.model_host import ModelHost
 from deploy.settings import ServerSettings
@@ -60,9 +69,58 @@ def require_admin(
         raise HTTPException(status.HTTP_403_FORBIDDEN, "wrong admin token")
 
 
+_KEY_PREFIX = "rk_"
+
+
+def _unauthorized(message: str) -> APIError:
+    return APIError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+def _bearer_token(credentials: HTTPAuthorizationCredentials | None) -> str | None:
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        return None
+    return credentials.credentials
+
+
+def _verify(request: Request, token: str) -> ApiClient:
+    try:
+        return request.app.state.api_keys.verify(token)
+    except InvalidApiKey as exc:
+        raise _unauthorized(str(exc)) from None
+
+
+def require_client(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> ApiClient:
+    """The caller's client; 401 without a valid, unrevoked client key."""
+    token = _bearer_token(credentials)
+    if token is None:
+        raise _unauthorized("API key required (Authorization: Bearer rk_...)")
+    return _verify(request, token)
+
+
+def inference_client(
+    request: Request,
+    settings: Annotated[ServerSettings, Depends(get_settings)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> ApiClient | None:
+    """The client a completion is served to; None for an anonymous one (keys not required)."""
+    token = _bearer_token(credentials)
+    if settings.keys_required:
+        if token is None:
+            raise _unauthorized("API key required (Authorization: Bearer rk_...)")
+        return _verify(request, token)
+    if token is None or not token.startswith(_KEY_PREFIX):
+        return None
+    return _verify(request, token)
+
+
 SettingsDep = Annotated[ServerSettings, Depends(get_settings)]
 HostDep = Annotated[ModelHost, Depends(get_host)]
 LoggerDep = Annotated[BehaviourLogger | None, Depends(get_logger)]
 MetricsDep = Annotated[ServerMetrics, Depends(get_metrics)]
 AdminDep = Annotated[None, Depends(require_admin)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
+ClientDep = Annotated[ApiClient, Depends(require_client)]
+InferenceClientDep = Annotated[ApiClient | None, Depends(inference_client)]

@@ -132,11 +132,13 @@ class Fleet:
             raise
         return fleet
 
-    def create_api_key(self, name: str) -> str:
-        """A new client key of the signals API, valid on every replica of this fleet."""
+    def create_api_key(self, name: str, org: str | None = None) -> str:
+        """A new client key (in organisation ``org``, if given), valid on every replica of this
+        fleet."""
         from deploy.api_keys import ApiKeyStore
 
-        return ApiKeyStore(self.api_keys_path or self.workdir / "api_keys.json").create(name)[1]
+        store = ApiKeyStore(self.api_keys_path or self.workdir / "api_keys.json")
+        return store.create(name, org)[1]
 
     # -- readiness ----------------------------------------------------------------------------
     def wait_ready(self, *, timeout_s: float = 180.0, version: int | None = None) -> None:

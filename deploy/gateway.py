@@ -6,7 +6,9 @@ choice ``k`` samples with ``seed + k``), the response id, the conversation conte
 the engine and logs; ``stream`` starts the engine, waits for the first token (so a bad request is
 still a 4xx, not an error inside a 200 stream) and then yields ``data: {...}`` chunks and a final
 ``data: [DONE]``. Every served choice is logged once it is complete, even if the client went away
-mid-stream.
+mid-stream, and remembered with the client it was served to (its owner, for the signals API).
+A final end-of-sequence token is logged (the trainer learns to stop from it) but is not shown to
+the client: ``shown`` leaves it out of the logprobs and ``usage`` out of ``completion_tokens``.
 
 Deliberately left out: the OpenAI body shapes (deploy/api.py), the route wiring
 (deploy/routes/completions.py).
@@ -26,6 +28,7 @@ from datetime import UTC, datetime
 from fastapi import Request
 
 from deploy.api import choice_response_id
+from deploy.api_keys import ApiClient
 from deploy.completion_log import RequestContext, log_completion
 from deploy.engines.base import (
     Engine,
@@ -52,8 +55,10 @@ class Call:
     ctx: RequestContext
     replica_id: str
     memory: object | None = None
-    """The replica's response memory (``remember(id, text=, created=, conversation_id=)``), when
-    it keeps one for the signals API."""
+    """The replica's response memory (``remember(id, text=, created=, conversation_id=,
+    owner=)``), when it keeps one for the signals API."""
+    owner: ApiClient | None = None
+    """The client the responses are served to; None when served without a key."""
 
     @property
     def created_unix(self) -> int:
@@ -100,6 +105,7 @@ def plan(
     ctx: RequestContext,
     replica_id: str,
     memory: object | None = None,
+    owner: ApiClient | None = None,
 ) -> Call:
     """The sequences to sample: ``n`` choices of each prompt, choice k seeded ``seed + k``."""
     requests = []
@@ -117,7 +123,9 @@ def plan(
                     stop=body.stop_strings(),
                 )
             )
-    return Call(f"{prefix}-{uuid.uuid4().hex}", requests, len(prompts), ctx, replica_id, memory)
+    return Call(
+        f"{prefix}-{uuid.uuid4().hex}", requests, len(prompts), ctx, replica_id, memory, owner
+    )
 
 
 def context(request: Request, body, model_name: str) -> RequestContext:
@@ -132,7 +140,7 @@ def context(request: Request, body, model_name: str) -> RequestContext:
 
 def _as_api_error(exc: BaseException) -> APIError | None:
     if isinstance(exc, EngineInputError):
-        return APIError(400, str(exc), exc.param)
+        return APIError(400, str(exc), exc.param, getattr(exc, "code", None))
     if isinstance(exc, EngineUnavailable):
         return APIError(503, str(exc), code="model_not_ready")
     return None
@@ -148,6 +156,7 @@ def _log_all(call: Call, results: list[EngineResult], logger, metrics) -> None:
                 text=result.text,
                 created=call.ctx.created,
                 conversation_id=call.ctx.conversation_id,
+                owner=call.owner,
             )
         if logger is not None:
             log_completion(logger, metrics, call.ctx, req, result, rid)
@@ -163,11 +172,18 @@ async def run(call: Call, engine: Engine, logger, metrics) -> list[EngineResult]
     return results
 
 
+def shown(result: EngineResult) -> tuple[list[str], list[float]]:
+    """The tokens' texts and logprobs a client sees: without a final end-of-sequence token."""
+    n = len(result.token_ids) - (1 if result.ends_with_eos else 0)
+    return result.token_texts[:n], result.logprobs[:n]
+
+
 def usage(call: Call, results: list[EngineResult]) -> dict[str, int]:
-    """Prompt tokens counted once per prompt (not per choice), as OpenAI does."""
+    """Prompt tokens counted once per prompt (not per choice), as OpenAI does; completion tokens
+    without a final end-of-sequence token."""
     per_prompt = len(call.requests) // call.prompt_count
     prompt = sum(len(results[i].prompt_token_ids) for i in range(0, len(results), per_prompt))
-    completion = sum(len(r.token_ids) for r in results)
+    completion = sum(len(r.token_ids) - (1 if r.ends_with_eos else 0) for r in results)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,

@@ -16,7 +16,8 @@ Deliberately left out: deciding which version to serve (the fleet, the rollout c
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,8 @@ class ServedModel:
 
     policy: Policy
     version: int
+    loaded_unix: float = field(default_factory=time.time)
+    """When this replica finished loading it (Unix seconds): ``created`` of ``/v1/models``."""
 
     def __post_init__(self) -> None:
         if not hasattr(self.policy, "tokenizer_info"):

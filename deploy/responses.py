@@ -1,7 +1,12 @@
 """What a replica remembers of the responses it served, so signals can be checked against them.
 
 ``ResponseMemory`` maps ``response_id`` to the served text, its creation time and conversation,
-and the signals already accepted for it. It is bounded twice: by entries (the oldest is forgotten
+the client it was served to (``owner``: key id and organisation, None when served without a key),
+and the signals already accepted for it. Ownership is checked with that same O(1) lookup: the
+signals routes answer a client that may not signal about a response exactly as for an unknown one
+(404), so a key cannot probe which ids exist.
+
+It is bounded twice: by entries (the oldest is forgotten
 first) and by age (a response older than ``max_age_s`` is unknown). A signal for an unknown
 response is refused (404) and a second signal of the same kind (and edit window) is a duplicate
 (409).
@@ -18,6 +23,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from deploy.api_keys import ApiClient
+
 
 @dataclass
 class ServedResponse:
@@ -26,6 +33,7 @@ class ServedResponse:
     text: str
     created: datetime
     conversation_id: str
+    owner: ApiClient | None = None
     signals: set[str] = field(default_factory=set)
 
 
@@ -42,21 +50,35 @@ class ResponseMemory:
         return len(self._items)
 
     def remember(
-        self, response_id: str, *, text: str, created: datetime, conversation_id: str
+        self,
+        response_id: str,
+        *,
+        text: str,
+        created: datetime,
+        conversation_id: str,
+        owner: ApiClient | None = None,
     ) -> None:
         """Record a served response (called by the completion routes)."""
         with self._lock:
-            self._items[response_id] = ServedResponse(text, created, conversation_id)
+            self._items[response_id] = ServedResponse(text, created, conversation_id, owner)
             self._items.move_to_end(response_id)
             while len(self._items) > self.max_entries:
                 self._items.popitem(last=False)
 
-    def get(self, response_id: str, now: datetime | None = None) -> ServedResponse | None:
-        """The served response, or None if never served here, forgotten or too old."""
+    def get(
+        self,
+        response_id: str,
+        now: datetime | None = None,
+        client: ApiClient | None = None,
+    ) -> ServedResponse | None:
+        """The served response, or None if never served here, forgotten, too old, or (with
+        ``client``) served to a client that ``client`` may not signal for."""
         now = now or datetime.now(UTC)
         with self._lock:
             item = self._items.get(response_id)
         if item is None or now - item.created > self.max_age:
+            return None
+        if client is not None and not client.may_signal(item.owner):
             return None
         return item
 

@@ -14,6 +14,9 @@ response they name: the router remembers ``response id -> replica`` from each co
 routes (bounded), and for an id it does not know (served before a router restart, or streamed)
 it asks each replica in turn until one does not answer 404.
 
+Slow or large requests are cut off as at a replica (deploy/http_limits.py): a body size limit
+(413), a body deadline (408) and a header deadline (the connection closes).
+
 ``create_router_app(...)`` builds the app; ``RouterSettings`` + ``python -m deploy.router`` run it;
 ``RouterClient`` is what the rollout controller talks to.
 
@@ -40,8 +43,9 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.background import BackgroundTask
 
+from deploy.http_limits import RequestLimits, header_timeout_protocol
 from deploy.judge import ArmSamples
-from deploy.settings import DEFAULT_ADMIN_TOKEN, MIN_PUBLIC_TOKEN_CHARS, is_loopback
+from deploy.settings import DEFAULT_ADMIN_TOKEN, is_loopback, weak_token_reason
 
 Arm = Literal["stable", "canary"]
 
@@ -349,8 +353,11 @@ def create_router_app(
     canary_weight: float = 0.0,
     max_body_bytes: int = 64 * 1024,
     timeout_s: float = 60.0,
+    body_timeout_s: float = 30.0,
 ) -> FastAPI:
-    """The router app; its httpx client lives for the app's lifespan."""
+    """The router app; its httpx client lives for the app's lifespan. Bodies over
+    ``max_body_bytes`` are a 413 and bodies not complete ``body_timeout_s`` after their headers a
+    408 (deploy/http_limits.py, OpenAI's error shape)."""
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
@@ -360,7 +367,10 @@ def create_router_app(
             app.state.client = client
             yield
 
-    app = FastAPI(title="ratchet router", lifespan=lifespan, max_body_size=max_body_bytes)
+    app = FastAPI(title="ratchet router", lifespan=lifespan)
+    app.add_middleware(
+        RequestLimits, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s
+    )
     app.state.router = _State(stable_urls, canary_urls, canary_weight, admin_token)
     app.include_router(public)
     app.include_router(admin)
@@ -382,18 +392,23 @@ class RouterSettings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="Interface to bind.")
     port: int = Field(default=8080, ge=1, le=65535, description="TCP port to bind.")
     max_body_bytes: int = Field(default=64 * 1024, ge=256, description="Largest request body.")
+    header_timeout_s: float = Field(
+        default=10.0, gt=0.0, le=600.0,
+        description="Deadline for a request's line and headers (then the connection closes).",
+    )
+    body_timeout_s: float = Field(
+        default=30.0, gt=0.0, le=600.0, description="Deadline for a request's body (then 408).",
+    )
 
     @model_validator(mode="after")
     def _refuse_default_token(self) -> RouterSettings:
         token = self.admin_token.get_secret_value()
         if token == DEFAULT_ADMIN_TOKEN and not self.local_mode:
             raise ValueError("admin_token is the default; set RATCHET_ROUTER_ADMIN_TOKEN")
-        if not is_loopback(self.host) and (
-            token == DEFAULT_ADMIN_TOKEN or len(token) < MIN_PUBLIC_TOKEN_CHARS
-        ):
+        reason = None if is_loopback(self.host) else weak_token_reason(token)
+        if reason is not None:
             raise ValueError(
-                f"admin_token must be a non-default secret of at least {MIN_PUBLIC_TOKEN_CHARS} "
-                f"characters when host={self.host!r} is not loopback"
+                f"admin_token is too weak when host={self.host!r} is not loopback: {reason}"
             )
         return self
 
@@ -446,8 +461,10 @@ def main() -> None:
         admin_token=settings.admin_token.get_secret_value(),
         canary_weight=settings.canary_weight,
         max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
     )
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                http=header_timeout_protocol(settings.header_timeout_s))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Entry point of one replica process: settings from ``RATCHET_*`` variables, then uvicorn.
 
 ``python -m deploy.serve_main`` — the fleet starts replicas this way. Settings are read (and a
-default admin token refused) before anything heavy is imported.
+default admin token refused) before anything heavy is imported. Uvicorn serves with the header
+deadline of deploy/http_limits.py (``RATCHET_HEADER_TIMEOUT_S``); the body deadline is the app's.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     import uvicorn
 
+    from deploy.http_limits import header_timeout_protocol
     from deploy.server import create_app
 
     uvicorn.run(
         create_app(settings),
         host=settings.host,
         port=settings.port,
+        http=header_timeout_protocol(settings.header_timeout_s),
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=10,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -26,6 +27,7 @@ from deploy import errors
 from deploy.api_keys import ApiKeyStore
 from deploy.behaviour_log import BehaviourLogger
 from deploy.engines import make_engine
+from deploy.http_limits import RequestLimits
 from deploy.metrics import MetricsMiddleware, ServerMetrics
 from deploy.model_host import ModelHost
 from deploy.responses import ResponseMemory
@@ -67,7 +69,8 @@ class _InitialLoad:
 
 
 def create_app(settings: ServerSettings) -> FastAPI:
-    """Build the app: state on ``app.state``, routers per resource, metrics, a body limit."""
+    """Build the app: state on ``app.state``, routers per resource, metrics, body limits (size
+    and time; the header time limit is the server's, deploy/serve_main.py)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -85,13 +88,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
             if app.state.behaviour_logger is not None:
                 app.state.behaviour_logger.close()
 
-    app = FastAPI(
-        title="ratchet replica",
-        version="1",
-        lifespan=lifespan,
-        max_body_size=settings.max_body_bytes,  # 413 for larger bodies, chunked ones included
-    )
+    app = FastAPI(title="ratchet replica", version="1", lifespan=lifespan)
     app.state.settings = settings
+    app.state.started_unix = time.time()
     app.state.host = ModelHost(
         tracking_uri=settings.tracking_uri,
         model_name=settings.model_name,
@@ -108,6 +107,10 @@ def create_app(settings: ServerSettings) -> FastAPI:
     for module in (completions, signals, health, admin, keys, metrics):
         app.include_router(module.router)
     errors.install(app)
+    app.add_middleware(  # 413 / 408 in OpenAI's shape, chunked bodies included
+        RequestLimits, max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+    )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app
 

@@ -1,9 +1,12 @@
 """Settings of one serving replica, read from ``RATCHET_*`` environment variables.
 
 One typed model (pydantic-settings) with a docstring, bounds and a default on every field. It
-refuses a default admin token unless ``local_mode`` is on, and a default or short (< 16 characters)
-one whenever the bind address is not loopback — ``local_mode`` included — so a replica reachable
-from other machines cannot be reloaded by whoever reads this file or guesses a short token.
+refuses a default admin token unless ``local_mode`` is on, and a weak one whenever the bind address
+is not loopback — ``local_mode`` included — so a replica reachable from other machines cannot be
+reloaded by whoever reads this file or guesses the token. A token is weak when it is the default,
+shorter than 16 characters, or carries less than 64 bits by ``token_strength_bits`` (so 16 spaces,
+one character repeated, or a 16-digit number are refused). Inference needs a client key
+(``require_api_key``) by default off loopback.
 
 Deliberately left out: the fleet's own settings (deploy/fleet.py takes plain arguments) and the
 router's (deploy/router.py). Importing this module imports neither torch nor mlflow.
@@ -12,6 +15,9 @@ router's (deploy/router.py). Importing this module imports neither torch nor mlf
 from __future__ import annotations
 
 import ipaddress
+import math
+import string
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -21,6 +27,41 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 DEFAULT_ADMIN_TOKEN = "changethis"
 MIN_PUBLIC_TOKEN_CHARS = 16
 """Shortest admin token accepted on a non-loopback bind address."""
+MIN_PUBLIC_TOKEN_BITS = 64.0
+"""Least estimated strength (``token_strength_bits``) of an admin token off loopback."""
+_CLASSES = (string.ascii_lowercase, string.ascii_uppercase, string.digits)
+
+
+def token_strength_bits(token: str) -> float:
+    """A conservative estimate of a token's entropy in bits: its length times the smaller of
+    (a) the Shannon entropy of its own character frequencies and (b) log2 of the size of the
+    character classes it draws from (lower case 26, upper case 26, digits 10, anything else 33).
+    Repeated characters score (a) = 0; a number or a lower-case word scores at most log2 10 or
+    log2 26 per character. ``secrets.token_urlsafe(24)`` scores about 140."""
+    if not token:
+        return 0.0
+    n = len(token)
+    shannon = -sum(c / n * math.log2(c / n) for c in Counter(token).values())
+    alphabet = sum(len(cls) for cls in _CLASSES if any(ch in cls for ch in token))
+    if any(not any(ch in cls for cls in _CLASSES) for ch in token):
+        alphabet += 33
+    return max(0.0, n * min(shannon, math.log2(alphabet)))
+
+
+def weak_token_reason(token: str) -> str | None:
+    """Why ``token`` may not guard a replica reachable from other machines; None if it may."""
+    if token == DEFAULT_ADMIN_TOKEN:
+        return "it is the default 'changethis'"
+    if len(token) < MIN_PUBLIC_TOKEN_CHARS:
+        return f"it has {len(token)} characters, fewer than {MIN_PUBLIC_TOKEN_CHARS}"
+    bits = token_strength_bits(token)
+    if bits < MIN_PUBLIC_TOKEN_BITS:
+        return (
+            f"it carries about {bits:.0f} bits, fewer than {MIN_PUBLIC_TOKEN_BITS:.0f} (repeated "
+            "characters or a small alphabet); generate one with "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(24))'`"
+        )
+    return None
 
 
 def is_loopback(host: str) -> bool:
@@ -108,6 +149,11 @@ class ServerSettings(BaseSettings):
     alias: str = Field(
         default="champion", min_length=1, description="Registry alias loaded at start-up."
     )
+    model_aliases: list[str] = Field(
+        default_factory=list,
+        description="Other ids a request's ``model`` may name besides model_name (JSON list); "
+        "any other id is a 404 ``model_not_found``.",
+    )
     version: int | None = Field(
         default=None,
         ge=1,
@@ -131,7 +177,8 @@ class ServerSettings(BaseSettings):
     port: int = Field(default=8000, ge=1, le=65535, description="TCP port to bind.")
     admin_token: SecretStr = Field(
         default=SecretStr(DEFAULT_ADMIN_TOKEN),
-        description="Bearer token for /admin/*. Must be changed unless local_mode.",
+        description="Bearer token for /admin/*. Must be changed unless local_mode; off loopback "
+        "it must be strong (16+ characters, 64+ estimated bits: token_strength_bits).",
     )
     local_mode: bool = Field(
         default=False, description="Developer mode: allows the default admin token."
@@ -154,13 +201,45 @@ class ServerSettings(BaseSettings):
         default=64 * 1024,
         ge=256,
         le=16 * 1024 * 1024,
-        description="Largest request body accepted; larger ones get 413.",
+        description="Largest request body accepted; larger ones get 413 'request_too_large'.",
     )
     max_prompt_chars: int = Field(
-        default=4096, ge=1, description="Longest prompt accepted (characters)."
+        default=4096, ge=1,
+        description="Longest prompt accepted (characters); longer is a 400 "
+        "'context_length_exceeded'.",
     )
     max_tokens_limit: int = Field(
-        default=256, ge=1, le=4096, description="Largest max_tokens a request may ask for."
+        default=4096,
+        ge=1,
+        le=32768,
+        description="Largest max_tokens a request may ask for (a larger ask is a 400 with code "
+        "'invalid_value'); the model's context bounds the tokens actually generated.",
+    )
+    default_max_tokens: int = Field(
+        default=256,
+        ge=1,
+        le=32768,
+        description="Chat completions without max_tokens generate at most this many tokens "
+        "(completions default to 16, as OpenAI's do).",
+    )
+    require_api_key: bool | None = Field(
+        default=None,
+        description="Completions and chat need a client key (Authorization: Bearer rk_...). "
+        "None: on when host is not loopback, off on loopback.",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0.0,
+        le=600.0,
+        description="A connection must deliver a request's line and headers within this many "
+        "seconds of opening (or of its previous response); else it is closed.",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0.0,
+        le=600.0,
+        description="A request body must arrive completely within this many seconds of its "
+        "headers; else the answer is 408 and the connection is closed.",
     )
     cache_dir: Path = Field(
         default=Path("runs/model-cache"),
@@ -176,8 +255,8 @@ class ServerSettings(BaseSettings):
     )
     api_keys_path: Path = Field(
         default=Path("runs/api_keys.json"),
-        description="Hashed client API keys of the signals API (deploy/api_keys.py); shared by "
-        "the replicas of a fleet.",
+        description="Hashed client API keys of inference and the signals API "
+        "(deploy/api_keys.py); shared by the replicas of a fleet.",
     )
     response_memory: int = Field(
         default=100_000,
@@ -210,18 +289,25 @@ class ServerSettings(BaseSettings):
                 "admin_token is the default 'changethis'; set RATCHET_ADMIN_TOKEN "
                 "or RATCHET_LOCAL_MODE=true"
             )
-        if not self.admin_token.get_secret_value():
-            raise ValueError("admin_token must not be empty")
+        if not self.admin_token.get_secret_value().strip():
+            raise ValueError("admin_token must not be empty or blank")
         return self
 
     @model_validator(mode="after")
     def _refuse_weak_token_off_loopback(self) -> ServerSettings:
         if is_loopback(self.host):
             return self
-        token = self.admin_token.get_secret_value()
-        if token == DEFAULT_ADMIN_TOKEN or len(token) < MIN_PUBLIC_TOKEN_CHARS:
+        reason = weak_token_reason(self.admin_token.get_secret_value())
+        if reason is not None:
             raise ValueError(
-                f"admin_token must be a non-default secret of at least {MIN_PUBLIC_TOKEN_CHARS} "
-                f"characters when host={self.host!r} is not loopback (local_mode does not allow it)"
+                f"admin_token is too weak when host={self.host!r} is not loopback (local_mode "
+                f"does not allow it): {reason}"
             )
         return self
+
+    @property
+    def keys_required(self) -> bool:
+        """Whether completions and chat need a client key (``require_api_key``, resolved)."""
+        if self.require_api_key is None:
+            return not is_loopback(self.host)
+        return self.require_api_key

@@ -237,7 +237,6 @@ class UserSimulator:
         """One OpenAI ``/v1/completions`` request; the answer in the fields ``_judge`` reads."""
         url = self.urls[i % len(self.urls)]
         body = {
-            "model": "ratchet",
             "prompt": task.prompt,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,

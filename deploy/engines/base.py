@@ -26,9 +26,9 @@ ExpertsSource = Literal["engine", "teacher_forced", "none"]
 class EngineInputError(ValueError):
     """The request cannot be served as asked (e.g. the prompt leaves no room): a 400."""
 
-    def __init__(self, message: str, param: str | None = None) -> None:
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
-        self.param = param
+        self.param, self.code = param, code
 
 
 class EngineUnavailable(RuntimeError):
@@ -70,6 +70,9 @@ class EngineResult:
     routed_experts_source: ExpertsSource = "engine"
     token_texts: list[str] = field(default_factory=list)
     """Each sampled token's own text (may be a partial character for byte tokens)."""
+    ends_with_eos: bool = False
+    """The last of ``token_ids`` is an end-of-sequence token: logged for training, but not shown
+    to the client as a token nor counted in its usage."""
 
 
 DeltaCallback = Callable[[int, str], None]

@@ -274,6 +274,7 @@ def _encode(model: StepModel, prompt: str) -> list[int]:
             f"prompt of {len(ids)} tokens leaves no room under the model's context of "
             f"{model.max_seq_len} tokens",
             "prompt",
+            "context_length_exceeded",
         )
     return ids
 
@@ -447,4 +448,5 @@ def _result(model: StepModel, row: _Row, prompt_routes: list, done: float) -> En
         prompt_routed_experts=prompt_routes if row.routes else [],
         routed_experts_source="engine" if row.routes else "none",
         token_texts=[model.decode([t]) for t in row.ids],
+        ends_with_eos=bool(row.ids) and row.ids[-1] in model.eos_ids,
     )

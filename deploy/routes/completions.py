@@ -1,12 +1,13 @@
-"""OpenAI-compatible routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` and
-``GET /v1/models``.
+"""OpenAI-compatible routes: ``POST /v1/completions``, ``POST /v1/chat/completions``,
+``GET /v1/models`` and ``GET /v1/models/{id}``.
 
-Each route validates the body (deploy/api.py), checks the replica's limits, plans the sequences
-(deploy/gateway.py), and either awaits the engine and answers JSON or streams server-sent events.
-Every choice is logged as a behaviour event (deploy/completion_log.py) without blocking.
+Each route authenticates the client when the replica requires keys (deploy/deps.py), validates the
+body (deploy/api.py: unsupported parameters are refused there), checks the model id and the
+replica's limits, plans the sequences (deploy/gateway.py), and either awaits the engine and
+answers JSON or streams server-sent events. Every choice is logged as a behaviour event
+(deploy/completion_log.py) without blocking.
 
-Deliberately left out: client authentication (added by the signals API work, when merged),
-tools/function calling, multimodal content.
+Deliberately left out: tools/function calling and JSON mode (refused), multimodal content.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from deploy.api import (
     CompletionRequest,
     CompletionResponse,
     ErrorResponse,
+    ModelCard,
     ModelList,
 )
-from deploy.deps import EngineDep, LoggerDep, MetricsDep, SettingsDep
+from deploy.deps import EngineDep, HostDep, InferenceClientDep, LoggerDep, MetricsDep, SettingsDep
 from deploy.errors import APIError
 
 router = APIRouter(prefix="/v1", tags=["openai"])
@@ -33,24 +35,47 @@ router = APIRouter(prefix="/v1", tags=["openai"])
 _ERRORS = {
     code: {"model": ErrorResponse, "description": text}
     for code, text in (
-        (400, "Invalid request; error.param names the field."),
-        (413, "Body too large."),
+        (400, "Invalid request; error.param names the field, error.code the rule."),
+        (401, "Missing or wrong client key (error.code invalid_api_key)."),
+        (404, "Unknown model (error.code model_not_found)."),
+        (408, "Body not received in time (error.code request_timeout)."),
+        (413, "Body too large (error.code request_too_large)."),
         (503, "No model loaded yet."),
     )
 }
 _SSE = {"content": {"text/event-stream": {}}, "description": "JSON, or SSE when stream=true."}
 
 
-def _max_tokens(asked: int | None, default: int, limit: int) -> int:
-    value = default if asked is None else asked
+def _max_tokens(asked: int | None, default: int, limit: int, param: str = "max_tokens") -> int:
+    value = min(default, limit) if asked is None else asked
     if value > limit:
-        raise APIError(400, f"max_tokens={value} exceeds this server's limit {limit}", "max_tokens")
+        raise APIError(
+            400, f"{param}={value} exceeds this model's limit of {limit} completion tokens",
+            param, "invalid_value",
+        )
     return value
 
 
 def _check_prompt(prompt: str, limit: int, param: str) -> None:
     if len(prompt) > limit:
-        raise APIError(400, f"{param} has {len(prompt)} characters, limit {limit}", param)
+        raise APIError(
+            400, f"{param} has {len(prompt)} characters, more than this replica's limit {limit}",
+            param, "context_length_exceeded",
+        )
+
+
+def served_model_ids(settings) -> list[str]:
+    """The ids a request's ``model`` may name: the registered name, then its aliases."""
+    return [settings.model_name, *settings.model_aliases]
+
+
+def _check_model(model: str | None, settings) -> None:
+    """None is the served model; any id other than the served model's is a 404, as OpenAI's."""
+    if model is not None and model not in served_model_ids(settings):
+        raise APIError(
+            404, f"The model {model!r} does not exist on this replica; it serves "
+            f"{settings.model_name!r}", "model", "model_not_found", kind="invalid_request_error",
+        )
 
 
 def _fingerprint(version: int) -> str:
@@ -65,7 +90,9 @@ async def create_completion(
     settings: SettingsDep,
     logger: LoggerDep,
     metrics: MetricsDep,
+    client: InferenceClientDep,
 ):
+    _check_model(body.model, settings)
     prompts = body.prompts()
     for p in prompts:
         _check_prompt(p, settings.max_prompt_chars, "prompt")
@@ -79,6 +106,7 @@ async def create_completion(
         ctx=gateway.context(request, body, settings.model_name),
         replica_id=settings.replica_id,
         memory=getattr(request.app.state, "responses", None),
+        owner=client,
     )
     if body.stream:
         return await _stream_completion(call, body, engine, logger, metrics)
@@ -111,13 +139,14 @@ def _response(call, settings, results, kind: str, choices: list[dict]) -> JSONRe
 
 
 def _completion_logprobs(r) -> dict:
+    texts, logprobs = gateway.shown(r)
     offsets, at = [], 0
-    for t in r.token_texts:
+    for t in texts:
         offsets.append(at)
         at += len(t)
     return {
-        "tokens": r.token_texts,
-        "token_logprobs": r.logprobs,
+        "tokens": texts,
+        "token_logprobs": logprobs,
         "top_logprobs": None,
         "text_offset": offsets,
     }
@@ -156,16 +185,19 @@ async def create_chat_completion(
     settings: SettingsDep,
     logger: LoggerDep,
     metrics: MetricsDep,
+    client: InferenceClientDep,
 ):
     from deploy.engines.base import EngineUnavailable
 
+    _check_model(body.model, settings)
     try:
         prompt = engine.chat_prompt([(m.role, m.text()) for m in body.messages])
     except EngineUnavailable as exc:
         raise APIError(503, str(exc), code="model_not_ready") from exc
     _check_prompt(prompt, settings.max_prompt_chars, "messages")
+    param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
     asked = body.max_completion_tokens or body.max_tokens
-    max_tokens = _max_tokens(asked, settings.max_tokens_limit, settings.max_tokens_limit)
+    max_tokens = _max_tokens(asked, settings.default_max_tokens, settings.max_tokens_limit, param)
     call = gateway.plan(
         prefix="chatcmpl",
         prompts=[prompt],
@@ -175,6 +207,7 @@ async def create_chat_completion(
         ctx=gateway.context(request, body, settings.model_name),
         replica_id=settings.replica_id,
         memory=getattr(request.app.state, "responses", None),
+        owner=client,
     )
     if body.stream:
         return await _stream_chat(call, body, engine, logger, metrics)
@@ -196,7 +229,7 @@ def _chat_logprobs(r) -> dict:
     return {
         "content": [
             {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
-            for t, lp in zip(r.token_texts, r.logprobs)
+            for t, lp in zip(*gateway.shown(r))
         ]
     }
 
@@ -229,13 +262,31 @@ async def _stream_chat(call, body, engine, logger, metrics) -> StreamingResponse
     return StreamingResponse(events, media_type="text/event-stream", headers=call.headers())
 
 
-@router.get("/models", response_model=ModelList)
-def list_models(engine: EngineDep, settings: SettingsDep) -> ModelList:
+def _card(model_id: str, engine, host, request: Request):
     from deploy.api import ModelCard
 
-    version = engine.served_version()
-    card = ModelCard(id=settings.model_name, created=0, version=version)
-    return ModelList(data=[card])
+    current = host.current
+    created = current.loaded_unix if current is not None else request.app.state.started_unix
+    return ModelCard(id=model_id, created=int(created), version=engine.served_version())
+
+
+@router.get("/models", response_model=ModelList)
+def list_models(
+    engine: EngineDep, settings: SettingsDep, host: HostDep, request: Request,
+    _: InferenceClientDep,
+) -> ModelList:
+    return ModelList(data=[_card(settings.model_name, engine, host, request)])
+
+
+@router.get(
+    "/models/{model_id}", response_model=ModelCard, responses={404: _ERRORS[404]}
+)
+def retrieve_model(
+    model_id: str, engine: EngineDep, settings: SettingsDep, host: HostDep, request: Request,
+    _: InferenceClientDep,
+) -> ModelCard:
+    _check_model(model_id, settings)
+    return _card(model_id, engine, host, request)
 
 
 async def _test_extra_latency(settings, version: int) -> None:

@@ -15,8 +15,8 @@ router = APIRouter(prefix="/admin/keys", tags=["admin"])
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=ApiKeyCreated)
 def create_key(body: ApiKeyCreateRequest, _: AdminDep, request: Request) -> ApiKeyCreated:
-    key_id, key = request.app.state.api_keys.create(body.name)
-    return ApiKeyCreated(key_id=key_id, name=body.name, key=key)
+    key_id, key = request.app.state.api_keys.create(body.name, body.org)
+    return ApiKeyCreated(key_id=key_id, name=body.name, org=body.org, key=key)
 
 
 @router.get("", response_model=list[ApiKeyInfo])

@@ -1,12 +1,14 @@
 """``POST /v1/feedback``, ``/v1/edits``, ``/v1/followups``: what the user did with a response.
 
 Each call names a ``response_id`` this replica served (deploy/responses.py remembers them),
-carries a client API key (``Authorization: Bearer rk_...``, deploy/api_keys.py), and becomes one
+carries a client API key (``Authorization: Bearer rk_...``, deploy/api_keys.py) that owns the
+response (the key it was served to, or one of that key's organisation), and becomes one
 ``ingest.schema`` event handed to the behaviour logger — the same non-blocking queue and on-disk
 spool as completions. The Kafka record's timestamp is the event time. Answers: 202 with the event,
-401 (missing, unknown or revoked key), 404 (unknown or expired response id), 409 (this signal was
-already given: one feedback and one follow-up per response, one edit per window), 413 (body over
-the replica's limit), 422 (a field out of bounds, named), 503 (logging off or its queue full).
+401 (missing, unknown or revoked key), 404 (unknown or expired response id, or a response served
+to another client), 409 (this signal was already given: one feedback and one follow-up per
+response, one edit per window), 413 (body over the replica's limit), 422 (a field out of bounds,
+named in ``error.param``), 503 (logging off or its queue full). Every error is in OpenAI's shape.
 
 Edit persistence is ``1 - normalised Levenshtein distance`` between the served text and the text
 as it stands now (rapidfuzz), or a precomputed score.
@@ -22,9 +24,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from deploy.api import (
     EditRequest,
@@ -33,15 +33,17 @@ from deploy.api import (
     SignalAccepted,
     _SignalRequest,
 )
-from deploy.api_keys import InvalidApiKey
-from deploy.deps import LoggerDep, MetricsDep, SettingsDep
+from deploy.api_keys import ApiClient
+from deploy.deps import ClientDep, LoggerDep, MetricsDep, SettingsDep
+from deploy.errors import validation_error
 from deploy.responses import ResponseMemory, ServedResponse
 from ingest.schema import TOPICS, EditPersistence, Feedback, Followup
 
 
 class _SignalRoute(APIRoute):
-    """422 bodies that always serialise: the offending input is left out (it may be NaN or hold a
-    lone surrogate, which JSON cannot carry), the field's location and the message stay."""
+    """Validation errors are 422 (these routes' documented status) in OpenAI's error shape; the
+    offending input is left out (it may be NaN or hold a lone surrogate, which JSON cannot
+    carry), ``param`` names the field and ``code`` the rule."""
 
     def get_route_handler(self):
         handler = super().get_route_handler()
@@ -50,41 +52,21 @@ class _SignalRoute(APIRoute):
             try:
                 return await handler(request)
             except RequestValidationError as exc:
-                detail = [
-                    {"loc": list(e.get("loc", ())), "msg": str(e.get("msg")), "type": e.get("type")}
-                    for e in exc.errors()
-                ]
-                return JSONResponse({"detail": detail}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+                return validation_error(exc, status.HTTP_422_UNPROCESSABLE_CONTENT)
 
         return route
 
 
 router = APIRouter(prefix="/v1", tags=["signals"], route_class=_SignalRoute)
-_bearer = HTTPBearer(auto_error=False)
 _CLOCK_GRAIN = timedelta(seconds=1)
 """A ``created`` this little before the response is clamped to it (OpenAI's ``created`` is in
 whole seconds); earlier is refused."""
-
-
-def require_api_key(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> str:
-    """The caller's key id; 401 without a valid, unrevoked client key."""
-    challenge = {"WWW-Authenticate": "Bearer"}
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "API key required", headers=challenge)
-    try:
-        return request.app.state.api_keys.verify(credentials.credentials)
-    except InvalidApiKey as exc:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, str(exc), headers=challenge) from None
 
 
 def get_responses(request: Request) -> ResponseMemory:
     return request.app.state.responses
 
 
-ClientDep = Annotated[str, Depends(require_api_key)]
 ResponsesDep = Annotated[ResponseMemory, Depends(get_responses)]
 
 
@@ -114,12 +96,15 @@ def _event_time(body: _SignalRequest, served: ServedResponse, max_skew_s: float)
     return max(created, served.created)
 
 
-def _accept(body, signal_key: str, build, responses, logger, metrics, settings) -> SignalAccepted:
-    """Look the response up, claim the signal, build and queue the event (in that order)."""
+def _accept(
+    body, signal_key: str, build, client: ApiClient, responses, logger, metrics, settings
+) -> SignalAccepted:
+    """Look the response up (as ``client`` sees it), claim the signal, build and queue the event
+    (in that order)."""
     kind = signal_key.split(":")[0]
     if logger is None:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "behaviour logging is off")
-    served = responses.get(body.response_id)
+    served = responses.get(body.response_id, client=client)
     if served is None:
         metrics.signals.labels(kind, "unknown_response").inc()
         raise HTTPException(
@@ -153,33 +138,35 @@ def _accept(body, signal_key: str, build, responses, logger, metrics, settings) 
 
 @router.post("/feedback", status_code=status.HTTP_202_ACCEPTED, response_model=SignalAccepted)
 def post_feedback(
-    body: FeedbackRequest, _: ClientDep, responses: ResponsesDep, logger: LoggerDep,
+    body: FeedbackRequest, client: ClientDep, responses: ResponsesDep, logger: LoggerDep,
     metrics: MetricsDep, settings: SettingsDep,
 ) -> SignalAccepted:
     def build(served, common):
         return Feedback(**common, label=body.label, rating=body.rating, comment=body.comment)
 
-    return _accept(body, "feedback", build, responses, logger, metrics, settings)
+    return _accept(body, "feedback", build, client, responses, logger, metrics, settings)
 
 
 @router.post("/edits", status_code=status.HTTP_202_ACCEPTED, response_model=SignalAccepted)
 def post_edit(
-    body: EditRequest, _: ClientDep, responses: ResponsesDep, logger: LoggerDep,
+    body: EditRequest, client: ClientDep, responses: ResponsesDep, logger: LoggerDep,
     metrics: MetricsDep, settings: SettingsDep,
 ) -> SignalAccepted:
     def build(served, common):
         score = body.score if body.text is None else persistence(served.text, body.text)
         return EditPersistence(**common, window_s=body.window_s, score=score)
 
-    return _accept(body, f"edit:{body.window_s}", build, responses, logger, metrics, settings)
+    return _accept(
+        body, f"edit:{body.window_s}", build, client, responses, logger, metrics, settings
+    )
 
 
 @router.post("/followups", status_code=status.HTTP_202_ACCEPTED, response_model=SignalAccepted)
 def post_followup(
-    body: FollowupRequest, _: ClientDep, responses: ResponsesDep, logger: LoggerDep,
+    body: FollowupRequest, client: ClientDep, responses: ResponsesDep, logger: LoggerDep,
     metrics: MetricsDep, settings: SettingsDep,
 ) -> SignalAccepted:
     def build(served, common):
         return Followup(**common, text=body.text, dissatisfied=body.dissatisfied)
 
-    return _accept(body, "followup", build, responses, logger, metrics, settings)
+    return _accept(body, "followup", build, client, responses, logger, metrics, settings)

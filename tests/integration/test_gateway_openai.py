@@ -11,6 +11,7 @@ import pytest
 from deploy.fleet import Fleet
 from deploy.toy_models import register_untrained
 from ingest.kafka_io import logged_completions
+from policy.toy.tokenizer import EOS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -73,7 +74,9 @@ def test_completion_and_its_event(client, replica, broker):
     assert c.usage.completion_tokens == len(choice.logprobs.token_logprobs) >= 1
     event = logged_completions(broker.bootstrap, {c.id})[c.id]
     assert event.response_text == choice.text and event.conversation_id == "oa-conv-1"
-    assert event.response_logprobs == pytest.approx(choice.logprobs.token_logprobs)
+    shown = c.usage.completion_tokens  # a final EOS is logged for training but not shown
+    assert len(event.response_token_ids) - shown == (event.response_token_ids[-1] == EOS)
+    assert event.response_logprobs[:shown] == pytest.approx(choice.logprobs.token_logprobs)
     assert (event.sampling.temperature, event.sampling.top_p) == (0.8, 0.95)
     assert event.task_kind == "arith" and event.model_version == version
 
@@ -114,7 +117,8 @@ def test_streaming_chat_matches_the_logged_text(client, replica, broker):
     (rid,) = ids
     event = logged_completions(broker.bootstrap, {rid})[rid]
     assert "".join(pieces) == event.response_text and finish == event.finish_reason
-    assert usage.completion_tokens == len(event.response_token_ids)
+    eos = event.response_token_ids[-1] == EOS  # logged for training, not counted for the client
+    assert usage.completion_tokens == len(event.response_token_ids) - eos
     assert 0 < event.time_to_first_token_ms <= event.latency_ms
 
 
@@ -140,6 +144,7 @@ def test_errors_are_openai_errors(client, replica):
         client.completions.create(model=name, prompt=PROMPT, max_tokens=100_000)
     assert err.value.status_code == 400
     assert "max_tokens" in err.value.message and err.value.body["param"] == "max_tokens"
+    assert err.value.code == "invalid_value"
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(
             model=name, messages=[{"role": "user", "content": "x"}], temperature=1e-300

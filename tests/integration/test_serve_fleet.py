@@ -21,6 +21,7 @@ from deploy.fleet import Fleet
 from deploy.toy_models import build_untrained, register_untrained
 from ingest.kafka_io import high_watermarks, read_range
 from ingest.schema import TOPICS, Completion, parse_event
+from policy.toy.tokenizer import EOS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -76,7 +77,6 @@ def fleet(models, mlflow_server, broker, tmp_path_factory):
 
 def complete(url: str, i: int, **kw) -> httpx.Response:
     body = {
-        "model": "toy",
         "prompt": "# evaluate\n12+7 = ",
         "max_tokens": 8,
         "temperature": 1.0,
@@ -108,7 +108,9 @@ def test_completions_are_logged_with_sampled_logprobs(fleet, models, broker):
         r = resp.json()
         e: Completion = by_id[r["id"]]
         n = len(e.response_token_ids)
-        assert n == r["usage"]["completion_tokens"] == len(e.response_logprobs)
+        assert n == len(e.response_logprobs)
+        eos = 1 if e.response_token_ids[-1] == EOS else 0  # logged, not shown or counted
+        assert r["usage"]["completion_tokens"] == n - eos
         assert len(e.routed_experts) == n and e.model_version == v1 == served_version(resp)
         assert e.response_text == r["choices"][0]["text"] and e.model_name == name
         assert e.user_hash not in {"user0", "user1", "user2"} and len(e.user_hash) == 32

@@ -77,7 +77,7 @@ def _complete(url: str, conv: str) -> dict:
     r = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
     if r.status_code != 200:  # the OpenAI-shaped gateway (400 or 422 for the legacy body)
         r = httpx.post(f"{url}/v1/completions", timeout=60, headers={"x-conversation-id": conv},
-                       json={"model": "champion", "prompt": body["prompt"], "max_tokens": 8})
+                       json={"prompt": body["prompt"], "max_tokens": 8})
     assert r.status_code == 200, r.text
     return r.json()
 

@@ -63,7 +63,8 @@ def test_router_admin_needs_token(client):
 
 def test_router_limits_and_upstream_errors(client):
     big = {"conversation_id": "c", "prompt": "x" * 2000}
-    assert client.post("/v1/completions", json=big).status_code == 413
+    r = client.post("/v1/completions", json=big)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
     r = client.post("/v1/completions", json={"conversation_id": "c", "prompt": "x"})
     assert r.status_code == 502  # nothing listens on port 9: counted as a stable error
     # no conversation id anywhere: the router makes one up instead of refusing the request

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 from pydantic import ValidationError
 
@@ -60,10 +62,45 @@ def test_weak_token_is_refused_off_loopback_even_in_local_mode(local_mode, token
         )
 
 
+STRONG = "qBaKs6d3JF_7mbX2por9x9wEy9wAAL5p"  # secrets.token_urlsafe(24)
+
+
 @pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "::", "example.internal"])
-def test_long_token_is_accepted_off_loopback(host):
-    s = ServerSettings(tracking_uri="x", model_name="m", host=host, admin_token="a" * 16)
+def test_strong_token_is_accepted_off_loopback(host):
+    s = ServerSettings(tracking_uri="x", model_name="m", host=host, admin_token=STRONG)
     assert s.host == host
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["a" * 16, " a" * 8, "ab" * 12, "0123456789012345", "1234123412341234", "aaaaaaaabbbbbbbbcc"],
+)
+def test_low_entropy_token_is_refused_off_loopback(token):
+    with pytest.raises(ValidationError, match="bits, fewer than 64"):
+        ServerSettings(tracking_uri="x", model_name="m", host="0.0.0.0", admin_token=token)
+
+
+@pytest.mark.parametrize("token", ["", " " * 16, "\t\n "])
+def test_blank_token_is_refused_even_on_loopback(token):
+    with pytest.raises(ValidationError, match="empty or blank"):
+        ServerSettings(tracking_uri="x", model_name="m", admin_token=token)
+
+
+def test_token_strength_estimate():
+    from deploy.settings import token_strength_bits
+
+    assert token_strength_bits(" " * 16) == 0.0
+    assert token_strength_bits("ab" * 8) == 16.0  # 1 bit per character, 16 characters
+    assert token_strength_bits("0123456789" * 2) == pytest.approx(20 * math.log2(10))
+    assert token_strength_bits(STRONG) > 100
+
+
+def test_inference_keys_are_required_off_loopback_by_default():
+    common = dict(tracking_uri="x", model_name="m", admin_token=STRONG)
+    assert ServerSettings(**common, host="0.0.0.0").keys_required
+    assert not ServerSettings(**common, host="127.0.0.1").keys_required
+    assert ServerSettings(**common, host="127.0.0.1", require_api_key=True).keys_required
+    assert not ServerSettings(**common, host="0.0.0.0", require_api_key=False).keys_required
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
@@ -79,6 +116,8 @@ def test_router_refuses_a_weak_token_off_loopback():
         RouterSettings(stable_urls=["http://x"], host="0.0.0.0", local_mode=True)
     with pytest.raises(ValidationError, match="not loopback"):
         RouterSettings(stable_urls=["http://x"], host="0.0.0.0", admin_token="short")
+    with pytest.raises(ValidationError, match="bits"):
+        RouterSettings(stable_urls=["http://x"], host="0.0.0.0", admin_token=" " * 16)
     assert RouterSettings(stable_urls=["http://x"], local_mode=True).host == "127.0.0.1"
 
 
@@ -107,3 +146,11 @@ def test_managed_vllm_follows_the_replicas_loaded_version(tmp_path):
     assert engine.server.dtype == "float32" and engine.server.workdir == tmp_path / "vllm"
     with pytest.raises(LookupError, match="loaded no version"):
         loaded_checkpoint(host, wait_s=0.3)()
+
+
+def test_every_replica_setting_is_documented():
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[3] / "docs" / "API.md").read_text()
+    missing = [n for n in ServerSettings.model_fields if f"`RATCHET_{n.upper()}`" not in doc]
+    assert missing == []
