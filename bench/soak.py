@@ -159,7 +159,7 @@ def _poison(bootstrap: str, urls: list[str], api_key: str, rng: random.Random, n
         for i in range(n):
             url = urls[i % len(urls)]
             r = http.post(f"{url}/v1/completions", headers=auth,
-                          json={"model": "champion", "prompt": "# add\n2+2 = ", "max_tokens": 8})
+                          json={"prompt": "# add\n2+2 = ", "max_tokens": 8})
             r.raise_for_status()
             rid = r.json()["id"]
             text = f"still the same error{rng.choice(separators)}TypeError{rng.choice(separators)}"

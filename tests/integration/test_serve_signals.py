@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 import httpx
 import pytest
+from mlflow import MlflowClient
 from safetensors.torch import load_file, save_file
 
 from deploy.fleet import Fleet, RouterProcess, _spawn
@@ -60,6 +61,11 @@ def setup(mlflow_server, broker, tmp_path_factory):
     good = _register(mlflow_server.uri, name, work, 1)
     nan = _register(mlflow_server.uri, name, work, 2, "nan")
     shape = _register(mlflow_server.uri, name, work, 3, "shape")
+    lost = _register(mlflow_server.uri, name, work, 4)  # then its config.json goes missing
+    source = MlflowClient(mlflow_server.uri).get_model_version(name, str(lost)).source
+    for path in (mlflow_server.workdir / "artifacts").rglob("config.json"):
+        if f"/{source.removeprefix('models:/')}/" in str(path):
+            path.unlink()
     registry.set_alias(mlflow_server.uri, name, registry.CHAMPION, good)
     with (
         Fleet.start(n_replicas=1, tracking_uri=mlflow_server.uri, model_name=name,
@@ -67,7 +73,8 @@ def setup(mlflow_server, broker, tmp_path_factory):
         RouterProcess.start(stable_urls=fleet.urls, canary_urls=[], admin_token=TOKEN,
                             workdir=work / "router") as router,
     ):
-        yield dict(name=name, good=good, nan=nan, shape=shape, fleet=fleet, router=router,
+        yield dict(name=name, good=good, nan=nan, shape=shape, lost=lost, fleet=fleet,
+                   router=router,
                    work=work, key=fleet.create_api_key("signals-test"))
 
 
@@ -190,6 +197,39 @@ def test_reload_to_broken_weights_is_refused_and_reported(setup, which, why):
     assert 'ratchet_model_reloads_total{result="refused"}' in metrics
     _complete(url, f"after-{which}")  # the previous version still serves
     assert _reload(url, setup["good"]).status_code == 200
+
+
+def test_reload_to_a_version_that_lost_its_checkpoint_is_a_4xx_naming_what_is_missing(setup):
+    url = setup["fleet"].urls[0]
+    r = _reload(url, setup["lost"])
+    assert r.status_code == 422 and "holds no checkpoint" in r.text and "config.json" in r.text
+    assert httpx.get(f"{url}/readyz").json()["version"] == setup["good"]
+
+
+def test_a_follow_up_holding_line_separators_is_ingested_and_ingest_goes_on(setup, broker,
+                                                                          tmp_path):
+    from ingest.config import IngestConfig
+    from ingest.kafka_io import start_group_at_end
+    from ingest.pipeline import run_span
+    from ingest.spans import read_spans
+
+    group = f"sep-{uuid.uuid4().hex[:6]}"
+    start_group_at_end(broker.bootstrap, group, TOPICS.values())
+    router, auth = setup["router"], {"Authorization": f"Bearer {setup['key']}"}
+    text = "still the same error\u2028TypeError\u0085 at line 3\u2029"
+    rid = _complete(router.url, "sep-conv")["id"]
+    r = httpx.post(f"{router.url}/v1/followups", headers=auth, timeout=30,
+                   json={"response_id": rid, "text": text})
+    assert r.status_code == 202, r.text
+    _events(broker.bootstrap, "followup", rid, expect=1)
+    cfg = IngestConfig(group_id=group, drain=True)
+    out = tmp_path / "spans"
+    first = run_span(bootstrap=broker.bootstrap, group_id=group, output_root=out, config=cfg)
+    later = _complete(router.url, "sep-conv-2")["id"]  # the next span: ingest is not wedged
+    second = run_span(bootstrap=broker.bootstrap, group_id=group, output_root=out, config=cfg)
+    rows = {row["response_id"]: row for row in read_spans(out).to_pylist()}
+    assert rows[rid]["followup_text"] == text and rows[rid]["followup_dissatisfied"] is not None
+    assert later in rows and first.span_id != second.span_id
 
 
 def test_pinned_to_wrong_shape_reports_the_load_error(setup, mlflow_server):
