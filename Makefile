@@ -12,14 +12,19 @@ export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
 
 .PHONY: demo demo-smollm2 test test-unit test-integration test-real test-vllm real-model lint lock clean
 
+# The installer's output goes to .venv/bootstrap.log; the terminal gets one line (or the log's
+# tail when it fails).
 $(BIN)/.bootstrapped: requirements.lock pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check uv==0.13.9
-	$(BIN)/uv pip sync --python $(BIN)/python --find-links $(FIND_LINKS) requirements.lock \
-		|| $(BIN)/pip install -q -r requirements.lock
-	$(BIN)/uv pip install --python $(BIN)/python --no-deps -e . \
-		|| $(BIN)/pip install -q --no-deps -e .
-	touch $@
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@echo "setting up $(VENV) from requirements.lock (log: $(VENV)/bootstrap.log) ..."
+	@( $(BIN)/pip install -q --disable-pip-version-check uv==0.13.9 \
+	  && ( $(BIN)/uv pip sync --python $(BIN)/python --find-links $(FIND_LINKS) requirements.lock \
+	       || $(BIN)/pip install -q -r requirements.lock ) \
+	  && ( $(BIN)/uv pip install --python $(BIN)/python --no-deps -e . \
+	       || $(BIN)/pip install -q --no-deps -e . ) ) > $(VENV)/bootstrap.log 2>&1 \
+	  || { tail -n 30 $(VENV)/bootstrap.log; exit 1; }
+	@echo "$(VENV) ready: $$($(BIN)/python -m pip list --disable-pip-version-check 2>/dev/null | tail -n +3 | wc -l) packages"
+	@touch $@
 
 demo: $(BIN)/.bootstrapped
 	$(BIN)/ratchet demo --config configs/toy-lazy-fix.json --workdir .demo --cycles 5
