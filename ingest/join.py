@@ -6,7 +6,9 @@ earlier one, and decides:
 - duplicates (same ``event_id``) are removed, keeping the copy with the smallest
   (topic, partition, offset), so arrival order changes nothing;
 - a signal joins if its event time is within ``[t, t + window_kind + grace_kind]`` (the grace
-  lets a checkpoint due exactly at the window's end, or measured a moment late, join);
+  lets a checkpoint due exactly at the window's end, or measured a moment late, join); for
+  persistence, ``t`` is the acceptance time when an accepting feedback event gives it (the
+  checkpoints count from the insertion, which can come minutes after the completion);
 - the completion is *final* once each *expected* signal kind has arrived (persistence: every
   checkpoint) or its window has closed against the watermark (largest event time seen less
   the allowed lateness), and, unless every kind is expected, without waiting for the others;
@@ -103,14 +105,29 @@ def next_in_conversation(entries: Iterable[tuple[str, int]]) -> list[tuple[str, 
     return [(a[0], next_completion_marker(a[0], b[1])) for a, b in zip(ordered, ordered[1:])]
 
 
-def window_ends(t_us: int, windows: Windows, t_next_us: int | None) -> dict[str, int]:
-    """Event time at which each signal kind's window closes for a completion made at ``t_us``."""
+def window_ends(
+    t_us: int, windows: Windows, t_next_us: int | None, t_accept_us: int | None = None
+) -> dict[str, int]:
+    """Event time at which each signal kind's window closes for a completion made at ``t_us``.
+
+    Persistence is measured 30 / 120 / 300 / 600 s after the suggestion was *accepted*
+    (inserted), which can be minutes after the completion: with an acceptance time
+    ``t_accept_us`` (an accepting feedback event's time) the persistence window counts from it.
+    """
     followup = t_us + windows.followup_us
+    start = t_us if t_accept_us is None else max(t_us, t_accept_us)
     return {
-        "edit_persistence": t_us + windows.edit_persistence_us,
+        "edit_persistence": start + windows.edit_persistence_us,
         "followup": followup if t_next_us is None else min(followup, t_next_us),
         "feedback": t_us + windows.feedback_us,
     }
+
+
+def acceptance_time(t_us: int, signals: Iterable[EventItem], windows: Windows) -> int | None:
+    """Event time of the first accepting feedback inside the feedback window (None: none)."""
+    accepts = [s.event_time_us for s in signals if s.kind == "feedback" and s.signal == 1.0
+               and t_us <= s.event_time_us <= t_us + windows.feedback_us]
+    return min(accepts, default=None)
 
 
 def dedup(items: Iterable[EventItem]) -> tuple[list[EventItem], int]:
@@ -177,7 +194,8 @@ def join_group(
         dead_letter(c, "duplicate_response_id", f"{response_id} already has {completion.event_id}")
         for c in extra
     ]
-    ends = window_ends(completion.event_time_us, windows, t_next)
+    t = completion.event_time_us
+    ends = window_ends(t, windows, t_next, acceptance_time(t, signals, windows))
     in_window = [s for s in signals if s.event_time_us <= ends[s.kind]]
     outside = [s for s in signals if s.event_time_us > ends[s.kind]]
     closed = max(ends.values()) <= watermark_us
