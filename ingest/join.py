@@ -281,6 +281,7 @@ def reward_row(
         "finish_reason": c["finish_reason"],
         "completion_tokens": n_tokens,
         "latency_ms": float(c["latency_ms"]),
+        "client_id": c.get("client_id"),
     }
     row.update(
         signal_columns(
@@ -290,6 +291,7 @@ def reward_row(
             response_text=c["response_text"],
             latency_ms=float(c["latency_ms"]),
             n_tokens=n_tokens,
+            client_id=c.get("client_id"),
         )
     )
     return row
@@ -303,10 +305,13 @@ def signal_columns(
     response_text: str,
     latency_ms: float,
     n_tokens: int,
+    client_id: str | None = None,
 ) -> dict[str, Any]:
     """The reward row's columns that come from the joined signals: the chosen signals, the
-    follow-up detector's columns, the reward, its components and the defaulted signals."""
+    follow-up detector's columns, the reward, its components, the defaulted signals and what
+    the completion's client declared it reports (``RewardConfig.clients``)."""
     persistence, followup, label = _pick_signals(signals)
+    declares = reward_config.client(client_id).reports_persistence_for_inserted
     fu = followup_columns(followup, prompt, response_text)
     dissatisfied = fu["followup_dissatisfied"]  # the detector's decision, never the flag
     reward, components, defaulted = compute_reward(
@@ -316,6 +321,7 @@ def signal_columns(
             edit_persistence=persistence,
             followup_dissatisfied=dissatisfied,
             feedback_label=label,  # type: ignore[arg-type]
+            reports_persistence_for_inserted=declares,
         ),
         reward_config,
     )
@@ -325,6 +331,7 @@ def signal_columns(
         "reward": float(reward),
         "reward_components": list(components.items()),
         "defaulted_signals": defaulted,
+        "client_reports_persistence": None if client_id is None else declares,
         **fu,
     }
     for w in EDIT_WINDOWS_S:
