@@ -41,6 +41,9 @@ from rewards.signals import RowSignals, compute_reward
 US = 1_000_000
 NEXT = "next_completion"
 """Kind of the marker item that carries the time of the conversation's next completion."""
+PERSISTENCE_OPEN = "persistence_window_open"
+"""Kind of the marker joined to a completion finalised (by a drain) while its persistence window
+was still open: a missing checkpoint then means nothing, whatever the client declared."""
 
 
 SIGNAL_KINDS = ("edit_persistence", "followup", "feedback")
@@ -204,6 +207,9 @@ def join_group(
         out.pending = [completion, *signals]
         return out
     out.late = [dead_letter(s, "late_signal", f"outside the {s.kind} window") for s in outside]
+    if ends["edit_persistence"] > watermark_us:
+        in_window.append(EventItem(PERSISTENCE_OPEN, f"open:{response_id}", watermark_us, "",
+                                   -1, -1, b"", -1))
     if build_row:
         out.row = reward_row(response_id, completion, in_window, reward_config)
     else:
@@ -312,6 +318,7 @@ def signal_columns(
     the completion's client declared it reports (``RewardConfig.clients``)."""
     persistence, followup, label = _pick_signals(signals)
     declares = reward_config.client(client_id).reports_persistence_for_inserted
+    window_closed = not any(s.kind == PERSISTENCE_OPEN for s in signals)
     fu = followup_columns(followup, prompt, response_text)
     dissatisfied = fu["followup_dissatisfied"]  # the detector's decision, never the flag
     reward, components, defaulted = compute_reward(
@@ -321,7 +328,7 @@ def signal_columns(
             edit_persistence=persistence,
             followup_dissatisfied=dissatisfied,
             feedback_label=label,  # type: ignore[arg-type]
-            reports_persistence_for_inserted=declares,
+            reports_persistence_for_inserted=declares and window_closed,
         ),
         reward_config,
     )

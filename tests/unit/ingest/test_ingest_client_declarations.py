@@ -106,3 +106,16 @@ def test_completion_without_client_id_parses_as_before():
     from ingest.schema import parse_event
 
     assert parse_event(raw).client_id is None
+
+
+def test_a_drain_before_the_persistence_window_closed_keeps_the_neutral_default():
+    items = _recording("editor-telemetry")["never"]
+    drained = join_group("never", items, watermark_us=T0_US + 100 * US, finalized={},
+                         windows=WIN, reward_config=DECLARING, drain=True)
+    assert drained.row is not None
+    comps = dict(drained.row["reward_components"])
+    assert comps["edit_persistence"] == 0.0 and comps["feedback"] == 0.0
+    # the same completion once its windows have closed is scored as a rejection
+    closed = join_group("never", items, watermark_us=T0_US + 4000 * US, finalized={},
+                        windows=WIN, reward_config=DECLARING)
+    assert dict(closed.row["reward_components"])["edit_persistence"] == -1.0
