@@ -9,7 +9,7 @@ features VADER does not give directly:
   the complaint it ends on. VADER itself already handles negation inside a clause ("not
   helpful") and damps the clause before "but".
 - ``polite_no``: the message opens with "no"/"nope" and is then only thanks or closing words
-  ("No. Thank you very much."), a polite end of the exchange, not a correction.
+  ("No, thanks, that's all."), a polite end of the exchange, not a correction.
 
 VADER (Hutto & Gilbert 2014, the ``vaderSentiment`` package, MIT) is a lexicon of about 7,500
 words rated by humans, so words the detector's training data never saw still get a valence.

@@ -49,7 +49,7 @@ def test_guideline_examples_come_from_the_dev_half_only():
 
 
 @pytest.mark.parametrize("text", [
-    "No. Thank you very much.", "no thanks, that's all", "Nope, I'm good. Thanks again!",
+    "No, thanks, that's all.", "no thanks, that's all", "Nope, I'm good. Thanks again!",
     "no", "No worries",
 ])
 def test_a_polite_or_bare_no_fires_no_rule(text):
@@ -63,8 +63,8 @@ def test_no_answering_the_answers_question_is_not_a_restatement():
 
 
 @pytest.mark.parametrize("text", [
-    "thank you, you know a lot about software development", "spot on, what kind of prompt would "
-    "produce this?", "this is pretty much perfect, I just need a set of prompts",
+    "Thanks for your help! Please be my frend when you're gonna take over the world:)",
+    "spot on, what kind of prompt would produce this?", "this is pretty much perfect, I just need a set of prompts",
     "Thanks for your help!", "how to zero a dataframe column", "create another 20",
 ])
 def test_thanks_and_new_requests_score_low(text):
