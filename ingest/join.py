@@ -6,7 +6,9 @@ earlier one, and decides:
 - duplicates (same ``event_id``) are removed, keeping the copy with the smallest
   (topic, partition, offset), so arrival order changes nothing;
 - a signal joins if its event time is within ``[t, t + window_kind + grace_kind]`` (the grace
-  lets a checkpoint due exactly at the window's end, or measured a moment late, join);
+  lets a checkpoint due exactly at the window's end, or measured a moment late, join); for
+  persistence, ``t`` is the acceptance time when an accepting feedback event gives it (the
+  checkpoints count from the insertion, which can come minutes after the completion);
 - the completion is *final* once each *expected* signal kind has arrived (persistence: every
   checkpoint) or its window has closed against the watermark (largest event time seen less
   the allowed lateness), and, unless every kind is expected, without waiting for the others;
@@ -41,6 +43,9 @@ from rewards.signals import RowSignals, compute_reward
 US = 1_000_000
 NEXT = "next_completion"
 """Kind of the marker item that carries the time of the conversation's next completion."""
+PERSISTENCE_OPEN = "persistence_window_open"
+"""Kind of the marker joined to a completion finalised (by a drain) while its persistence window
+was still open: a missing checkpoint then means nothing, whatever the client declared."""
 
 
 SIGNAL_KINDS = ("edit_persistence", "followup", "feedback")
@@ -105,14 +110,29 @@ def next_in_conversation(entries: Iterable[tuple[str, int]]) -> list[tuple[str, 
     return [(a[0], next_completion_marker(a[0], b[1])) for a, b in zip(ordered, ordered[1:])]
 
 
-def window_ends(t_us: int, windows: Windows, t_next_us: int | None) -> dict[str, int]:
-    """Event time at which each signal kind's window closes for a completion made at ``t_us``."""
+def window_ends(
+    t_us: int, windows: Windows, t_next_us: int | None, t_accept_us: int | None = None
+) -> dict[str, int]:
+    """Event time at which each signal kind's window closes for a completion made at ``t_us``.
+
+    Persistence is measured 30 / 120 / 300 / 600 s after the suggestion was *accepted*
+    (inserted), which can be minutes after the completion: with an acceptance time
+    ``t_accept_us`` (an accepting feedback event's time) the persistence window counts from it.
+    """
     followup = t_us + windows.followup_us
+    start = t_us if t_accept_us is None else max(t_us, t_accept_us)
     return {
-        "edit_persistence": t_us + windows.edit_persistence_us,
+        "edit_persistence": start + windows.edit_persistence_us,
         "followup": followup if t_next_us is None else min(followup, t_next_us),
         "feedback": t_us + windows.feedback_us,
     }
+
+
+def acceptance_time(t_us: int, signals: Iterable[EventItem], windows: Windows) -> int | None:
+    """Event time of the first accepting feedback inside the feedback window (None: none)."""
+    accepts = [s.event_time_us for s in signals if s.kind == "feedback" and s.signal == 1.0
+               and t_us <= s.event_time_us <= t_us + windows.feedback_us]
+    return min(accepts, default=None)
 
 
 def dedup(items: Iterable[EventItem]) -> tuple[list[EventItem], int]:
@@ -179,7 +199,8 @@ def join_group(
         dead_letter(c, "duplicate_response_id", f"{response_id} already has {completion.event_id}")
         for c in extra
     ]
-    ends = window_ends(completion.event_time_us, windows, t_next)
+    t = completion.event_time_us
+    ends = window_ends(t, windows, t_next, acceptance_time(t, signals, windows))
     in_window = [s for s in signals if s.event_time_us <= ends[s.kind]]
     outside = [s for s in signals if s.event_time_us > ends[s.kind]]
     closed = max(ends.values()) <= watermark_us
@@ -190,6 +211,9 @@ def join_group(
     out.late = [dead_letter(s, "late_signal", f"outside the {s.kind} window") for s in outside]
     in_window, refused = _first_feedback(in_window)
     out.dead += refused
+    if ends["edit_persistence"] > watermark_us:
+        in_window.append(EventItem(PERSISTENCE_OPEN, f"open:{response_id}", watermark_us, "",
+                                   -1, -1, b"", -1))
     if build_row:
         out.row = reward_row(response_id, completion, in_window, reward_config)
     else:
@@ -287,6 +311,7 @@ def reward_row(
         "finish_reason": c["finish_reason"],
         "completion_tokens": n_tokens,
         "latency_ms": float(c["latency_ms"]),
+        "client_id": c.get("client_id"),
     }
     row.update(
         signal_columns(
@@ -296,6 +321,7 @@ def reward_row(
             response_text=c["response_text"],
             latency_ms=float(c["latency_ms"]),
             n_tokens=n_tokens,
+            client_id=c.get("client_id"),
         )
     )
     return row
@@ -309,10 +335,14 @@ def signal_columns(
     response_text: str,
     latency_ms: float,
     n_tokens: int,
+    client_id: str | None = None,
 ) -> dict[str, Any]:
     """The reward row's columns that come from the joined signals: the chosen signals, the
-    follow-up detector's columns, the reward, its components and the defaulted signals."""
+    follow-up detector's columns, the reward, its components, the defaulted signals and what
+    the completion's client declared it reports (``RewardConfig.clients``)."""
     persistence, followup, label = _pick_signals(signals)
+    declares = reward_config.client(client_id).reports_persistence_for_inserted
+    window_closed = not any(s.kind == PERSISTENCE_OPEN for s in signals)
     fu = followup_columns(followup, prompt, response_text)
     dissatisfied = fu["followup_dissatisfied"]  # the detector's decision, never the flag
     reward, components, defaulted = compute_reward(
@@ -322,6 +352,7 @@ def signal_columns(
             edit_persistence=persistence,
             followup_dissatisfied=dissatisfied,
             feedback_label=label,  # type: ignore[arg-type]
+            reports_persistence_for_inserted=declares and window_closed,
         ),
         reward_config,
     )
@@ -331,6 +362,7 @@ def signal_columns(
         "reward": float(reward),
         "reward_components": list(components.items()),
         "defaulted_signals": defaulted,
+        "client_reports_persistence": None if client_id is None else declares,
         **fu,
     }
     for w in EDIT_WINDOWS_S:

@@ -44,6 +44,7 @@ COMPLETION_FIELDS = pa.schema(
         ("routed_experts_source", pa.string()),
         ("finish_reason", pa.string()),
         ("latency_ms", pa.float64()),
+        ("client_id", pa.string()),
     ]
 )
 """The completion payload's fields a reward row copies, as the JSON reader parses them (64-bit;
@@ -70,6 +71,7 @@ def reward_table(
     n_tokens = pc.list_value_length(c["response_token_ids"]).cast(pa.int32())
     latency = c["latency_ms"].to_pylist()
     prompts, responses = c["prompt"].to_pylist(), c["response_text"].to_pylist()
+    clients = c["client_id"].to_pylist()
     signal_rows = [
         signal_columns(
             sigs,
@@ -78,6 +80,7 @@ def reward_table(
             response_text=responses[i],
             latency_ms=latency[i],
             n_tokens=n,
+            client_id=clients[i],
         )
         for i, ((_, _, sigs), n) in enumerate(zip(finals, n_tokens.to_pylist(), strict=True))
     ]

@@ -75,6 +75,12 @@ class Completion(_Event):
     kind: Literal["completion"] = "completion"
     conversation_id: str = Field(min_length=1, max_length=128, description="gen_ai.conversation.id")
     user_hash: str = Field(min_length=1, max_length=128, description="Hashed user id, never raw.")
+    client_id: str | None = Field(
+        default=None, max_length=128,
+        description="Which client (editor plugin, telemetry importer) the suggestion was served "
+        "to: the key of its declaration in ``RewardConfig.clients`` (optional; without it the "
+        "client declares nothing).",
+    )
     model_name: str = Field(min_length=1, description="gen_ai.request.model: registry name.")
     model_version: int = Field(ge=1, description="Registry version of the behaviour policy.")
     task_kind: str = Field(description="Task family of the prompt, for per-task baselines.")
@@ -237,6 +243,9 @@ REWARD_SCHEMA = pa.schema(
         pa.field("followup_flag", pa.bool_()),
         pa.field("dissatisfied_score", pa.float32()),
         pa.field("detector_version", pa.string()),
+        # Which client, and what it declared it reports (decides what a missing signal means)
+        pa.field("client_id", pa.string()),
+        pa.field("client_reports_persistence", pa.bool_()),
         # Rewards
         pa.field("reward", pa.float32(), nullable=False),
         pa.field("reward_components", pa.map_(pa.string(), pa.float32()), nullable=False),

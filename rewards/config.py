@@ -53,6 +53,21 @@ class SignalDefaults(BaseModel):
     )
 
 
+class ClientSignals(BaseModel):
+    """What one client declares it reports, which decides what a *missing* signal means for its
+    completions. A client that declares nothing keeps the neutral defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reports_persistence_for_inserted: bool = Field(
+        False, description="The client sends edit-persistence checkpoints for every suggestion "
+        "the user inserted (as Copilot-style telemetry does, with or without accept/reject "
+        "events). Then a completion with no checkpoint and no feedback once the windows closed "
+        "was never inserted: it is scored as a rejection (persistence "
+        "``defaults.edit_persistence_rejected`` and feedback -1), not as unknown."
+    )
+
+
 class RewardConfig(BaseModel):
     """Everything ``compute_reward`` needs; every component lies in [-1, 1]."""
 
@@ -61,6 +76,12 @@ class RewardConfig(BaseModel):
     weights: RewardWeights = Field(default_factory=RewardWeights, description="Component weights.")
     defaults: SignalDefaults = Field(
         default_factory=SignalDefaults, description="Component values for missing signals."
+    )
+    clients: dict[str, ClientSignals] = Field(
+        default_factory=dict,
+        description="Per-client declarations, keyed by the ``client_id`` a completion event "
+        "carries (for clients of the signals API: their API key id, deploy/api_keys.py). A "
+        "client id missing here (or a completion without one) declares nothing.",
     )
     persistence_window_weights: dict[int, float] = Field(
         default_factory=lambda: {30: 0.1, 120: 0.2, 300: 0.3, 600: 0.4},
@@ -108,9 +129,16 @@ class RewardConfig(BaseModel):
             raise ValueError(f"persistence_window_weights must be non-empty and >= 0, got {bad}")
         return self
 
+    def client(self, client_id: str | None) -> ClientSignals:
+        """The declaration of ``client_id`` (the empty declaration when unknown or None)."""
+        return self.clients.get(client_id or "", _NO_DECLARATION)
+
     def bounds(self) -> tuple[float, float]:
         """The smallest and largest reward this config can produce."""
         w = self.weights
         lo = -(w.edit_persistence + w.followup + w.feedback + w.length * self.length_max_penalty)
         hi = w.edit_persistence + w.followup + w.feedback + w.latency
         return lo, hi
+
+
+_NO_DECLARATION = ClientSignals()

@@ -28,6 +28,9 @@ class RowSignals:
     edit_persistence: Mapping[int, float] = field(default_factory=dict)
     followup_dissatisfied: bool | None = None
     feedback_label: Literal["accept", "reject"] | None = None
+    reports_persistence_for_inserted: bool = False
+    """The client declared it reports persistence for every inserted suggestion
+    (``ClientSignals``): no checkpoint and no feedback then means "not inserted"."""
 
 
 def edit_persistence_reward(
@@ -110,11 +113,15 @@ def compute_reward(
     so ``reward == sum(weights[k] * components[k])``.
     """
     defaulted: list[str] = []
+    label = row_signals.feedback_label
+    if (label is None and not row_signals.edit_persistence
+            and row_signals.reports_persistence_for_inserted):
+        label = "reject"  # never inserted: what a rejection means, scored as one
     persistence = edit_persistence_reward(
         row_signals.edit_persistence, config.persistence_window_weights
     )
     if persistence is None:
-        persistence = _missing_persistence(row_signals.feedback_label, config)
+        persistence = _missing_persistence(label, config)
         defaulted.append("edit_persistence")
     if row_signals.followup_dissatisfied is None:
         followup = config.defaults.followup
@@ -122,7 +129,7 @@ def compute_reward(
     else:
         followup = followup_reward(row_signals.followup_dissatisfied)
     if row_signals.feedback_label is None:
-        feedback = config.defaults.feedback
+        feedback = config.defaults.feedback if label is None else feedback_reward(label)
         defaulted.append("feedback")
     else:
         feedback = feedback_reward(row_signals.feedback_label)

@@ -1,14 +1,18 @@
 """The dissatisfied-follow-up detector: decides from the user's next message (and the answer it
 follows) whether they were unhappy with the answer.
 
-Two tiers. High-precision rules for code-assistant complaints (rules.py) fire first: a rule hit
-is a dissatisfied decision with a score of at least ``RULE_FLOOR``. Otherwise a small logistic
-regression over hashed n-grams and context features (scorer.py, weights in ``model.json``)
-gives the score, and the decision is ``score >= threshold`` (the threshold is chosen by train.py
-on a generated validation split, never on the hand-written held-out fixture).
+Two tiers. High-precision rules for complaints (rules.py: pasted errors, "still", "again",
+"wrong", "doesn't work", a leading "no, ..." with a restatement, ignored instructions, ...) fire
+first: a rule hit is a dissatisfied decision with a score of at least ``RULE_FLOOR``. Otherwise
+a calibrated logistic regression over VADER sentiment with negation and contrast (lexicon.py),
+the rule families, the context and the known vocabulary (scorer.py, weights in ``model.json``)
+gives the score, and the decision is ``score >= threshold``. Both were fitted and tuned on real
+human follow-ups (the ``dev`` half of ingest/detector/data, docs/FOLLOWUP_LABELS.md) and the
+generated corpus; the ``eval`` half only reports (bench/detector.py).
 
-``DETECTOR_VERSION`` is a content hash of the weights, the rules and the feature code: any change
-to what decides gives a new version, recorded in every reward row.
+``detector_version()`` is ``fu2-`` (the detector's generation) + a content hash of the weights,
+the deciding code and the VADER lexicon: any change to what decides gives a new version,
+recorded in every reward row.
 
 Deliberately left out: the producer's own ``dissatisfied`` flag (ingest compares it, never
 trusts it) and training (``python -m ingest.detector.train``).
@@ -26,7 +30,9 @@ from ingest.detector.scorer import MODEL_PATH, load_scorer
 
 RULE_FLOOR = 0.9
 """Smallest score of a follow-up that a rule flagged (the scorer's probability lifts it above)."""
-_HASHED = ("features.py", "rules.py", "scorer.py", "__init__.py")
+_HASHED = ("features.py", "lexicon.py", "rules.py", "scorer.py", "__init__.py")
+GENERATION = 2
+"""Bumped when the detector's design changes (1: hashed n-grams on generated text only)."""
 
 
 @dataclass(frozen=True)
@@ -42,12 +48,16 @@ class Verdict:
 
 @cache
 def detector_version() -> str:
-    """``fu-`` + the first 12 hex digits of sha256 over the weights and the deciding code."""
+    """``fu2-`` + the first 12 hex digits of sha256 over the weights, the deciding code and the
+    VADER lexicon."""
+    import vaderSentiment
+
     h = hashlib.sha256(MODEL_PATH.read_bytes())
     here = Path(__file__).parent
     for name in _HASHED:
         h.update(name.encode() + b"\0" + (here / name).read_bytes())
-    return f"fu-{h.hexdigest()[:12]}"
+    h.update((Path(vaderSentiment.__file__).parent / "vader_lexicon.txt").read_bytes())
+    return f"fu{GENERATION}-{h.hexdigest()[:12]}"
 
 
 def detect(text: str, prompt: str | None = None, response: str | None = None) -> Verdict:

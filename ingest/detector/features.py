@@ -1,34 +1,28 @@
-"""Hashed n-gram features of a follow-up and its context, shared by training and inference.
+"""Text features of a follow-up and its context, shared by the rules, training and inference.
 
-``featurize(text, prompt, response)`` returns ``{index: value}`` over ``DIMS`` hashed buckets:
-word unigrams and bigrams (with a start marker, so "no" as the first word differs from a "no"
-inside), character 3- to 5-grams inside words (robust to typos), and context tokens computed from
-the prompt and answer the follow-up came after:
-
-- ``ctx:question``: the answer ended with a question (a clarifying question), so a short "no"
+- ``lexical_tokens``: word unigrams and bigrams with start/end markers, so "no" as the first
+  word differs from a "no" inside (the learned tier keeps only tokens it saw in training);
+- ``asked_question``: the answer ended with a question (a clarifying question), so a short "no"
   is an answer, not a complaint;
-- ``ctx:reask``: the follow-up is a near-duplicate of the previous prompt (rapidfuzz ratio);
-- ``ctx:trace``: the follow-up looks like a pasted traceback or compiler error;
-- ``len:*``: a coarse length bucket.
+- ``reask_ratio``: how close the follow-up is to the previous prompt (rapidfuzz ratio);
+- ``looks_like_trace``: a pasted traceback, compiler or runtime error message;
+- ``length_bucket``, ``code_share``: coarse shape of the message.
 
-Values are binary, L2-normalised per message. Hashing is ``zlib.crc32`` (stable across
-processes, unlike ``hash``). Pure Python; no numpy needed at inference.
-
-Deliberately left out: the weights (ingest/detector/scorer.py) and the rules (rules.py).
+Pure Python. Deliberately left out: the weights and the dense feature vector (scorer.py), the
+rules (rules.py) and sentiment (lexicon.py).
 """
 
 from __future__ import annotations
 
-import math
 import re
-import zlib
 
 from rapidfuzz import fuzz
 
-DIMS = 1 << 14
-"""Number of hashed feature buckets."""
 REASK_RATIO = 85.0
 """rapidfuzz ``ratio`` (0-100) of the normalised follow-up and prompt from which it is a re-ask."""
+REASK_RULE_RATIO = 100.0
+"""The ``reask`` rule asks for the same words again: real users re-send a prompt with one more
+requirement (ratio 85-99.9), which is a refinement, not a complaint."""
 
 _WORD = re.compile(r"[a-z0-9_]+(?:'[a-z]+)?|[?!]")
 _TRACE = re.compile(
@@ -51,9 +45,19 @@ def words(text: str) -> list[str]:
     return _WORD.findall(normalise(text))
 
 
+_ERROR_NAME = re.compile(
+    r"\b[A-Z][a-zA-Z]*(?:Error|Exception)\b(?::|\s+at\b)|\bUncaught \w+|\bError in [`\w.$]|"
+    r"\bError:|\bERROR:|\bInternal Server Error\b|\bFatal error\b|\bWarning message|"
+    r"\bNo such file or directory\b|\b(?:object|command|module|function|package) [`'‘\"]?\S+? "
+    r"not found\b|^\s*\S+ not found\s*$|\bthere is no package called\b|"
+    r"\b(?:got|get|getting|throws?|threw|gives?|gave|raises?|raised|shows?) (?:me )?(?:a |an |the |"
+    r"this |that )?[A-Z][a-zA-Z]*(?:Error|Exception)\b"
+)
+
+
 def looks_like_trace(text: str) -> bool:
-    """A pasted traceback, stack frame or compiler/linker error."""
-    return bool(_TRACE.search(text.lower()))
+    """A pasted traceback, stack frame, compiler/linker or runtime error message."""
+    return bool(_TRACE.search(text.lower()) or _ERROR_NAME.search(text))
 
 
 def asked_question(response: str | None) -> bool:
@@ -75,36 +79,30 @@ def reask_ratio(text: str, prompt: str | None) -> float:
     return float(fuzz.ratio(a, b))
 
 
-def _bucket(token: str) -> int:
-    return zlib.crc32(token.encode("utf-8")) % DIMS
+def lexical_tokens(text: str) -> list[str]:
+    """Word unigrams (``w:``) and bigrams with start/end markers (``b:``) of the follow-up.
 
-
-def tokens(text: str, prompt: str | None = None, response: str | None = None) -> list[str]:
-    """Every feature token of one follow-up in its context (before hashing)."""
-    ws = words(text)
-    out = [f"w:{w}" for w in ws]
+    No character n-grams: they let a word the model never saw borrow the weight of a word it did
+    ("appreciate" from "appreciated"), which made the old scorer over-confident on unseen text."""
+    ws = words(text)[:400]
     seq = ["^", *ws, "$"]
-    out += [f"b:{a} {b}" for a, b in zip(seq, seq[1:])]
-    for w in ws:
-        padded = f"<{w}>"
-        for n in (3, 4, 5):
-            out += [f"c:{padded[i:i + n]}" for i in range(max(0, len(padded) - n + 1))]
-    if asked_question(response):
-        out.append("ctx:question")
-        out += [f"q:{w}" for w in ws[:3]]
-    if reask_ratio(text, prompt) >= REASK_RATIO:
-        out.append("ctx:reask")
-    if looks_like_trace(text):
-        out.append("ctx:trace")
-    n = len(ws)
-    out.append("len:1" if n <= 1 else "len:3" if n <= 3 else "len:8" if n <= 8 else "len:long")
-    return out
+    return [f"w:{w}" for w in ws] + [f"b:{a} {b}" for a, b in zip(seq, seq[1:])]
 
 
-def featurize(
-    text: str, prompt: str | None = None, response: str | None = None
-) -> dict[int, float]:
-    """``{bucket: value}``: binary hashed features, L2-normalised."""
-    idx = {_bucket(t) for t in tokens(text, prompt, response)}
-    v = 1.0 / math.sqrt(len(idx)) if idx else 0.0
-    return {i: v for i in idx}
+def length_bucket(text: str) -> str:
+    n = len(words(text))
+    return ("len:1" if n <= 1 else "len:3" if n <= 3 else "len:8" if n <= 8 else
+            "len:30" if n <= 30 else "len:long")
+
+
+def code_share(text: str) -> float:
+    """Share of non-empty lines that look like code (braces, semicolons, keywords, indentation)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return 0.0
+    code = sum(bool(_CODE.search(ln)) for ln in lines)
+    return code / len(lines)
+
+
+_CODE = re.compile(r"[{};]\s*$|^\s{2,}\S|^\s*(?:def|class|import|from|return|const|let|var|"
+                   r"function|public|private|#include|SELECT|library)\b|=>|\)\s*\{|<-|::")

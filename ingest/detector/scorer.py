@@ -1,10 +1,22 @@
-"""The learned tier: logistic regression over hashed n-grams, parameters read from ``model.json``.
+"""The learned tier: a calibrated logistic regression, parameters read from ``model.json``.
 
-``Scorer.probability(text, prompt, response)`` is ``sigmoid(bias + sum_i w_i x_i)`` over the
-features of ingest/detector/features.py. The weights are checked in (``model.json``, written by
-``python -m ingest.detector.train``); inference is pure Python.
+``Scorer.probability(text, prompt, response)`` is ``sigmoid(a * z + c)`` with
 
-Deliberately left out: training (train.py) and the rules (rules.py).
+    z = bias + sum_k w_k d_k + clip(sum_{t in known} v_t / sqrt(n_tokens), -L, L)
+
+- ``d``: dense features (``dense_features``): VADER sentiment with negation and contrast
+  (lexicon.py), which rule families fired (rules.py), the context (the answer asked a question,
+  closeness to the previous prompt, a pasted error) and the message's length and code share;
+- ``v``: weights of the word unigrams/bigrams the training data contained at least twice. A token
+  the model never saw has no weight, and the whole lexical part is clipped to ``[-L, L]``
+  (``lexical_cap``): words cannot move a message far, and words never seen cannot move it at all
+  (they only dilute ``n_tokens``);
+- ``(a, c)``: Platt calibration fitted on out-of-fold scores of the real development follow-ups,
+  so a score reads as a probability on real text.
+
+The weights are checked in (``model.json``, written by ``python -m ingest.detector.train``);
+inference is pure Python. Deliberately left out: training (train.py) and the rule decision
+(``ingest.detector.detect``).
 """
 
 from __future__ import annotations
@@ -15,32 +27,91 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from ingest.detector.features import DIMS, featurize
+from ingest.detector.features import (
+    asked_question,
+    code_share,
+    length_bucket,
+    lexical_tokens,
+    looks_like_trace,
+    reask_ratio,
+    words,
+)
+from ingest.detector.lexicon import sentiment
+from ingest.detector.rules import RULES, fired_rules
 
 MODEL_PATH = Path(__file__).with_name("model.json")
+MODEL_FORMAT = 2
+"""Layout of model.json (1: hashed n-grams; 2: dense + vocabulary + calibration)."""
+LENGTHS = ("len:1", "len:3", "len:8", "len:30", "len:long")
+DENSE = (
+    "vader:compound", "vader:neg", "vader:pos", "vader:tail_neg", "vader:contrast",
+    "vader:polite_no", "starts_no", "question_mark", "ctx:question", "ctx:no_after_question",
+    "ctx:prompt_ratio", "ctx:trace", "code_share", *LENGTHS, *(f"rule:{r}" for r in RULES),
+)
+"""Names of the dense features, in a fixed order."""
+
+
+def dense_features(text: str, prompt: str | None = None,
+                   response: str | None = None) -> dict[str, float]:
+    """The named dense features of one follow-up in its context (zeros left out)."""
+    s = sentiment(text)
+    ws = words(text)
+    starts_no = bool(ws) and ws[0] in ("no", "nope", "nah")
+    question = asked_question(response)
+    f = {
+        "vader:compound": s.compound, "vader:neg": s.neg, "vader:pos": s.pos,
+        "vader:tail_neg": max(0.0, -s.tail), "vader:contrast": float(s.contrast),
+        "vader:polite_no": float(s.polite_no), "starts_no": float(starts_no),
+        "question_mark": float(text.rstrip().endswith("?")),
+        "ctx:question": float(question), "ctx:no_after_question": float(question and starts_no),
+        "ctx:prompt_ratio": reask_ratio(text, prompt) / 100.0,
+        "ctx:trace": float(looks_like_trace(text)), "code_share": code_share(text),
+        length_bucket(text): 1.0,
+    }
+    for r in fired_rules(text, prompt, response):
+        f[f"rule:{r}"] = 1.0
+    return {k: v for k, v in f.items() if v}
 
 
 @dataclass(frozen=True)
 class Scorer:
-    """Logistic-regression weights over ``DIMS`` hashed buckets and the decision threshold."""
+    """Weights of the dense features and the known vocabulary, the cap, calibration, threshold."""
 
     bias: float
-    weights: dict[int, float]
+    dense: dict[str, float]
+    vocab: dict[str, float]
+    lexical_cap: float
+    calibration: tuple[float, float]
     threshold: float
 
-    def probability(
-        self, text: str, prompt: str | None = None, response: str | None = None
-    ) -> float:
-        x = featurize(text, prompt, response)
-        z = self.bias + sum(self.weights.get(i, 0.0) * v for i, v in x.items())
+    def parts(self, text: str, prompt: str | None = None,
+              response: str | None = None) -> tuple[float, float]:
+        """(dense part incl. bias, clipped lexical part) of the uncalibrated logit ``z``."""
+        d = dense_features(text, prompt, response)
+        dense = self.bias + sum(self.dense.get(k, 0.0) * v for k, v in d.items())
+        toks = lexical_tokens(text)
+        lex = sum(self.vocab.get(t, 0.0) for t in toks) / math.sqrt(max(1, len(toks)))
+        return dense, max(-self.lexical_cap, min(self.lexical_cap, lex))
+
+    def probability(self, text: str, prompt: str | None = None,
+                    response: str | None = None) -> float:
+        dense, lex = self.parts(text, prompt, response)
+        a, c = self.calibration
+        z = a * (dense + lex) + c
         return 1.0 / (1.0 + math.exp(-z)) if z > -500 else 0.0
 
     @classmethod
     def from_json(cls, raw: bytes) -> Scorer:
         d = json.loads(raw)
-        if d["dims"] != DIMS:
-            raise ValueError(f"model.json has dims={d['dims']}, features use {DIMS}")
-        return cls(float(d["bias"]), {int(k): float(v) for k, v in d["weights"].items()},
+        if d["format"] != MODEL_FORMAT:
+            raise ValueError(f"model.json has format={d['format']}, this code reads "
+                             f"{MODEL_FORMAT}")
+        unknown = set(d["dense"]) - set(DENSE)
+        if unknown:
+            raise ValueError(f"model.json names dense features this code lacks: {sorted(unknown)}")
+        return cls(float(d["bias"]), {k: float(v) for k, v in d["dense"].items()},
+                   {k: float(v) for k, v in d["vocab"].items()}, float(d["lexical_cap"]),
+                   (float(d["calibration"][0]), float(d["calibration"][1])),
                    float(d["threshold"]))
 
 

@@ -89,8 +89,8 @@ def test_rule_hit_scores_at_least_the_floor():
     assert v.dissatisfied and v.score >= RULE_FLOOR and "too_slow" in v.rules
 
 
-def test_version_is_a_content_hash():
-    assert detector_version().startswith("fu-") and len(detector_version()) == 15
+def test_version_is_a_content_hash_of_the_second_generation():
+    assert detector_version().startswith("fu2-") and len(detector_version()) == 16
 
 
 @settings(max_examples=200, deadline=None)
@@ -115,10 +115,14 @@ def test_checked_in_weights_are_what_the_training_script_writes(tmp_path):
 def test_trainer_separates_a_tiny_corpus():
     import numpy as np
 
-    from ingest.detector.corpus import Example
-    from ingest.detector.train import _logits, design, fit
+    from ingest.detector.scorer import DENSE
+    from ingest.detector.train import _logits, design, featurise, fit, vocabulary
 
-    data = [Example(t, "p", "a", y, "x") for t, y in
-            [("this is broken", 1), ("broken again", 1), ("thanks a lot", 0), ("great thanks", 0)]]
-    w, b = fit(design(data), np.array([e.label for e in data], dtype=float), l2=1e-4, steps=200)
-    assert list(_logits(design(data), w, b) > 0) == [True, True, False, False]
+    data = [featurise(t, "p", None, y, True, t) for t, y in
+            [("this thing broke", 1), ("it broke again", 1), ("thanks a lot", 0),
+             ("great thanks", 0)]]
+    vocab = vocabulary(data * 2)
+    csr = design(data, vocab)
+    w, b = fit(csr, np.array([r.label for r in data], dtype=float), np.ones(len(data)),
+               len(DENSE) + len(vocab), l2=1e-4, steps=200)
+    assert list(_logits(csr, w, b) > 0) == [True, True, False, False]

@@ -217,3 +217,50 @@ def test_feedback_after_the_first_is_a_dead_letter_with_its_reason():
     assert out.row["feedback_accept"] is True  # the first verdict stands (was: the latest)
     assert sorted(d.reason for d in out.dead) == ["contradictory_feedback", "repeated_feedback"]
     assert {d.offset for d in out.dead} == {items[1].offset, items[3].offset}
+
+
+def _default_windows() -> Windows:
+    from ingest.config import JoinConfig
+
+    j = JoinConfig()
+    return Windows.from_seconds(
+        j.edit_persistence_window_s, j.followup_window_s, j.feedback_window_s,
+        grace=(j.edit_persistence_grace_s, j.followup_grace_s, j.feedback_grace_s),
+    )
+
+
+def test_persistence_counts_from_the_acceptance_90_s_after_the_completion():
+    """Real telemetry: the user accepts 90 s after the suggestion appears and the checkpoints
+    come 30 / 120 / 300 / 600 s after that; the 600-s one (completion + 690 s) is not late."""
+    accepted = T0 + timedelta(seconds=90)
+    scores = {30: 1.0, 120: 0.9, 300: 0.8, 600: 0.7}
+    ckpts = [item(persistence("r1", accepted, w, s)) for w, s in scores.items()]
+    items = [item(completion("r1", T0)), item(feedback("r1", accepted, True)), *ckpts]
+    out = join_group("r1", items, watermark_us=T0_US + 4000 * US, finalized={},
+                     windows=_default_windows(), reward_config=CFG)
+    assert out.row is not None and out.late == []
+    got = [out.row[f"edit_persistence_{w}"] for w in scores]
+    assert got == pytest.approx(list(scores.values()))
+    # early finality waits for the 600-s checkpoint while the shifted window is still open ...
+    early = join_group("r1", items[:-1], watermark_us=T0_US + 680 * US, finalized={},
+                       windows=_default_windows(), reward_config=CFG,
+                       expected=("edit_persistence",))
+    assert early.row is None and early.late == []
+    # ... and the last checkpoint completes the row at once, with nothing late
+    done = join_group("r1", items, watermark_us=T0_US + 691 * US, finalized={},
+                      windows=_default_windows(), reward_config=CFG,
+                      expected=("edit_persistence",))
+    assert done.row is not None and done.late == []
+
+
+def test_without_an_acceptance_the_window_still_counts_from_the_completion():
+    late_ckpt = item(persistence("r1", T0 + timedelta(seconds=90), 600, 0.7))
+    items = [item(completion("r1", T0)), late_ckpt]
+    out = join_group("r1", items, watermark_us=T0_US + 4000 * US, finalized={},
+                     windows=_default_windows(), reward_config=CFG)
+    assert out.row is not None and [d.reason for d in out.late] == ["late_signal"]
+    # a rejection is no acceptance: the window does not move either
+    rejected = [*items, item(feedback("r1", T0 + timedelta(seconds=90), False))]
+    out = join_group("r1", rejected, watermark_us=T0_US + 4000 * US, finalized={},
+                     windows=_default_windows(), reward_config=CFG)
+    assert [d.reason for d in out.late] == ["late_signal"]
