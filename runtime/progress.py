@@ -2,9 +2,10 @@
 
 ``with Progress("warm start", total=300) as p: ... p.update()`` draws a ``tqdm`` bar on stderr
 when stderr is a terminal. Without a terminal (CI, a log file, ``make demo | tee``) it logs a
-line at each quarter of the work, or after a minute without one, with the rate and the time left,
-and one when done: a slow step (the first warm start on a loaded machine) is never silent for
-more than a minute, and a 3-cycle demo stays well under a screenful of lines.
+line at each quarter of the work, or after 20 s without one, with the rate and the time left,
+and one when done. A heartbeat thread keeps that promise even while one unit of work runs for
+minutes (a training step on a loaded machine): it logs the status, or redraws the bar with its
+elapsed time, whenever 20 s passed without a line.
 
 Deliberately left out: nesting and multi-process bars.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from types import TracebackType
 from typing import Self
@@ -22,8 +24,8 @@ log = logging.getLogger("ratchet.progress")
 STEP = 0.25
 """Without a terminal, a line each time this share of the work is done..."""
 
-QUIET_S = 60.0
-"""...or when this many seconds passed since the last line."""
+QUIET_S = 20.0
+"""...or when this many seconds passed since the last line (also while no update comes)."""
 
 
 class Progress:
@@ -42,20 +44,38 @@ class Progress:
 
             self._bar = tqdm(total=self.total, desc=desc, unit=unit, leave=False,
                              file=sys.stderr, mininterval=0.5, dynamic_ncols=True)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._heartbeat = threading.Thread(target=self._beat, name=f"progress-{desc}",
+                                           daemon=True)
+        self._heartbeat.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(1.0):
+            with self._lock:
+                if time.monotonic() - self._last_line < QUIET_S or self.done >= self.total > 0:
+                    continue
+                self._last_line = time.monotonic()
+                if self._bar is not None:
+                    self._bar.refresh()  # the bar's elapsed time moves
+                else:
+                    log.info("%s: %s (still working)", self.desc, self.status())
 
     def update(self, n: int = 1) -> None:
-        self.done += n
-        if self._bar is not None:
-            self._bar.update(n)
-            return
-        if not self.total or self.done >= self.total:
-            return
-        now = time.monotonic()
-        if self.done / self.total >= self._next_line or now - self._last_line >= QUIET_S:
-            log.info("%s: %s", self.desc, self.status())
-            self._last_line = now
-            while self._next_line <= self.done / self.total:
-                self._next_line += STEP
+        with self._lock:
+            self.done += n
+            if self._bar is not None:
+                self._bar.update(n)
+                self._last_line = time.monotonic()
+                return
+            if not self.total or self.done >= self.total:
+                return
+            now = time.monotonic()
+            if self.done / self.total >= self._next_line or now - self._last_line >= QUIET_S:
+                log.info("%s: %s", self.desc, self.status())
+                self._last_line = now
+                while self._next_line <= self.done / self.total:
+                    self._next_line += STEP
 
     def status(self) -> str:
         """'120/300 it, 4.1 it/s, ~44 s left'."""
@@ -66,6 +86,7 @@ class Progress:
         return f"{self.done}/{self.total} {self.unit}, {rate:.1f} {self.unit}/s, {eta}"
 
     def close(self) -> None:
+        self._stop.set()
         if self._bar is not None:
             self._bar.close()
             self._bar = None

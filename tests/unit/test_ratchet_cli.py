@@ -170,7 +170,7 @@ def test_progress_without_a_terminal_logs_lines_with_time_left(caplog):
     assert len(lines) == 4
 
 
-def test_progress_without_a_terminal_is_never_silent_for_a_minute(caplog, monkeypatch):
+def test_progress_without_a_terminal_is_never_silent_for_20_s(caplog, monkeypatch):
     """A slow step (1000 warm-start steps on a loaded machine) logs before its first quarter."""
     import runtime.progress
     from runtime.progress import Progress
@@ -179,10 +179,26 @@ def test_progress_without_a_terminal_is_never_silent_for_a_minute(caplog, monkey
     monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         p = Progress("warm start", total=1000, unit="step", bar=False)
-        for now[0] in (30.0, 61.0, 62.0, 130.0):  # 4 steps, far from a quarter
+        for now[0] in (10.0, 21.0, 22.0, 50.0):  # 4 steps, far from a quarter
             p.update()
+        p.close()
     lines = [r.getMessage().split(",")[0] for r in caplog.records]
     assert lines == ["warm start: 2/1000 step", "warm start: 4/1000 step"]
+
+
+def test_progress_heartbeat_speaks_while_one_step_runs_long(caplog, monkeypatch):
+    """No update for longer than the quiet limit (one training step of minutes): a line anyway."""
+    import time
+
+    import runtime.progress
+    from runtime.progress import Progress
+
+    monkeypatch.setattr(runtime.progress, "QUIET_S", 0.3)
+    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+        with Progress("train", total=10, unit="step", bar=False):
+            time.sleep(2.5)  # the first step has not finished
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("train: 0/10 step") and "still working" in line for line in lines)
 
 
 def test_cycle_outcome_is_readable_and_a_quarantine_fails():
