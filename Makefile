@@ -59,7 +59,7 @@ test-vllm: $(BIN)/.bootstrapped $(VLLM_VENV)/.bootstrapped
 	$(BIN)/python -m pytest -q -m vllm tests/vllm
 
 lint: $(BIN)/.bootstrapped
-	$(BIN)/ruff check ratchet ingest rewards trainer gating deploy policy tasks runtime bench tests
+	$(BIN)/ruff check ratchet ingest rewards trainer gating deploy simulation policy tasks runtime bench tests
 
 lock:
 	$(BIN)/uv pip compile pyproject.toml --extra test --find-links $(FIND_LINKS) \

@@ -139,7 +139,6 @@ def _simulator_agreement(n: int = 2000, seed: int = 0) -> dict:
 
     import pyarrow as pa
 
-    from deploy.signal_policy import Outcome, SignalPolicy, followup
     from ingest.join import reward_row
     from ingest.kafka_io import KafkaRecord
     from ingest.parse import classify
@@ -147,6 +146,7 @@ def _simulator_agreement(n: int = 2000, seed: int = 0) -> dict:
     from ingest.synthetic import T0, completion
     from rewards.config import RewardConfig
     from rewards.monitors import detector_agreement
+    from simulation.signal_policy import Outcome, SignalPolicy, followup
 
     def item(event, offset):
         ts = int(event.event_time.timestamp() * 1000)

@@ -73,7 +73,7 @@ class BenchCycle(Cycle):
         return super()._timed(result, stage, fn)
 
     def _canary(self, state):
-        from deploy.simulator import UserSimulator
+        from simulation.simulator import UserSimulator
 
         sim = UserSimulator(urls=[self.config.fleet.router_url], api_key=self.api_key,
                             speed=self.config.simulator.speed, seed=self.traffic_seed)
@@ -151,8 +151,8 @@ def rate_ci(passed: list[bool], seed: int = 0) -> tuple[float, float]:
 
 # -- one loop ------------------------------------------------------------------------------------
 def loop_config(args, *, name: str, seed: int, router_url: str):
-    from deploy.simulator import SIMULATED_SKEW_S
     from ratchet.config import RatchetConfig
+    from simulation.simulator import SIMULATED_SKEW_S
 
     return RatchetConfig.model_validate({
         "model_name": name,
@@ -180,9 +180,9 @@ def run_loop(args, *, seed: int, placebo: bool, fresh, workdir: Path, scores: di
              rows: list[dict], on_cycle) -> None:
     """``args.cycles`` cycles of one arm, appended to ``rows`` (``on_cycle()`` after each);
     ``scores`` caches fresh-set scores by checkpoint key."""
-    from deploy.fleet import Fleet, RouterProcess
-    from deploy.simulator import SIMULATED_SKEW_S, UserSimulator
+    from deploy.fleet.fleet import Fleet, RouterProcess
     from ratchet.runner import services
+    from simulation.simulator import SIMULATED_SKEW_S, UserSimulator
     arm = "placebo" if placebo else "rl"
     name = f"loop-{arm}-s{seed}"
     with services(workdir, bootstrap=None, tracking_uri=None) as ep:

@@ -134,8 +134,8 @@ def sent_events(url: str) -> float:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from deploy.fleet import Fleet
-    from deploy.toy_models import register_untrained
+    from deploy.fleet.fleet import Fleet
+    from deploy.replica.toy_models import register_untrained
     from runtime.services import Broker, MlflowServer
 
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
@@ -184,13 +184,13 @@ def log_path_cost(
     ``interval_s`` (500/s: above one replica's rate, so the logger thread stays busy)."""
     from datetime import UTC, datetime
 
-    from deploy.behaviour_log import BehaviourLogger
-    from deploy.completion_log import RequestContext, log_completion
-    from deploy.engines.base import SamplingRequest
-    from deploy.engines.torch_engine import TorchEngine, ToyStepModel
-    from deploy.metrics import ServerMetrics
-    from deploy.spool import Spool
-    from deploy.toy_models import build_untrained
+    from deploy.replica.behaviour_log import BehaviourLogger
+    from deploy.replica.completion_log import RequestContext, log_completion
+    from deploy.replica.engines.base import SamplingRequest
+    from deploy.replica.engines.torch_engine import TorchEngine, ToyStepModel
+    from deploy.replica.metrics import ServerMetrics
+    from deploy.replica.spool import Spool
+    from deploy.replica.toy_models import build_untrained
 
     engine = TorchEngine(lambda: ToyStepModel(build_untrained(0), 1))
     engine.start()

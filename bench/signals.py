@@ -55,8 +55,8 @@ def main() -> None:
     import httpx
     import mlflow
 
-    from deploy.fleet import Fleet
-    from deploy.toy_models import register_untrained
+    from deploy.fleet.fleet import Fleet
+    from deploy.replica.toy_models import register_untrained
     from ingest.kafka_io import ensure_topics, high_watermarks
     from ingest.schema import EDIT_WINDOWS_S, TOPICS
     from runtime.services import Broker, MlflowServer

@@ -1,7 +1,8 @@
 """Slow clients against one replica process: are trickling connections closed, and is a prompt
 client still served while they hang on?
 
-Starts ``python -m deploy.serve_main`` on 127.0.0.1 (no model needed: ``/healthz`` answers without
+Starts ``python -m deploy.replica.serve_main`` on 127.0.0.1 (no model needed: ``/healthz`` answers
+without
 one), opens ``--connections`` sockets that send a request line and then one header byte every
 ``--every-s`` seconds, and meanwhile times ``GET /healthz`` from a normal client. Reports how many
 trickling connections the replica closed, when (seconds after opening), and the health latency.
@@ -48,7 +49,7 @@ def _start(port: int, header_timeout_s: float, work: Path) -> subprocess.Popen:
         "RATCHET_HEADER_TIMEOUT_S": str(header_timeout_s),
         "RATCHET_LOG_BEHAVIOUR": "false",
     }
-    proc = subprocess.Popen([sys.executable, "-m", "deploy.serve_main"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "deploy.replica.serve_main"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -58,7 +58,7 @@ SIGNAL_COLUMNS = ("edit_persistence_30", "edit_persistence_120", "edit_persisten
 
 
 def _config(args: argparse.Namespace) -> dict:
-    from deploy.simulator import SIMULATED_SKEW_S
+    from simulation.simulator import SIMULATED_SKEW_S
 
     return {
         "model_name": "soak-toy",
@@ -74,7 +74,7 @@ def _config(args: argparse.Namespace) -> dict:
 
 def _recording_simulator(**kwargs):
     """A UserSimulator that remembers the response ids it was served (``.ids``)."""
-    from deploy.simulator import UserSimulator
+    from simulation.simulator import UserSimulator
 
     class Recording(UserSimulator):
         def _judge(self, served, errors):
@@ -299,12 +299,12 @@ def main() -> None:
 def run(args: argparse.Namespace) -> dict:
     import shutil
 
-    from deploy.fleet import Fleet
-    from deploy.simulator import SIMULATED_SKEW_S
+    from deploy.fleet.fleet import Fleet
     from ingest.kafka_io import ensure_topics
     from ratchet.bootstrap import ensure_champion
     from ratchet.config import RatchetConfig
     from runtime.services import Broker, MlflowServer
+    from simulation.simulator import SIMULATED_SKEW_S
 
     t0 = time.perf_counter()
     rng = random.Random(args.seed)

@@ -1,5 +1,5 @@
-"""Serving and deployment: replicas (server.py, serve_main.py), the fleet (fleet.py), behaviour
-logging (behaviour_log.py, spool.py), the signals API's client keys and served-response memory
-(api_keys.py, responses.py), the router and progressive rollouts (router.py, judge.py,
-rollout.py), and the user simulator that posts delayed signals to the signals API (simulator.py,
-signal_policy.py)."""
+"""Serving and deployment. ``deploy/replica/`` is one replica: the OpenAI-compatible server, its
+engines, behaviour logging and spool, client keys and the served-response memory, settings.
+``deploy/fleet/`` is many of them: the fleet of replica processes, the sticky weighted router,
+progressive rollouts, the canary controller and its statistical judge. The simulated users that
+stand in for an IDE live apart, in ``simulation/``."""

@@ -1,6 +1,6 @@
 """Infra check: the candidate in a real serving process, loaded and queried.
 
-Starts one replica (deploy.fleet.Fleet, a separate uvicorn process) pinned to the candidate
+Starts one replica (deploy.fleet.fleet.Fleet, a separate uvicorn process) pinned to the candidate
 version, with behaviour logging off (gate traffic must not become training data), sends
 ``n_requests`` completions from the held-out toy tasks one after another, and gates on
 ``infra_errors`` (any non-200 or transport error fails) and ``infra_p95_ms`` (p95 request
@@ -67,7 +67,7 @@ def infra_gates(
     seed: int = 0,
 ) -> tuple[list[GateResult], dict[str, float]]:
     """Serve ``version`` in a real replica and gate on errors and p95 latency."""
-    from deploy.fleet import Fleet
+    from deploy.fleet.fleet import Fleet
 
     start = time.perf_counter()
     fleet = Fleet.start(

@@ -15,7 +15,7 @@ from typing import get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from deploy.rollout import RolloutConfig
+from deploy.fleet.rollout import RolloutConfig
 from gating.config import GateConfig
 from ingest.config import IngestConfig
 from policy.config import PolicyConfig, ToyPolicyConfig

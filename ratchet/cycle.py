@@ -15,7 +15,7 @@ typed records: the reward spans (ingest.pipeline.SpanResult, Parquet rows of
 ingest.schema.REWARD_SCHEMA), the checkpoint reference (runtime.registry.CheckpointRef) and the
 gate verdict (gating.gate.GateVerdict). The fully resolved config is logged into the parent run.
 
-The deploy stage is the canary rollout (deploy/canary.py) on the fleet the config names
+The deploy stage is the canary rollout (deploy/fleet/canary.py) on the fleet the config names
 (``fleet.router_url``): weight steps, the statistical judge on delayed product metrics, automatic
 rollback, which restores ``champion`` and ``previous-champion``. Its verdict and per-step figures
 go into the deploy run (metrics per step, ``canary/step_log.json``), onto the candidate version
@@ -23,7 +23,7 @@ go into the deploy run (metrics per step, ``canary/step_log.json``), onto the ca
 Without a router (and without a demo ``Fleet``), the stage moves the alias only and says so.
 
 Deliberately left out: starting services (runtime/services.py, ratchet/demo.py) and traffic
-(deploy/simulator.py). A cycle only reads what is already in Kafka.
+(simulation/simulator.py). A cycle only reads what is already in Kafka.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from ratchet.cycle_state import CycleState, CycleStore, pause_point
 from runtime import registry
 
 if TYPE_CHECKING:
-    from deploy.canary import RouterTarget
-    from deploy.fleet import Fleet
+    from deploy.fleet.canary import RouterTarget
+    from deploy.fleet.fleet import Fleet
     from runtime.lease import ModelLease
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class Cycle:
         self.workdir = workdir
         self.fleet = fleet
         if router is None and config.fleet.router_url:
-            from deploy.canary import RouterTarget
+            from deploy.fleet.canary import RouterTarget
 
             router = RouterTarget(config.fleet.router_url, config.fleet.admin_token)
         self.router = router
@@ -503,7 +503,7 @@ class Cycle:
         import mlflow
         from mlflow import MlflowClient
 
-        from deploy.canary import run_canary, step_figures
+        from deploy.fleet.canary import run_canary, step_figures
         from ingest.pipeline import run_span
 
         cfg, name = self.config, self.config.model_name

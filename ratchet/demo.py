@@ -298,7 +298,7 @@ def demo_config(config: RatchetConfig) -> RatchetConfig:
     each span (``drain``) — production cycles every few hours leave it off. For the same reason a
     signal's event time runs up to ten minutes ahead of the wall clock, so the replicas and ingest
     accept ``SIMULATED_SKEW_S`` of future skew instead of their production bounds."""
-    from deploy.simulator import SIMULATED_SKEW_S
+    from simulation.simulator import SIMULATED_SKEW_S
 
     parse = config.ingest.parse.model_copy(update={"max_future_skew_s": SIMULATED_SKEW_S})
     ingest = config.ingest.model_copy(update={"drain": True, "parse": parse})
@@ -306,12 +306,12 @@ def demo_config(config: RatchetConfig) -> RatchetConfig:
 
 
 def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool = False) -> int:
-    from deploy.fleet import Fleet
-    from deploy.simulator import SIMULATED_SKEW_S, UserSimulator
+    from deploy.fleet.fleet import Fleet
     from ratchet.bootstrap import describe_champion, ensure_champion
     from ratchet.cycle import Cycle
     from ratchet.runner import services
     from runtime import registry
+    from simulation.simulator import SIMULATED_SKEW_S, UserSimulator
 
     t0 = time.perf_counter()
     config = demo_config(config)

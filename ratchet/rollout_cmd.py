@@ -1,7 +1,8 @@
 """`ratchet rollout VERSION`: one canary rollout of a given version by hand.
 
 Under the model's lease: ``champion`` moves to VERSION (compare-and-set against the champion read
-at start, the old one becomes ``previous-champion``), then deploy/canary.py rolls it out on the
+at start, the old one becomes ``previous-champion``), then deploy/fleet/canary.py rolls it out on
+the
 configured fleet (``fleet.router_url`` / ``--router``) while ingest writes the delayed product
 signals into ``<workdir>/spans``. A rollback restores both aliases. The verdict goes onto the
 model version (tags + description) and into an MLflow run ``rollout-vN`` of the cycle experiment.
@@ -26,7 +27,7 @@ def run_rollout(
     """Roll ``version`` out; returns the controller's final state (``promoted``/``rolled_back``)."""
     import mlflow
 
-    from deploy.canary import RouterTarget, run_canary, step_figures
+    from deploy.fleet.canary import RouterTarget, run_canary, step_figures
     from ingest.pipeline import run_span
     from runtime import registry
     from runtime.lease import ModelLease

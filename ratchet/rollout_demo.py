@@ -42,7 +42,7 @@ class Traffic:
 
 
 def _register(args, ep, workdir: Path) -> tuple[str, int, int]:
-    from deploy.toy_models import register_untrained
+    from deploy.replica.toy_models import register_untrained
     from ratchet.bootstrap import ensure_champion
     from ratchet.config import RatchetConfig
     from runtime import registry
@@ -78,8 +78,8 @@ def _log(tracking_uri: str, name: str, directory: Path, run_name: str) -> int:
 
 
 def _ingest_config():
-    from deploy.simulator import SIMULATED_SKEW_S
     from ingest.config import IngestConfig, JoinConfig, ParseConfig, ValidationConfig
+    from simulation.simulator import SIMULATED_SKEW_S
 
     return IngestConfig(
         parse=ParseConfig(max_future_skew_s=SIMULATED_SKEW_S),  # the simulator compresses time
@@ -91,12 +91,12 @@ def _ingest_config():
 
 
 def run(args: argparse.Namespace) -> list[dict]:
-    from deploy.fleet import Fleet, RouterProcess
-    from deploy.judge import JudgeConfig
-    from deploy.rollout import RewardSpans, RolloutConfig, RolloutController
-    from deploy.simulator import SIMULATED_SKEW_S, UserSimulator
+    from deploy.fleet.fleet import Fleet, RouterProcess
+    from deploy.fleet.judge import JudgeConfig
+    from deploy.fleet.rollout import RewardSpans, RolloutConfig, RolloutController
     from ingest.pipeline import run_span
     from ratchet.runner import services
+    from simulation.simulator import SIMULATED_SKEW_S, UserSimulator
 
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -218,7 +218,7 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=900.0)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    logging.getLogger("deploy.rollout").setLevel(logging.INFO)
+    logging.getLogger("deploy.fleet.rollout").setLevel(logging.INFO)
     run(args)
 
 

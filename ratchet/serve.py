@@ -2,7 +2,8 @@
 
 Uses the given broker and MLflow server or starts the embedded ones under the workdir
 (ratchet/runner.py ``services``), bootstraps a champion when the registry has none
-(ratchet/bootstrap.py), starts one replica process (deploy/fleet.py) with a random admin token,
+(ratchet/bootstrap.py), starts one replica process (deploy/fleet/fleet.py) with a random admin
+token,
 creates a client API key for the signals API, prints the address and a line ``API key: KEY``, and
 waits. On Ctrl-C or SIGTERM (the CLI turns it into SystemExit) everything it started is stopped by
 PID: the replica, then the MLflow server and the broker.
@@ -31,7 +32,7 @@ def run(
     bootstrap: str | None,
     tracking_uri: str | None,
 ) -> int:
-    from deploy.fleet import Fleet
+    from deploy.fleet.fleet import Fleet
     from ratchet.bootstrap import ensure_champion
     from ratchet.runner import services
 

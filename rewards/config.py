@@ -80,7 +80,7 @@ class RewardConfig(BaseModel):
     clients: dict[str, ClientSignals] = Field(
         default_factory=dict,
         description="Per-client declarations, keyed by the ``client_id`` a completion event "
-        "carries (for clients of the signals API: their API key id, deploy/api_keys.py). A "
+        "carries (for clients of the signals API: their API key id, deploy/replica/api_keys.py). A "
         "client id missing here (or a completion without one) declares nothing.",
     )
     persistence_window_weights: dict[int, float] = Field(

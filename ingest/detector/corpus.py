@@ -8,7 +8,7 @@ positive follow-ups (label 0) include plain "no" / "nope" answering a clarifying
 the answer asked, thanks, new unrelated requests, extensions of the answer, and questions that
 mention errors without complaining ("Now make it raise ValueError on negatives").
 
-This grammar is the only training data. The simulator's follow-ups (deploy/followup_texts.py)
+This grammar is the only training data. The simulator's follow-ups (simulation/followup_texts.py)
 and the hand-written held-out fixture (tests/fixtures/followups_labelled.jsonl, split
 ``heldout``) were written separately, in other words, so neither the demo nor the AUC test is
 fitted to these strings.

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from deploy.fleet import Fleet, RouterProcess
-from deploy.simulator import UserSimulator
-from deploy.toy_models import register_untrained
+from deploy.fleet.fleet import Fleet, RouterProcess
+from deploy.replica.toy_models import register_untrained
 from ratchet.config import RatchetConfig
 from ratchet.cycle import Cycle
 from ratchet.cycle_state import CycleStore
 from runtime import registry
+from simulation.simulator import UserSimulator
 
 pytestmark = [
     pytest.mark.integration,
@@ -38,8 +38,8 @@ TOKEN = "canary-cycle-token"
 @pytest.fixture(scope="module")
 def world(broker, mlflow_server, tmp_path_factory):
     """v1 (old), v2 (stable, +150 ms), v3 (worse, +700 ms), v4 (better, +0 ms) behind a router."""
-    from deploy.simulator import SIMULATED_SKEW_S
     from ingest.kafka_io import ensure_topics
+    from simulation.simulator import SIMULATED_SKEW_S
 
     ensure_topics(broker.bootstrap)
     work = tmp_path_factory.mktemp("canary-fleet")
@@ -61,7 +61,7 @@ def world(broker, mlflow_server, tmp_path_factory):
 
 
 def _config(world) -> RatchetConfig:
-    from deploy.simulator import SIMULATED_SKEW_S
+    from simulation.simulator import SIMULATED_SKEW_S
 
     return RatchetConfig.model_validate({
         "model_name": world["name"],

@@ -16,11 +16,11 @@ import pyarrow as pa
 import pytest
 from mlflow import MlflowClient
 
-from deploy.fleet import RouterProcess
-from deploy.judge import JudgeConfig
-from deploy.rollout import RewardTable, RolloutConfig, RolloutController
-from deploy.router import RequestLedger
-from deploy.toy_models import register_untrained
+from deploy.fleet.fleet import RouterProcess
+from deploy.fleet.judge import JudgeConfig
+from deploy.fleet.rollout import RewardTable, RolloutConfig, RolloutController
+from deploy.fleet.router import RequestLedger
+from deploy.replica.toy_models import register_untrained
 from ingest.schema import REWARD_SCHEMA
 from runtime import registry
 

@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from deploy.fleet import Fleet, RouterProcess
-from deploy.judge import JudgeConfig, judge
-from deploy.rollout import RewardSpans
-from deploy.router import bucket
-from deploy.simulator import SIMULATED_SKEW_S, UserSimulator
-from deploy.toy_models import register_untrained
+from deploy.fleet.fleet import Fleet, RouterProcess
+from deploy.fleet.judge import JudgeConfig, judge
+from deploy.fleet.rollout import RewardSpans
+from deploy.fleet.router import bucket
+from deploy.replica.toy_models import register_untrained
 from ingest.config import IngestConfig, ParseConfig
+from simulation.simulator import SIMULATED_SKEW_S, UserSimulator
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

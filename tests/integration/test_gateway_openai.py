@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from deploy.fleet import Fleet
-from deploy.toy_models import register_untrained
+from deploy.fleet.fleet import Fleet
+from deploy.replica.toy_models import register_untrained
 from ingest.kafka_io import logged_completions
 from policy.toy.tokenizer import EOS
 

@@ -15,10 +15,10 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from schemathesis.generation import GenerationMode
 
-from deploy.model_host import ServedModel
-from deploy.server import create_app
-from deploy.settings import ServerSettings
-from deploy.toy_models import build_untrained
+from deploy.replica.model_host import ServedModel
+from deploy.replica.server import create_app
+from deploy.replica.settings import ServerSettings
+from deploy.replica.toy_models import build_untrained
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

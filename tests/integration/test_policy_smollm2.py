@@ -62,9 +62,9 @@ def test_upcycled_moe_computes_the_dense_function(policies):
 
 
 def test_engine_serves_the_upcycled_moe_with_routes(policies):
-    from deploy.engines.base import SamplingRequest
-    from deploy.engines.hf_step import HFStepModel
-    from deploy.engines.torch_engine import TorchEngine
+    from deploy.replica.engines.base import SamplingRequest
+    from deploy.replica.engines.hf_step import HFStepModel
+    from deploy.replica.engines.torch_engine import TorchEngine
 
     dense, moe = policies
     engine = TorchEngine(lambda: HFStepModel(moe, 1), max_wait_ms=0)

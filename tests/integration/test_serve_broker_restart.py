@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy.fleet import Fleet
-from deploy.toy_models import register_untrained
+from deploy.fleet.fleet import Fleet
+from deploy.replica.toy_models import register_untrained
 from ingest.kafka_io import high_watermarks, read_range
 from ingest.schema import TOPICS, parse_event
 from runtime.services import free_port, stop_pid, tansu_binary

@@ -17,8 +17,8 @@ import httpx
 import pytest
 import torch
 
-from deploy.fleet import Fleet
-from deploy.toy_models import build_untrained, register_untrained
+from deploy.fleet.fleet import Fleet
+from deploy.replica.toy_models import build_untrained, register_untrained
 from ingest.kafka_io import high_watermarks, read_range
 from ingest.schema import TOPICS, Completion, parse_event
 from policy.toy.tokenizer import EOS
@@ -144,7 +144,7 @@ def _check_logprobs_against_forward(event: Completion, work: Path) -> None:
 
 
 def test_simulator_signals_arrive_in_event_time(fleet, broker):
-    from deploy.simulator import UserSimulator
+    from simulation.simulator import UserSimulator
 
     key = fleet.create_api_key("fleet-test-simulator")
     with UserSimulator(urls=fleet.urls, api_key=key, speed=600.0, seed=5) as sim:

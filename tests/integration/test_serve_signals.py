@@ -19,8 +19,8 @@ import pytest
 from mlflow import MlflowClient
 from safetensors.torch import load_file, save_file
 
-from deploy.fleet import Fleet, RouterProcess, _spawn
-from deploy.toy_models import build_untrained
+from deploy.fleet.fleet import Fleet, RouterProcess, _spawn
+from deploy.replica.toy_models import build_untrained
 from ingest.kafka_io import high_watermarks, read_range
 from ingest.schema import TOPICS, parse_event
 from runtime.services import stop_child

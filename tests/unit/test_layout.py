@@ -15,7 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 TOP = {"ratchet"}
 STAGES = {"ingest", "rewards", "trainer", "gating", "deploy"}
 FLOOR = {"policy", "tasks", "runtime"}
-PACKAGES = TOP | STAGES | FLOOR
+SIMULATION = {"simulation"}
+"""Stands in for the outside world (users of an IDE): a stage that may use the others, imported
+only by the orchestrator (its demo), benchmarks and tests."""
+PACKAGES = TOP | STAGES | FLOOR | SIMULATION
 
 
 def _imported_packages(path: Path) -> set[str]:
@@ -31,8 +34,8 @@ def _imported_packages(path: Path) -> set[str]:
 def _allowed(package: str) -> set[str]:
     if package in TOP:
         return PACKAGES
-    if package in STAGES:
-        return STAGES | FLOOR
+    if package in STAGES | SIMULATION:
+        return STAGES | FLOOR | {package}
     return FLOOR
 
 
@@ -49,3 +52,16 @@ def test_nothing_imports_the_orchestrator() -> None:
     for package in STAGES | FLOOR:
         for path in (ROOT / package).rglob("*.py"):
             assert "ratchet" not in _imported_packages(path), path
+
+
+def test_what_ships_never_imports_the_simulated_users() -> None:
+    for package in STAGES | FLOOR:
+        for path in (ROOT / package).rglob("*.py"):
+            assert "simulation" not in _imported_packages(path), path
+
+
+def test_each_concern_of_deploy_is_one_folder() -> None:
+    """deploy/ holds a replica and a fleet, nothing flat beside them."""
+    flat = sorted(p.name for p in (ROOT / "deploy").glob("*.py") if p.name != "__init__.py")
+    assert flat == []
+    assert {p.name for p in (ROOT / "deploy").iterdir() if p.is_dir()} >= {"replica", "fleet"}

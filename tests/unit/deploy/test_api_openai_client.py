@@ -13,10 +13,10 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from deploy.model_host import ServedModel
-from deploy.server import create_app
-from deploy.settings import ServerSettings
-from deploy.toy_models import build_untrained
+from deploy.replica.model_host import ServedModel
+from deploy.replica.server import create_app
+from deploy.replica.settings import ServerSettings
+from deploy.replica.toy_models import build_untrained
 from policy.toy.tokenizer import EOS
 
 ADMIN = "unit-test-admin-token"

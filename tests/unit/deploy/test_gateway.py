@@ -14,13 +14,13 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from deploy.engines.base import SamplingRequest
-from deploy.engines.torch_engine import TorchEngine, ToyStepModel
-from deploy.model_host import ServedModel
-from deploy.server import create_app
-from deploy.settings import ServerSettings
-from deploy.spool import Spool
-from deploy.toy_models import build_untrained
+from deploy.replica.engines.base import SamplingRequest
+from deploy.replica.engines.torch_engine import TorchEngine, ToyStepModel
+from deploy.replica.model_host import ServedModel
+from deploy.replica.server import create_app
+from deploy.replica.settings import ServerSettings
+from deploy.replica.spool import Spool
+from deploy.replica.toy_models import build_untrained
 from ingest.schema import Completion, parse_event
 from policy.toy.generate import sampling_logprobs
 

@@ -13,13 +13,13 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from deploy.engines.base import SamplingRequest
-from deploy.engines.hf_step import HFStepModel, step_model
-from deploy.engines.torch_engine import TorchEngine, ToyStepModel
-from deploy.model_host import ModelLoadError, ServedModel, load_checked
-from deploy.server import create_app
-from deploy.settings import ServerSettings
-from deploy.spool import Spool
+from deploy.replica.engines.base import SamplingRequest
+from deploy.replica.engines.hf_step import HFStepModel, step_model
+from deploy.replica.engines.torch_engine import TorchEngine, ToyStepModel
+from deploy.replica.model_host import ModelLoadError, ServedModel, load_checked
+from deploy.replica.server import create_app
+from deploy.replica.settings import ServerSettings
+from deploy.replica.spool import Spool
 from ingest.schema import parse_event
 from policy.toy.generate import sampling_logprobs
 
@@ -152,7 +152,7 @@ def test_dense_hf_policy_serves_without_routes(tokenizer):
 
 
 def test_step_model_picks_the_adapter(qwen):
-    from deploy.toy_models import build_untrained
+    from deploy.replica.toy_models import build_untrained
 
     assert isinstance(step_model(qwen, 1), HFStepModel)
     assert isinstance(step_model(ServedModel(build_untrained(0), 1).policy, 1), ToyStepModel)

@@ -1,4 +1,4 @@
-"""Slow clients are cut off: a replica served by uvicorn with deploy/http_limits.py's header
+"""Slow clients are cut off: a replica served by uvicorn with deploy/replica/http_limits.py's header
 deadline and body deadline, talked to over raw sockets that trickle their bytes."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from deploy.http_limits import header_timeout_protocol
-from deploy.server import create_app
-from deploy.settings import ServerSettings
+from deploy.replica.http_limits import header_timeout_protocol
+from deploy.replica.server import create_app
+from deploy.replica.settings import ServerSettings
 
 HEADER_S = BODY_S = 0.6
 HEAD = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"

@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from deploy.judge import ArmSamples, JudgeConfig, judge, mann_whitney, p95, two_proportion_z
+from deploy.fleet.judge import ArmSamples, JudgeConfig, judge, mann_whitney, p95, two_proportion_z
 
 
 def test_two_proportion_z_hand_computed():

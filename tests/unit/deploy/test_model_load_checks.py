@@ -6,8 +6,8 @@ import json
 import pytest
 from safetensors.torch import load_file, save_file
 
-from deploy.model_host import ModelLoadError, load_checked
-from deploy.toy_models import build_untrained
+from deploy.replica.model_host import ModelLoadError, load_checked
+from deploy.replica.toy_models import build_untrained
 from policy.toy.checkpoint import save_checkpoint
 
 

@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 
-from deploy.rollout import RewardTable, RolloutConfig
+from deploy.fleet.rollout import RewardTable, RolloutConfig
 from ingest.schema import REWARD_SCHEMA
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

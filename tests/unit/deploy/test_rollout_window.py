@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from deploy.rollout import RewardSpans
+from deploy.fleet.rollout import RewardSpans
 from ingest.parse import EventItem
 from ingest.spans import SpanStore, manifest_record
 
@@ -16,7 +16,7 @@ def _us(seconds: float) -> int:
 
 
 def test_final_until_is_the_earliest_pending_completion_below_the_watermark():
-    from deploy.rollout import final_until_us
+    from deploy.fleet.rollout import final_until_us
 
     assert final_until_us(1000, 660, []) == 1000  # nothing pending: final up to the watermark
     assert final_until_us(1000, 660, [700, 900]) == 700  # a completion waits for its signals

@@ -4,7 +4,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from deploy.router import RequestLedger, RouterSettings, bucket, choose_arm, create_router_app
+from deploy.fleet.router import RequestLedger, RouterSettings, bucket, choose_arm, create_router_app
 
 IDS = [f"conv-{i}" for i in range(10_000)]
 

@@ -5,10 +5,10 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from deploy.behaviour_log import BehaviourLogger
-from deploy.server import create_app
-from deploy.settings import ServerSettings
-from deploy.spool import Spool
+from deploy.replica.behaviour_log import BehaviourLogger
+from deploy.replica.server import create_app
+from deploy.replica.settings import ServerSettings
+from deploy.replica.spool import Spool
 
 TOKEN = "unit-test-admin-token"
 

@@ -3,7 +3,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from deploy.settings import DEFAULT_ADMIN_TOKEN, ServerSettings
+from deploy.replica.settings import DEFAULT_ADMIN_TOKEN, ServerSettings
 
 
 def test_default_admin_token_is_refused_outside_local_mode():
@@ -36,7 +36,7 @@ def test_bounds_name_the_field():
 
 
 def test_engine_is_a_tagged_union_from_the_environment(monkeypatch):
-    from deploy.settings import TorchEngineConfig, VllmEngineConfig
+    from deploy.replica.settings import TorchEngineConfig, VllmEngineConfig
 
     s = ServerSettings(tracking_uri="x", model_name="m", local_mode=True)
     assert isinstance(s.engine, TorchEngineConfig) and s.engine.max_batch == 32
@@ -87,7 +87,7 @@ def test_blank_token_is_refused_even_on_loopback(token):
 
 
 def test_token_strength_estimate():
-    from deploy.settings import token_strength_bits
+    from deploy.replica.settings import token_strength_bits
 
     assert token_strength_bits(" " * 16) == 0.0
     assert token_strength_bits("ab" * 8) == 16.0  # 1 bit per character, 16 characters
@@ -110,7 +110,7 @@ def test_loopback_keeps_local_mode_default(host):
 
 
 def test_router_refuses_a_weak_token_off_loopback():
-    from deploy.router import RouterSettings
+    from deploy.fleet.router import RouterSettings
 
     with pytest.raises(ValidationError, match="not loopback"):
         RouterSettings(stable_urls=["http://x"], host="0.0.0.0", local_mode=True)
@@ -122,7 +122,7 @@ def test_router_refuses_a_weak_token_off_loopback():
 
 
 def test_vllm_engine_is_external_or_managed():
-    from deploy.settings import VllmEngineConfig
+    from deploy.replica.settings import VllmEngineConfig
 
     with pytest.raises(ValidationError, match="required unless engine.managed"):
         VllmEngineConfig(url="http://127.0.0.1:8100")
@@ -135,10 +135,10 @@ def test_vllm_engine_is_external_or_managed():
 def test_managed_vllm_follows_the_replicas_loaded_version(tmp_path):
     """A managed engine owns a ManagedVllm whose source is the host's loaded version (what
     /admin/reload loaded and checked); before the first load it waits, then says why."""
-    from deploy.engines import loaded_checkpoint, make_engine
-    from deploy.engines.vllm_engine import ManagedVllm, VllmEngine
-    from deploy.model_host import ModelHost
-    from deploy.settings import VllmEngineConfig
+    from deploy.replica.engines import loaded_checkpoint, make_engine
+    from deploy.replica.engines.vllm_engine import ManagedVllm, VllmEngine
+    from deploy.replica.model_host import ModelHost
+    from deploy.replica.settings import VllmEngineConfig
 
     host = ModelHost(tracking_uri="http://127.0.0.1:9", model_name="m", cache_dir=tmp_path)
     engine = make_engine(VllmEngineConfig(managed=True, dtype="float32"), host)

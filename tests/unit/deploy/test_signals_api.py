@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from deploy.server import create_app
-from deploy.settings import ServerSettings
-from deploy.spool import Spool
+from deploy.replica.server import create_app
+from deploy.replica.settings import ServerSettings
+from deploy.replica.spool import Spool
 from ingest.schema import TOPICS, parse_event
 
 TOKEN = "unit-test-admin-token"

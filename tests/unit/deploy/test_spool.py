@@ -1,5 +1,5 @@
-from deploy import spool as spool_mod
-from deploy.spool import Spool
+from deploy.replica import spool as spool_mod
+from deploy.replica.spool import Spool
 
 
 def _recs(n, start=0):

@@ -64,7 +64,8 @@ def test_no_answering_the_answers_question_is_not_a_restatement():
 
 @pytest.mark.parametrize("text", [
     "Thanks for your help! Please be my frend when you're gonna take over the world:)",
-    "spot on, what kind of prompt would produce this?", "this is pretty much perfect, I just need a set of prompts",
+    "spot on, what kind of prompt would produce this?",
+    "this is pretty much perfect, I just need a set of prompts",
     "Thanks for your help!", "how to zero a dataframe column", "create another 20",
 ])
 def test_thanks_and_new_requests_score_low(text):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.engines.base import EngineResult, EngineUnavailable, SamplingRequest
-from deploy.engines.vllm_engine import ManagedVllm, PolicyRoutes, VllmEngine, _teacher_force
+from deploy.replica.engines.base import EngineResult, EngineUnavailable, SamplingRequest
+from deploy.replica.engines.vllm_engine import ManagedVllm, PolicyRoutes, VllmEngine, _teacher_force
 from runtime.vllm_server import READY_MARKER, VllmServer, venv_problem
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,0 +1,574 @@
+"""Request and response models of the serving API (one place a client can read the contract).
+
+The public API is OpenAI's: ``POST /v1/completions``, ``POST /v1/chat/completions`` and
+``GET /v1/models`` (and ``/v1/models/{id}``) take and return OpenAI's shapes, so the official
+clients work unchanged. Every request parameter is honoured or refused: a parameter OpenAI defines
+that ratchet does not implement (``UNSUPPORTED_AT_DEFAULT``: ``tools``, ``response_format``,
+``suffix``, ``echo``, ``best_of``, ``logit_bias``, penalties, ...) is accepted only at its default
+value, whose behaviour is ratchet's; any other value, and any parameter OpenAI does not define, is
+a 400 with code ``unsupported_parameter`` naming it. A supported parameter with a value ratchet
+cannot honour (top-k logprobs, logprobs while streaming) is a 400 ``unsupported_value``. What
+ratchet adds:
+
+- the conversation id: header ``X-Conversation-Id``, else ``metadata.conversation_id``, else the
+  legacy top-level ``conversation_id``; a request without one gets a generated id, returned in the
+  ``X-Conversation-Id`` response header;
+- ``metadata.task_kind`` (else the legacy ``task_kind``, else ``"unknown"``);
+- response ids: a response's ``id`` is the id every signal refers to when it has one choice; with
+  ``n > 1`` (or several prompts) each choice is logged as its own completion whose id is
+  ``choice_response_id(id, index)`` = ``f"{id}-{index}"``, also sent in the
+  ``X-Ratchet-Response-Ids`` header (comma-separated, in choice order);
+- ``system_fingerprint`` is ``ratchet-v{version}``, the registry version that answered;
+- headers ``X-Ratchet-Replica`` (which replica answered) and ``X-Ratchet-Created`` (the exact
+  event time of the completion, ISO 8601; ``created`` in the body is whole seconds).
+
+Sampling bounds are tighter than OpenAI's where the sampler would otherwise produce NaN:
+``temperature`` is 0 (greedy) or at least ``MIN_TEMPERATURE``, ``top_p`` at least ``MIN_TOP_P``.
+Non-finite numbers anywhere in a body and strings that are not valid Unicode (lone surrogates)
+are refused with a 400 naming the field.
+
+The signals API (``/v1/feedback``, ``/v1/edits``, ``/v1/followups``) and the client keys'
+admin routes have their models at the end of this module.
+
+Deliberately left out: the Kafka events a completion or a signal produces (ingest/schema.py),
+tool calls and JSON mode (refused: no served policy's template is wired to render tools yet),
+images and audio, ``best_of``, ``echo``, ``suffix``, top-k logprobs.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+MIN_TEMPERATURE = 1e-3
+"""Below this (and above 0) logits / T overflow float32 and sampling yields NaN."""
+MIN_TOP_P = 1e-6
+"""Below this the nucleus threshold rounds to 0 in float32 and every token is dropped."""
+
+
+def choice_response_id(response_id: str, index: int, n_choices: int) -> str:
+    """The id a signal names for choice ``index`` of a response with ``n_choices`` choices."""
+    return response_id if n_choices == 1 else f"{response_id}-{index}"
+
+
+def _unicode(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"not valid Unicode text (lone surrogate at {exc.start})") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_unicode)]
+PromptText = Annotated[str, Field(min_length=1), AfterValidator(_unicode)]
+
+
+_ANY_BOOL = (None, True, False)
+UNSUPPORTED_AT_DEFAULT: dict[str, tuple[Any, ...]] = {
+    "suffix": (None,),
+    "echo": (None, False),
+    "best_of": (None, 1),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "logit_bias": (None, {}),
+    "tools": (None, []),
+    "tool_choice": (None, "none", "auto"),
+    "parallel_tool_calls": _ANY_BOOL,
+    "functions": (None, []),
+    "function_call": (None, "none", "auto"),
+    "response_format": (None, {"type": "text"}),
+    "store": (None, False),
+    "service_tier": (None, "auto", "default"),
+    "modalities": (None, ["text"]),
+    "audio": (None,),
+    "prediction": (None,),
+    "reasoning_effort": (None,),
+    "web_search_options": (None,),
+    "verbosity": (None,),
+}
+"""OpenAI request parameters ratchet does not implement, with the values it honours anyway: each
+one's default, whose behaviour ratchet's equals (``tool_choice: "auto"`` without tools calls no
+tool). Any other value is refused (400 ``unsupported_parameter``)."""
+
+
+def _unsupported(param: str, message: str, code: str = "unsupported_parameter"):
+    return PydanticCustomError(code, "{where}: " + message, {"where": param})
+
+
+def _non_finite_path(value: Any, path: str) -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _non_finite_path(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
+
+
+class _OpenAIRequest(BaseModel):
+    """Fields shared by both endpoints (OpenAI's names and meanings)."""
+
+    # extra keys are kept to be checked (``_refuse_unsupported``); the schema says none are taken
+    model_config = ConfigDict(extra="allow", json_schema_extra={"additionalProperties": False})
+
+    model: str | None = Field(
+        default=None,
+        max_length=256,
+        description="The served model's id (``GET /v1/models``); another id is a 404 "
+        "``model_not_found``. Omitted: the served model.",
+    )
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most tokens to generate (default 16 for completions, the replica's "
+        "default_max_tokens for chat); above the replica's max_tokens_limit is a 400 "
+        "``invalid_value``.",
+    )
+    temperature: float = Field(
+        default=1.0, ge=0.0, le=10.0, description="0 means greedy; else at least 1e-3."
+    )
+    top_p: float = Field(default=1.0, ge=MIN_TOP_P, le=1.0, description="Nucleus sampling mass.")
+    n: int = Field(default=1, ge=1, le=16, description="Choices to sample per prompt.")
+    seed: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**63 - 1,
+        description="Sampling seed; choice i uses seed + i. None draws one.",
+    )
+    stop: Text | Annotated[list[Text], Field(max_length=4)] | None = Field(
+        default=None, description="Up to 4 strings that end a choice (not included in its text)."
+    )
+    user: Text | None = Field(
+        default=None, max_length=256, description="End-user id; only its hash is logged."
+    )
+    stream: bool = Field(default=False, description="Send server-sent events as tokens arrive.")
+    stream_options: dict[str, Any] | None = Field(
+        default=None, description="``include_usage``: a last chunk with usage."
+    )
+    metadata: dict[str, Text] | None = Field(
+        default=None,
+        description="ratchet reads ``conversation_id`` and ``task_kind`` from here.",
+    )
+    conversation_id: Text | None = Field(
+        default=None, min_length=1, max_length=128, description="Legacy: use the header."
+    )
+    user_id: Text | None = Field(
+        default=None, min_length=1, max_length=128, description="Legacy: use ``user``."
+    )
+    task_kind: Text | None = Field(
+        default=None, min_length=1, max_length=64, description="Legacy: use metadata.task_kind."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _finite_numbers(cls, data: Any) -> Any:
+        where = _non_finite_path(data, "")
+        if where:
+            raise PydanticCustomError(
+                "non_finite_number",
+                "{where}: NaN and Infinity are not valid JSON numbers",
+                {"where": where},
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _refuse_unsupported(self):
+        for key, value in (self.model_extra or {}).items():
+            allowed = UNSUPPORTED_AT_DEFAULT.get(key)
+            if allowed is None:
+                raise _unsupported(key, "not a parameter this server knows")
+            if not any(_same(value, a) for a in allowed):
+                raise _unsupported(
+                    key, f"not supported by this server; only {_defaults(allowed)} is accepted"
+                )
+        return self
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, value: float) -> float:
+        if 0.0 < value < MIN_TEMPERATURE:
+            raise ValueError(f"must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {value}")
+        return value
+
+    def stop_strings(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return tuple(s for s in ([self.stop] if isinstance(self.stop, str) else self.stop) if s)
+
+    def meta(self, key: str) -> str | None:
+        return (self.metadata or {}).get(key) or getattr(self, key, None)
+
+    def include_usage(self) -> bool:
+        return bool((self.stream_options or {}).get("include_usage"))
+
+
+def _same(value: Any, allowed: Any) -> bool:
+    """JSON equality: ``0 == 0.0``, but ``false`` is not ``0`` and ``null`` only ``null``."""
+    if allowed is None or isinstance(allowed, bool) or isinstance(value, bool):
+        return value is allowed
+    return value == allowed
+
+
+def _defaults(allowed: tuple[Any, ...]) -> str:
+    import json
+
+    return " or ".join(json.dumps(a) for a in allowed)
+
+
+class CompletionRequest(_OpenAIRequest):
+    """``POST /v1/completions``: one prompt (or a list of prompts) to continue."""
+
+    prompt: PromptText | Annotated[list[PromptText], Field(min_length=1, max_length=16)] = Field(
+        description="Text to continue; a list samples each (n choices per prompt).",
+    )
+    logprobs: int | None = Field(
+        default=None,
+        ge=0,
+        le=5,
+        description="0: return the sampled tokens' logprobs. 1-5 (top-k alternatives) are a 400 "
+        "``unsupported_value``: the engines return only the sampled token's; so is any value "
+        "with stream=true.",
+    )
+
+    @model_validator(mode="after")
+    def _logprobs_served(self):
+        if self.logprobs is not None and self.logprobs > 0:
+            raise _unsupported(
+                "logprobs", "top-k alternatives are not available; use 0 for the sampled "
+                "tokens' logprobs", "unsupported_value",
+            )
+        if self.logprobs is not None and self.stream:
+            raise _unsupported(
+                "logprobs", "not available while streaming; use stream=false",
+                "unsupported_value",
+            )
+        return self
+
+    def prompts(self) -> list[str]:
+        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text"] = "text"
+    text: Text
+
+
+class ChatMessage(BaseModel):
+    """One message; ``content`` is a string or a list of text parts. Other OpenAI message fields
+    (``tool_call_id``, ``refusal``, ...) are kept aside; an assistant turn's ``tool_calls`` or
+    ``function_call`` is refused by ``ChatCompletionRequest`` (no template renders them)."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra={"additionalProperties": False})
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Text | list[TextPart] | None = None
+    name: Text | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class ChatCompletionRequest(_OpenAIRequest):
+    """``POST /v1/chat/completions``: a conversation, turned into a prompt by the policy."""
+
+    messages: list[ChatMessage] = Field(min_length=1, max_length=256)
+    max_completion_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="OpenAI's newer name for max_tokens (wins if both).",
+    )
+    logprobs: bool = Field(
+        default=False,
+        description="Return the sampled tokens' logprobs; with stream=true a 400 "
+        "``unsupported_value``.",
+    )
+    top_logprobs: int | None = Field(
+        default=None,
+        ge=0,
+        le=20,
+        description="0 (or omitted) only: top-k alternatives are a 400 ``unsupported_value``.",
+    )
+
+    @model_validator(mode="after")
+    def _no_tool_call_turns(self):
+        for i, message in enumerate(self.messages):
+            for key in ("tool_calls", "function_call"):
+                if (message.model_extra or {}).get(key):
+                    raise _unsupported(
+                        f"messages.{i}.{key}", "tool calls are not supported by this server"
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _logprobs_served(self):
+        if self.top_logprobs:
+            raise _unsupported(
+                "top_logprobs", "top-k alternatives are not available; use 0",
+                "unsupported_value",
+            )
+        if self.logprobs and self.stream:
+            raise _unsupported(
+                "logprobs", "not available while streaming; use stream=false",
+                "unsupported_value",
+            )
+        return self
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class CompletionLogprobs(BaseModel):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None = None
+    text_offset: list[int]
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: Literal["stop", "length"] | None
+
+
+class CompletionResponse(BaseModel):
+    """OpenAI's ``text_completion`` object."""
+
+    id: str = Field(description="The response id signals refer to (see choice_response_id).")
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(description="Unix seconds.")
+    model: str
+    system_fingerprint: str = Field(description="ratchet-v{registry version}.")
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
+class ChatTokenLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top_logprobs: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ChatLogprobs(BaseModel):
+    content: list[ChatTokenLogprob] | None
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: Literal["stop", "length"] | None
+
+
+class ChatCompletionResponse(BaseModel):
+    """OpenAI's ``chat.completion`` object."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class ModelCard(BaseModel):
+    id: str = Field(description="Registered model name.")
+    object: Literal["model"] = "model"
+    created: int = Field(description="Unix seconds when this replica loaded the served version "
+                         "(when the replica started, while loading).")
+    owned_by: str = "ratchet"
+    version: int | None = Field(description="Registry version served (None while loading).")
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error shape; ``param`` names the offending field."""
+
+    error: ErrorBody
+
+
+class ReloadRequest(BaseModel):
+    """``POST /admin/reload``: a version, or an alias to resolve (settings' alias if neither)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int | None = Field(
+        default=None, ge=1, le=2**31 - 1, description="Registry version to serve."
+    )
+    alias: str | None = Field(default=None, min_length=1, description="Alias to resolve.")
+
+
+class ReloadResponse(BaseModel):
+    version: int = Field(description="Version served now.")
+    previous_version: int | None = Field(description="Version served before the reload.")
+    load_seconds: float = Field(description="Download + build time of the new version.")
+
+
+class ReadyResponse(BaseModel):
+    ready: bool
+    version: int | None = Field(description="Version served, None while loading.")
+    replica_id: str
+    error: str | None = Field(default=None, description="Last load error, if any.")
+
+
+# -- signals API (routes/signals.py) and client keys (routes/keys.py) ---------------------------
+
+
+def _no_lone_surrogates(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"contains a lone surrogate at index {exc.start}") from None
+    return value
+
+
+class _SignalRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    response_id: str = Field(
+        min_length=1, max_length=128, description="The ``id`` of the response this is about."
+    )
+    created: AwareDatetime | None = Field(
+        default=None,
+        description="When the user acted (with a time zone). Default: when the replica received "
+        "it. Must not precede the response and must lie within the replica's "
+        "``signal_max_skew_s`` of the receive time.",
+    )
+
+    _check_text = field_validator("response_id")(_no_lone_surrogates)
+
+
+class FeedbackRequest(_SignalRequest):
+    """``POST /v1/feedback``: the user accepted or rejected the suggestion."""
+
+    label: Literal["accept", "reject"] = Field(description="Explicit verdict on the suggestion.")
+    rating: int | None = Field(default=None, ge=1, le=5, description="Optional 1-5 rating.")
+    comment: str | None = Field(default=None, max_length=2000, description="Optional comment.")
+
+    _check_comment = field_validator("comment")(_no_lone_surrogates)
+
+
+class EditRequest(_SignalRequest):
+    """``POST /v1/edits``: the suggestion as it stands in the user's file at a checkpoint.
+
+    Send ``text`` (ratchet scores it: 1 - normalised Levenshtein distance to the served text) or a
+    precomputed ``score``, not both.
+    """
+
+    window_s: Literal[30, 120, 300, 600] = Field(description="Checkpoint, seconds after serving.")
+    text: str | None = Field(
+        default=None, max_length=65_536, description="The suggestion's text as it stands now."
+    )
+    score: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="Precomputed persistence in [0, 1], instead of ``text``.",
+    )
+
+    _check_edit_text = field_validator("text")(_no_lone_surrogates)
+
+    @model_validator(mode="after")
+    def _one_of_text_or_score(self) -> EditRequest:
+        if (self.text is None) == (self.score is None):
+            raise ValueError("give exactly one of text, score")
+        return self
+
+
+class FollowupRequest(_SignalRequest):
+    """``POST /v1/followups``: the user's next message after the response."""
+
+    text: str = Field(min_length=1, max_length=4096, description="The user's next message.")
+    dissatisfied: bool | None = Field(
+        default=None,
+        description="The client's own flag, optional: ingest's detector decides from the text.",
+    )
+
+    _check_followup_text = field_validator("text")(_no_lone_surrogates)
+
+
+class SignalAccepted(BaseModel):
+    """The event written (asynchronously, through the spool) for an accepted signal."""
+
+    event_id: str
+    response_id: str
+    kind: Literal["feedback", "edit_persistence", "followup"]
+    event_time: datetime
+    score: float | None = Field(default=None, description="Edit persistence, for edits.")
+
+
+class ApiKeyCreateRequest(BaseModel):
+    """``POST /admin/keys``: a new client key (admin token required)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128, description="Who the key is for.")
+    org: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="Organisation: keys of one organisation may send signals about each "
+        "other's responses. None: only about the key's own.",
+    )
+
+
+class ApiKeyCreated(BaseModel):
+    key_id: str
+    name: str
+    org: str | None = None
+    key: str = Field(description="The key itself: shown once, only its hash is stored.")
+
+
+class ApiKeyInfo(BaseModel):
+    key_id: str
+    name: str
+    org: str | None = None
+    created: datetime
+    revoked_at: datetime | None
