@@ -532,7 +532,10 @@ def _sample_key(s: Sample) -> tuple:
 
 
 def _active_mlflow():  # -> the mlflow module when a run is active, else None
-    import mlflow
+    try:
+        import mlflow
+    except ImportError:  # a machine without it (the GPU check's image): no run can be active
+        return None
 
     return mlflow if mlflow.active_run() is not None else None
 
