@@ -175,7 +175,6 @@ def rl_step(out: Path, smoke: bool) -> int:
 # -- one DeepSpeed ZeRO-1 bf16 step ---------------------------------------------------------
 
 def ds_step(out: Path, smoke: bool) -> int:
-    import torch
 
     from trainer.config import DeepSpeedBackend, TrainerConfig
     from trainer.fixtures import tiny_champion

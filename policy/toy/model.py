@@ -231,7 +231,7 @@ def grouped_mm_supported(device: torch.device, dtype: torch.dtype, d_model: int,
     defaults to the device's. Operands are fresh allocations (aligned base pointers)."""
     if not hasattr(F, "grouped_mm"):
         return f"torch {torch.__version__} has no torch.nn.functional.grouped_mm"
-    size = torch.empty((), dtype=dtype).element_size()
+    size = dtype.itemsize
     for name, n in (("d_model", d_model), ("d_ff", d_ff)):
         if n * size % GROUPED_MM_ALIGN_BYTES:
             return (f"{name}={n} x {size} bytes is not a multiple of "
