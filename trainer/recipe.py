@@ -29,8 +29,11 @@ top-p rows (trainer/nucleus.py), so any vocabulary fits (the champion's nucleus 
 as a bit-packed V-wide mask).
 
 Devices: ``config.device`` holds the policy, the reference and each batch (collated on the CPU,
-then moved); ``config.precision == "bf16"`` runs every forward pass under bf16 autocast. Reference
-logprobs are kept on the CPU (one copy per sample) and moved with their batch.
+then moved; under a launcher, cuda is the ``LOCAL_RANK`` GPU); weights load in fp32 (master
+weights, whatever ``HFPolicyConfig.dtype`` defaults to) and ``config.precision == "bf16"`` runs
+every forward pass under bf16 autocast (a DeepSpeed bf16 engine casts the policy to bf16, and the
+reference and anchor alike). Reference logprobs are kept on the CPU (one copy per sample) and
+moved with their batch.
 
 Left out: the DeepSpeed/Ray backends (trainer/ds_backend.py, trainer/ray_backend.py), reading
 Parquet and registering the result in MLflow (the cycle does that).

@@ -9,7 +9,9 @@ result: one grouped GEMM per weight (``F.grouped_mm`` over the stacked (E, d, d_
 on-device offsets: no host sync; the default for bf16 on CUDA, where its fast kernel runs) and a
 per-expert loop (the CPU default: about as fast there, bench/train_cpu.py, and its row padding
 bounds oneDNN's per-shape kernel cache over long runs). ``MoETransformer.set_expert_impl`` picks
-one.
+one; the grouped GEMM runs only where :func:`grouped_mm_supported` allows (16-byte aligned widths,
+bf16 on CUDA), else the loop does. Logits are an fp32 projection of the final hidden state
+(``policy.base.fp32_logits``), whatever the autocast.
 
 Devices: every tensor a forward pass creates lives on the input's device. Full sequences without
 padding, or with right padding only, take ``is_causal=True`` attention with no explicit mask (flash
