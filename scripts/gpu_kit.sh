@@ -37,7 +37,7 @@ kit=$(du -cb "$DIR"/*.whl | tail -1 | cut -f1)
 tree=$(cd "$ROOT" && git ls-files -z -co --exclude-standard | du -cb --files0-from=- 2>/dev/null \
   | tail -1 | cut -f1)
 total=$(( kit + tree ))
-printf 'gpu-kit: %d wheels, %.1f MiB; working tree %.1f MiB; together %.1f MiB (limit %d MiB)\n' \
-  "$n_have" "$(echo "$kit / 1048576" | bc -l)" "$(echo "$tree / 1048576" | bc -l)" \
-  "$(echo "$total / 1048576" | bc -l)" "$LIMIT_MIB"
+awk -v n="$n_have" -v k="$kit" -v t="$tree" -v l="$LIMIT_MIB" 'BEGIN { m = 1048576;
+  printf "gpu-kit: %d wheels, %.1f MiB; working tree %.1f MiB; together %.1f MiB (limit %d MiB)\n",
+  n, k / m, t / m, (k + t) / m, l }'
 [ "$total" -lt $(( LIMIT_MIB * 1048576 )) ] || { echo "gpu-kit: over $LIMIT_MIB MiB" >&2; exit 1; }
