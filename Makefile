@@ -10,7 +10,8 @@ export RAY_USAGE_STATS_ENABLED := 0
 export RAY_AUTH_MODE := disabled
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
 
-.PHONY: demo demo-smollm2 test test-unit test-integration test-real test-vllm real-model lint lock clean
+.PHONY: demo demo-smollm2 test test-unit test-integration test-real test-vllm real-model lint lock clean \
+	gpu-kit gpu-check-smoke
 
 # The installer's output goes to .venv/bootstrap.log; the terminal gets one line (or the log's
 # tail when it fails).
@@ -57,6 +58,17 @@ $(VLLM_VENV)/.bootstrapped:
 
 test-vllm: $(BIN)/.bootstrapped $(VLLM_VENV)/.bootstrapped
 	$(BIN)/python -m pytest -q -m vllm tests/vllm
+
+# The GPU check (docs/GPU.md): gpu-kit downloads the wheels a GPU machine without network lacks
+# (scripts/gpu_kit.txt, CPython 3.12 manylinux) into .cache/gpu-kit/; scripts/gpu_check.sh runs
+# there. gpu-check-smoke runs every step of it on the CPU at tiny shapes.
+GPU_KIT := .cache/gpu-kit
+
+gpu-kit: $(BIN)/.bootstrapped
+	PY=$(PY) BUILD_PY=$(BIN)/python scripts/gpu_kit.sh $(GPU_KIT)
+
+gpu-check-smoke: $(BIN)/.bootstrapped
+	PYTHON=$(BIN)/python scripts/gpu_check.sh --cpu-smoke
 
 lint: $(BIN)/.bootstrapped
 	$(BIN)/ruff check ratchet ingest rewards trainer gating deploy simulation policy tasks runtime bench tests

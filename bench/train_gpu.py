@@ -18,9 +18,10 @@ attention term 12 x layers x d_attn x seq_len per token (PaLM's convention). Goa
     .venv/bin/python bench/train_gpu.py [--models olmoe,toy --batch 8 --seq 2048 --steps 10]
     .venv/bin/python bench/train_gpu.py --smoke      # tiny shapes on the CPU: the code path only
 
-Writes bench/results/train_gpu.json (top level: the first HF model's ``model``, ``tokens_per_s``,
-``mfu``; every model under ``runs``). Without CUDA it says so and writes nothing; ``--smoke``
-never writes. Left out: torch.compile by default (``--compile``), activation checkpointing, FP8.
+Writes bench/results/train_gpu.json, or ``--out`` (top level: the first HF model's ``model``,
+``tokens_per_s``, ``mfu``, ``peak_mem_gb``; every model under ``runs``, each with those keys).
+Without CUDA it says so and writes nothing; ``--smoke`` writes only to an explicit ``--out``.
+Left out: torch.compile by default (``--compile``), activation checkpointing, FP8.
 """
 
 from __future__ import annotations
@@ -115,7 +116,8 @@ def measure(name: str, *, batch: int, seq: int, steps: int, warmup: int, peak_tf
         model, kind, vocab = MoETransformer(cfg), "toy", cfg.vocab_size
         n_active, layers, d_attn = toy_active_params(model), cfg.n_layers, cfg.d_model
     else:
-        model, kind = hf_moe(name, smoke), "hf"
+        with device:  # random init on the device: seconds, not minutes, for 1.9B parameters
+            model, kind = hf_moe(name, smoke), "hf"
         c = model.config
         vocab, n_active, layers = c.vocab_size, hf_active_params(model), c.num_hidden_layers
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
@@ -146,6 +148,7 @@ def measure(name: str, *, batch: int, seq: int, steps: int, warmup: int, peak_tf
         "params_total": sum(p.numel() for p in model.parameters()), "params_active": n_active,
         "batch": batch, "seq_len": seq, "steps": steps, "warmup": warmup,
         "compiled": compile_model, "max_memory_gib": _max_memory_gib(device),
+        "peak_mem_gb": _peak_mem_gb(device),
         "weights": str(next(model.parameters()).dtype).removeprefix("torch."),
     }
 
@@ -163,6 +166,17 @@ def _max_memory_gib(device) -> float | None:
     return torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
 
 
+def _peak_mem_gb(device) -> float | None:
+    """Peak allocated device memory in GB (1e9 bytes); the process's peak RSS on the CPU."""
+    import resource
+
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated() / 1e9
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="olmoe,toy", help="comma list of olmoe, qwen3moe, toy")
@@ -174,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="bf16 dense peak of the GPU (default: H100 SXM, 989)")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--hf-weights", choices=["bf16", "fp32"], default="bf16")
-    p.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU; writes nothing")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny shapes on the CPU; writes only to an explicit --out")
+    p.add_argument("--out", type=Path, default=None, help=f"JSON path (default {RESULTS})")
     args = p.parse_args(argv)
     import torch
 
@@ -190,17 +206,20 @@ def main(argv: list[str] | None = None) -> int:
     for r in runs:
         print(f"{r['model']:48s} {r['tokens_per_s']:12.0f} tok/s  MFU {r['mfu']:.1%} "
               f"(incl. attention {r['mfu_incl_attention']:.1%})")
-    if args.smoke:
+    if args.smoke and args.out is None:
         return 0
     head = next((r for r in runs if r["model"] != "toy"), runs[0])
     result = {"model": head["model"], "tokens_per_s": head["tokens_per_s"], "mfu": head["mfu"],
+              "peak_mem_gb": head["peak_mem_gb"],
               "peak_tflops": args.peak_tflops, "peak": "H100 SXM bf16 dense 989 TFLOP/s"
               if args.peak_tflops == H100_SXM_BF16_DENSE_TFLOPS else "user-given",
-              "device": torch.cuda.get_device_name(),
+              "device": "cpu (smoke: tiny shapes, not a measurement)" if args.smoke
+              else torch.cuda.get_device_name(),
               "precision": "bf16 autocast; each run's weights dtype under runs",
               "runs": runs}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2))
+    out = args.out or RESULTS
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
     return 0
 
 

@@ -167,7 +167,7 @@ def chunked_logprobs(hidden_or_logits: Tensor, targets: Tensor, temperature: Ten
     temp = temperature.to(hidden_or_logits.device, torch.float32).view(-1, 1, 1)
 
     def piece(x: Tensor, y: Tensor) -> Tensor:
-        logits = (x if head is None else head(x)).float() / temp
+        logits = (x.float() if head is None else fp32_logits(head, x)) / temp
         return torch.log_softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
 
     out = []
@@ -176,6 +176,30 @@ def chunked_logprobs(hidden_or_logits: Tensor, targets: Tensor, temperature: Ten
         x, y = hidden_or_logits[:, s:s + chunk], targets[:, s:s + chunk]
         out.append(checkpoint(piece, x, y, use_reentrant=False) if grad else piece(x, y))
     return torch.cat(out, dim=1)
+
+
+def fp32_logits(head: nn.Module, hidden: Tensor) -> Tensor:
+    """``head(hidden)`` computed in fp32 (..., V), whatever the autocast or the weights' dtype.
+
+    A bf16 projection rounds each logit to bf16 (8 bits of mantissa: 0.06 at a logit of 10)
+    before the fp32 log-softmax, which puts 0.01-0.1 nats of noise per token into log-probs and
+    so into importance weights against served logprobs. Here the hidden state is upcast and the
+    matmul runs with autocast off; bf16 weights are upcast per call (a V x D copy: the training
+    path keeps fp32 master weights, where it is free). The head is called as a module, so its
+    hooks see the (upcast) hidden state, and gradients reach its weights in their own dtype.
+    """
+    import contextlib
+
+    import torch
+    from torch.func import functional_call
+
+    kind = hidden.device.type
+    off = torch.autocast(kind, enabled=False) if kind in ("cpu", "cuda") \
+        else contextlib.nullcontext()
+    params = {n: p.float() if p.is_floating_point() else p
+              for n, p in (*head.named_parameters(), *head.named_buffers())}
+    with off:
+        return functional_call(head, params, (hidden.float(),)).float()
 
 
 def teacher_forced_routes(policy: Policy, prompt_ids: list[int], response_ids: list[int],
@@ -214,7 +238,7 @@ def output_head(policy: Policy) -> nn.Module:
 
 
 __all__ = ["GateNorm", "MoESpec", "Policy", "Sampled", "TokenLogprobs", "TokenizerInfo",
-           "as_policy", "chunked_logprobs", "output_head", "teacher_forced_routes"]
+           "as_policy", "chunked_logprobs", "fp32_logits", "output_head", "teacher_forced_routes"]
 
 
 def left_pad(rows: list[list[int]], pad_id: int,

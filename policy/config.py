@@ -96,8 +96,10 @@ class HFPolicyConfig(BaseModel):
                                 "its installed file list, never imported.")
     upcycle: UpcycleSpec | None = Field(None, description="Turn the loaded dense model into an "
                                         "MoE of its family shape (each expert a copy of the MLP).")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Weights dtype (log-softmax is fp32 regardless).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights dtype: auto = bfloat16 where torch sees a CUDA device "
+        "(the grouped expert GEMMs run in bf16 only), else float32 (exact on the CPU). Logits "
+        "and log-softmax are fp32 regardless (policy.base.fp32_logits).")
     logprob_chunk: int = Field(256, ge=1, description="Positions per fp32 log-softmax chunk.")
     chat_template: bool = Field(False, description="Feed prompts through the tokenizer's chat "
                                 "template as one user turn (instruct models), else as raw text.")
@@ -111,6 +113,18 @@ class HFPolicyConfig(BaseModel):
         if self.package is not None and self.gguf_file is None:
             raise ValueError("'package' needs 'gguf_file' (the file's name inside the package)")
         return self
+
+
+def resolve_dtype(dtype: str, cuda: bool | None = None) -> str:
+    """The weights dtype ``dtype`` names: "auto" is "bfloat16" with a CUDA device (``cuda``;
+    None asks torch), else "float32"; any other name is returned as it is."""
+    if dtype != "auto":
+        return dtype
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    return "bfloat16" if cuda else "float32"
 
 
 def packaged_file(distribution: str, name: str) -> Path:
@@ -162,12 +176,15 @@ def checkpoint_format(directory: Path) -> Literal["toy", "hf", "gguf"]:
 
 
 def load_policy(config_or_dir: ToyPolicyConfig | HFPolicyConfig | Path | str, *,
-                workdir: Path | None = None):
+                workdir: Path | None = None, dtype: str | None = None):
     """A :class:`policy.base.Policy` from a config or a checkpoint directory.
 
     ``workdir`` is where an HF ``build`` spec materialises its directory (default: a temporary
     folder); the policy's ``source_dir`` attribute names the directory it was loaded from.
+    ``dtype`` overrides :attr:`HFPolicyConfig.dtype` (the trainer asks for "float32": fp32
+    master weights under bf16 autocast); the toy is always fp32.
     """
+    over = {} if dtype is None else {"dtype": dtype}
     if isinstance(config_or_dir, (str, Path)):
         directory = Path(config_or_dir)
         fmt = checkpoint_format(directory)
@@ -176,15 +193,15 @@ def load_policy(config_or_dir: ToyPolicyConfig | HFPolicyConfig | Path | str, *,
 
             return ToyPolicy.load(directory)
         gguf = sorted(directory.glob("*.gguf"))[0].name if fmt == "gguf" else None
-        config_or_dir = HFPolicyConfig(path=directory, gguf_file=gguf)
+        config_or_dir = HFPolicyConfig(path=directory, gguf_file=gguf, **over)
     if isinstance(config_or_dir, ToyPolicyConfig):
         if config_or_dir.path is None:
             raise PolicyLoadError("toy policy: field 'path' is required to load a checkpoint")
         return load_policy(config_or_dir.path)
     from policy.hf import HFPolicy
 
-    return HFPolicy.from_config(config_or_dir, workdir=workdir)
+    return HFPolicy.from_config(config_or_dir.model_copy(update=over), workdir=workdir)
 
 
 __all__ = ["HFPolicyConfig", "PolicyConfig", "PolicyLoadError", "TinyHFSpec", "ToyPolicyConfig",
-           "UpcycleSpec", "checkpoint_format", "load_policy", "packaged_file"]
+           "UpcycleSpec", "checkpoint_format", "load_policy", "packaged_file", "resolve_dtype"]

@@ -26,7 +26,14 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from policy.base import MoESpec, Sampled, TokenizerInfo, TokenLogprobs, chunked_logprobs
+from policy.base import (
+    MoESpec,
+    Sampled,
+    TokenizerInfo,
+    TokenLogprobs,
+    chunked_logprobs,
+    fp32_logits,
+)
 from policy.config import HFPolicyConfig, PolicyLoadError
 
 MOE_FAMILIES = {"qwen3_moe": "softmax_topk", "qwen2_moe": "softmax_topk", "olmoe": "softmax_topk",
@@ -121,12 +128,15 @@ class HFPolicy:
         return policy
 
     @classmethod
-    def load(cls, directory: Path, *, gguf_file: str | None = None, dtype: str = "float32",
+    def load(cls, directory: Path, *, gguf_file: str | None = None, dtype: str = "auto",
              logprob_chunk: int = 256) -> HFPolicy:
-        """Check, then load model and tokenizer from ``directory`` (HF dir or GGUF file)."""
+        """Check, then load model and tokenizer from ``directory`` (HF dir or GGUF file);
+        ``dtype`` as :attr:`HFPolicyConfig.dtype` ("auto": bf16 with CUDA, else fp32)."""
         from policy import hf_checks
+        from policy.config import resolve_dtype
 
         directory = Path(directory)
+        dtype = resolve_dtype(dtype)
         if gguf_file is not None:
             model, tokenizer = hf_checks.load_gguf(directory, gguf_file, getattr(torch, dtype))
         else:
@@ -241,7 +251,7 @@ class HFPolicy:
                                     chunk=self.logprob_chunk)
             routed, probs = self._routing(b, t)
             aux, lb, zl = self._aux(pad_mask)
-            logits = head(hidden).float() if return_logits else None  # B*T*V: small vocabs
+            logits = fp32_logits(head, hidden) if return_logits else None  # B*T*V: small vocabs
             return TokenLogprobs(logp, routed, probs, aux, lb, zl, self._state.replaced,
                                  logits=logits, hidden=hidden if return_hidden else None)
         finally:

@@ -8,8 +8,12 @@ weights copied), and :func:`export_state_dict` gathers the experts back so the c
 into a plain :class:`MoETransformer` for serving. CPU runs use gloo and ``DS_ACCELERATOR=cpu``
 (see STACK.md); GPUs use NCCL and bf16.
 
-Left out: router replay through DeepSpeed MoE layers (its gate has no forced-routing input; the
-recipe reports ``router_replay_active = 0`` there), ZeRO 3, pipeline parallelism.
+Router replay: with ``ep_size == 1`` the policy keeps its own MoE layers, so the logged routing
+is replayed as without DeepSpeed; DeepSpeed's MoE layers (``ep_size > 1``) have no forced-routing
+input, and the recipe refuses ``router_replay=True`` there. Under bf16 the engine casts the
+policy to bf16; the recipe casts the frozen reference and anchor alike.
+
+Left out: router replay through DeepSpeed MoE layers, ZeRO 3, pipeline parallelism.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ def init_distributed() -> None:
                        ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    if torch.cuda.is_available():  # one GPU per rank, before NCCL binds rank r to a device
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     import deepspeed
 
     if not torch.distributed.is_initialized():

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from policy.base import fp32_logits
 from trainer import rl
 
 CHUNK = 1024
@@ -42,14 +43,14 @@ def unpack_mask(packed: Tensor, vocab: int) -> Tensor:
 
 
 def _piece(h: Tensor, y: Tensor, temp: Tensor, packed: Tensor, head: nn.Module) -> Tensor:
-    logits = head(h.to(head.weight.dtype)).float() / temp.view(-1, 1)
+    logits = fp32_logits(head, h) / temp.view(-1, 1)
     keep = unpack_mask(packed, logits.shape[-1])
     logits = logits.masked_fill(~keep, float("-inf"))
     return torch.log_softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
 
 
 def _keep(h: Tensor, temp: Tensor, top_p: Tensor, head: nn.Module) -> Tensor:
-    logits = head(h.to(head.weight.dtype)).float()
+    logits = fp32_logits(head, h)
     return rl.nucleus_keep(logits.unsqueeze(1), temp, top_p).squeeze(1)
 
 

@@ -29,8 +29,11 @@ top-p rows (trainer/nucleus.py), so any vocabulary fits (the champion's nucleus 
 as a bit-packed V-wide mask).
 
 Devices: ``config.device`` holds the policy, the reference and each batch (collated on the CPU,
-then moved); ``config.precision == "bf16"`` runs every forward pass under bf16 autocast. Reference
-logprobs are kept on the CPU (one copy per sample) and moved with their batch.
+then moved; under a launcher, cuda is the ``LOCAL_RANK`` GPU); weights load in fp32 (master
+weights, whatever ``HFPolicyConfig.dtype`` defaults to) and ``config.precision == "bf16"`` runs
+every forward pass under bf16 autocast (a DeepSpeed bf16 engine casts the policy to bf16, and the
+reference and anchor alike). Reference logprobs are kept on the CPU (one copy per sample) and
+moved with their batch.
 
 Left out: the DeepSpeed/Ray backends (trainer/ds_backend.py, trainer/ray_backend.py), reading
 Parquet and registering the result in MLflow (the cycle does that).
@@ -38,6 +41,7 @@ Parquet and registering the result in MLflow (the cycle does that).
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -58,11 +62,17 @@ from trainer.health import moe_health
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU is a clear error."""
+    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU is a clear error.
+    Under a launcher (torchrun, deepspeed) that sets ``LOCAL_RANK``, cuda is that rank's GPU
+    and becomes the current device (else every rank lands on GPU 0)."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("TrainerConfig.device='cuda' but torch sees no CUDA device")
+    if name == "cuda" and os.environ.get("LOCAL_RANK") is not None:
+        local = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
     return torch.device(name)
 
 
@@ -121,10 +131,15 @@ class RLRecipe:
         torch.manual_seed(self.config.seed)
         self.device = resolve_device(self.config.device)
         # The Policy plug (toy or HF, by the directory's format); .module is the torch model.
-        self.plug = load_policy(self.champion_dir)
-        if self.config.backend.type == "deepspeed" and self.plug.type != "toy":
+        self.plug = load_policy(self.champion_dir, dtype="float32")  # fp32 master weights
+        backend = self.config.backend
+        if backend.type == "deepspeed" and self.plug.type != "toy":
             raise ValueError(f"backend.type='deepspeed' trains the toy policy only; "
                              f"{self.champion_dir} is a '{self.plug.type}' policy")
+        if backend.type == "deepspeed" and backend.ep_size > 1 and self.config.router_replay:
+            raise ValueError("router_replay=True needs backend.ep_size=1: DeepSpeed's MoE "
+                             "layers (ep_size > 1) have no forced-routing input; set "
+                             "router_replay=false to train without replay")
         self.policy = self._on_device(self.plug.module).train()
         self.ref_plug = self._frozen(self.champion_dir)  # a copy with its own routing hooks
         self.reference = self.ref_plug.module
@@ -138,15 +153,21 @@ class RLRecipe:
         self.gen = torch.Generator().manual_seed(self.config.seed)
 
     def _on_device(self, module):
-        """``module`` on the configured device; the toy also gets its expert implementation."""
+        """``module`` on the configured device (bf16 weights under a DeepSpeed bf16 engine, which
+        casts the policy: the reference and the anchor then match it, and the ratio is 1 at
+        step 0); the toy also gets its expert implementation."""
+        backend = self.config.backend
+        ds_bf16 = backend.type == "deepspeed" and backend.bf16
         module = module.to(self.device)
+        if ds_bf16:
+            module = module.to(torch.bfloat16)
         if isinstance(module, MoETransformer):
             module.set_expert_impl(self.config.expert_impl)
         return module
 
     def _frozen(self, directory: Path) -> Policy:
         """A frozen copy (eval, no gradients) of the policy in ``directory``, on the device."""
-        plug = load_policy(directory)
+        plug = load_policy(directory, dtype="float32")
         self._on_device(plug.module).eval().requires_grad_(False)
         return plug
 
@@ -514,7 +535,10 @@ def _sample_key(s: Sample) -> tuple:
 
 
 def _active_mlflow():  # -> the mlflow module when a run is active, else None
-    import mlflow
+    try:
+        import mlflow
+    except ImportError:  # a machine without it (the GPU check's image): no run can be active
+        return None
 
     return mlflow if mlflow.active_run() is not None else None
 

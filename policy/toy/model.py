@@ -9,7 +9,9 @@ result: one grouped GEMM per weight (``F.grouped_mm`` over the stacked (E, d, d_
 on-device offsets: no host sync; the default for bf16 on CUDA, where its fast kernel runs) and a
 per-expert loop (the CPU default: about as fast there, bench/train_cpu.py, and its row padding
 bounds oneDNN's per-shape kernel cache over long runs). ``MoETransformer.set_expert_impl`` picks
-one.
+one; the grouped GEMM runs only where :func:`grouped_mm_supported` allows (16-byte aligned widths,
+bf16 on CUDA), else the loop does. Logits are an fp32 projection of the final hidden state
+(``policy.base.fp32_logits``), whatever the autocast.
 
 Devices: every tensor a forward pass creates lives on the input's device. Full sequences without
 padding, or with right padding only, take ``is_causal=True`` attention with no explicit mask (flash
@@ -36,7 +38,11 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import Tensor, nn
 
+from policy.base import fp32_logits
+
 SHAPE_BUCKET = 32
+GROUPED_MM_ALIGN_BYTES = 16
+"""The grouped GEMM kernels want 16-byte aligned rows (strides) and base pointers."""
 
 
 class MoEConfig(BaseModel):
@@ -167,10 +173,20 @@ class MoELayer(nn.Module):
 
     def grouped(self, device: torch.device, dtype: torch.dtype) -> bool:
         """Whether the grouped GEMM runs: ``impl``, or for "auto" where its fast kernel applies
-        (bf16 off the CPU; on the CPU the loop, see the module docstring)."""
-        if self.impl != "auto":
-            return self.impl == "grouped"
-        return device.type != "cpu" and dtype == torch.bfloat16
+        (bf16 off the CPU; on the CPU the loop, see the module docstring). Either way only where
+        :func:`grouped_mm_supported` allows these shapes and dtype; elsewhere the loop runs
+        (same outputs), with one warning when "grouped" was asked for."""
+        if self.impl == "loop" or (self.impl == "auto" and
+                                   (device.type == "cpu" or dtype != torch.bfloat16)):
+            return False
+        why = grouped_mm_supported(device, dtype, self.w_in.shape[1], self.w_in.shape[2])
+        if why and self.impl == "grouped" and not getattr(self, "_warned", False):
+            import warnings
+
+            warnings.warn(f"expert_impl='grouped' falls back to the per-expert loop: {why}",
+                          RuntimeWarning, stacklevel=2)
+            self._warned = True
+        return not why
 
     def experts(self, x: Tensor, r: _Routing) -> Tensor:
         """Sort (token, slot) pairs by expert; run each expert once on its slice."""
@@ -207,6 +223,28 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
         return torch.get_autocast_dtype(kind)
     return x.dtype
+
+
+def grouped_mm_supported(device: torch.device, dtype: torch.dtype, d_model: int, d_ff: int,
+                         capability: tuple[int, int] | None = None) -> str:
+    """"" when ``F.grouped_mm`` takes the expert GEMMs of this shape and dtype on ``device``,
+    else why not. Its rules: 16-byte aligned strides (d_model and d_ff times the element size);
+    on CUDA, bf16 on SM >= 8.0 (other dtypes go to a slow fallback or fail). ``capability``
+    defaults to the device's. Operands are fresh allocations (aligned base pointers)."""
+    if not hasattr(F, "grouped_mm"):
+        return f"torch {torch.__version__} has no torch.nn.functional.grouped_mm"
+    size = dtype.itemsize
+    for name, n in (("d_model", d_model), ("d_ff", d_ff)):
+        if n * size % GROUPED_MM_ALIGN_BYTES:
+            return (f"{name}={n} x {size} bytes is not a multiple of "
+                    f"{GROUPED_MM_ALIGN_BYTES} bytes")
+    if device.type == "cuda":
+        if dtype != torch.bfloat16:
+            return f"dtype {dtype} on CUDA (the grouped kernel is bf16)"
+        cap = capability or torch.cuda.get_device_capability(device)
+        if tuple(cap) < (8, 0):
+            return f"compute capability {cap} < (8, 0)"
+    return ""
 
 
 def expert_offsets(sorted_experts: Tensor, n_experts: int) -> Tensor:
@@ -325,7 +363,7 @@ class MoETransformer(nn.Module):
             probs.append(r.probs.view(b, t, -1))
             lb.append(self._load_balance(r, real))
             zl.append(self._z_loss(r, real))
-        logits = self.lm_head(self.norm(h)).float()
+        logits = fp32_logits(self.lm_head, self.norm(h))  # fp32 before any log-softmax
         return self._output(logits, routed, probs, lb, zl, replaced, b, t)
 
     def _masks(

@@ -55,3 +55,35 @@ def test_grouped_kernel_matches_the_loop_on_cuda():
         outs[impl], grads[impl] = out.logits, model.blocks[0].ffn.w_in.grad.clone()
     assert torch.allclose(outs["loop"], outs["grouped"], atol=3e-2, rtol=3e-2)
     assert torch.allclose(grads["loop"], grads["grouped"], atol=3e-2, rtol=5e-2)
+
+
+def test_logits_are_an_fp32_projection_under_cuda_autocast():
+    torch.manual_seed(0)
+    model = MoETransformer(TINY).cuda().eval()
+    seen = {}
+    model.lm_head.register_forward_pre_hook(lambda m, a: seen.setdefault("h", a[0]))
+    tokens = torch.randint(0, 256, (2, 32), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = model(tokens).logits
+    exact = seen["h"].double() @ model.lm_head.weight.double().T
+    assert logits.dtype == torch.float32
+    assert (logits.double() - exact).abs().max() < 1e-3  # TF32 off by default for matmuls
+
+
+@pytest.mark.parametrize(("d", "f"), [(64, 128), (64, 120), (64, 100)])
+def test_grouped_mm_rules_match_this_gpu(d, f):
+    import torch.nn.functional as F
+
+    from policy.toy.model import grouped_mm_supported
+
+    x = torch.randn(10, d, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(3, d, f, device="cuda", dtype=torch.bfloat16)
+    offs = torch.tensor([3, 7, 10], device="cuda", dtype=torch.int32)
+    allowed = grouped_mm_supported(x.device, torch.bfloat16, d, f) == ""
+    try:
+        F.grouped_mm(x, w, offs=offs)
+        torch.cuda.synchronize()
+        ran = True
+    except RuntimeError:
+        ran = False
+    assert ran is allowed
