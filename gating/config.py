@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Config(BaseModel):
@@ -53,6 +53,12 @@ class SuiteConfig(_Config):
     max_new_tokens: int = Field(
         32, ge=1, le=1024, description="Completion budget per task (greedy decoding)."
     )
+
+    @model_validator(mode="after")
+    def _jsonl_has_path(self) -> SuiteConfig:
+        if self.kind == "jsonl" and not self.path:
+            raise ValueError("suite.path is required when suite.kind is 'jsonl'")
+        return self
     token_penalty: float = Field(
         0.5,
         ge=0.0,
@@ -64,14 +70,16 @@ class SuiteConfig(_Config):
     )
     batch_size: int = Field(64, ge=1, le=1024, description="Prompts per generate() call.")
     sandbox_timeout_s: float = Field(
-        5.0, gt=0.0, le=300.0, description="HumanEval only: wall-clock limit per sandboxed task."
+        5.0, gt=0.0, le=300.0,
+        description="HumanEval and JSONL: wall-clock limit per sandboxed task."
     )
     chat: Literal["auto", "never"] = Field(
         "auto",
         description=(
-            "HumanEval only: 'auto' feeds each problem to a policy whose tokenizer has a chat "
-            "template as one user turn (tasks.humaneval.chat_prompt) and grades the code in its "
-            "reply; 'never' always feeds the raw prompt for a raw completion."
+            "HumanEval and JSONL: 'auto' feeds each task to a policy whose tokenizer has a chat "
+            "template as chat turns (HumanEval: one user turn, tasks.humaneval.chat_prompt; "
+            "JSONL: the task's messages) and grades the code in its reply; 'never' always feeds "
+            "the raw prompt for a raw completion."
         ),
     )
 

@@ -1,4 +1,4 @@
-"""Prompt-clustered paired statistics, the exact tests and alpha spending, on hand-computed tables."""
+"""Prompt-clustered paired statistics, exact tests and alpha spending, on hand-computed tables."""
 
 from __future__ import annotations
 
