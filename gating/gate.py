@@ -30,6 +30,8 @@ from gating.config import GateConfig
 from gating.gates import HealthFigures, evaluate_gates
 from gating.records import FAIL, PASS, GateResult, GateVerdict, SuiteResult
 from gating.report import format_table, render_html
+from gating.stats import AlphaSpending
+from gating.suite import draw_seed
 from runtime import registry
 
 if TYPE_CHECKING:
@@ -82,6 +84,8 @@ class GateRunner:
         self.champion_dir: Path | None = None
         self._downloads: Path | None = None
         self.setup_seconds: dict[str, float] = {}
+        self.spending: AlphaSpending | None = None
+        """The model's alpha-spending state (read in setup; None without a champion)."""
 
     # -- setup -----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -99,6 +103,10 @@ class GateRunner:
         if self.champion_version is not None:
             self.champion_dir = self._download(self.champion_version)
             self.champion = load_policy(self.champion_dir)
+            ec = self.config.error_control
+            self.spending = AlphaSpending.from_tags(
+                registry.model_tags(self.tracking_uri, self.model_name), alpha=ec.alpha,
+                rule=ec.rule)
         clock.lap("seconds.setup")
         self.setup_seconds = clock.laps
 
@@ -129,9 +137,14 @@ class GateRunner:
             kl_to_champion=self._kl(tasks, cand),
         )
         clock.lap("seconds.health")
-        gates = evaluate_gates(cand, champ, self.config, health=health)
+        alpha_k = None if self.spending is None else self.spending.level()
+        gates = evaluate_gates(cand, champ, self.config, health=health, alpha=alpha_k)
         clock.lap("seconds.gates")
-        extras = {"candidate.suite_seconds": cand.seconds, **self.setup_seconds}
+        extras = {"candidate.suite_seconds": cand.seconds, **self.setup_seconds,
+                  "suite.decision": float(self.decision),
+                  "suite.seed": float(draw_seed(self.config.suite, self.decision))}
+        if alpha_k is not None:
+            extras["alpha_k"] = alpha_k
         gates += self._optional_gates(champ, extras)
         clock.lap("seconds.optional")
         extras.update(clock.laps)
@@ -145,10 +158,16 @@ class GateRunner:
         )
         return self._record(SuiteResult(tasks=[]), None, [gate], dict(self.setup_seconds))
 
+    @property
+    def decision(self) -> int:
+        """Index of this gate decision of the model (1, 2, ...; 0 without a champion): picks the
+        suite draw and the level alpha_k."""
+        return 0 if self.spending is None else self.spending.k + 1
+
     def _suite(self):
         from gating.suite import build_suite
 
-        return build_suite(self.config.suite)
+        return build_suite(self.config.suite, self.decision)
 
     def _run_suite(self, model: Policy, tasks, checker) -> SuiteResult:
         from gating.suite import run_suite, uses_chat
@@ -162,7 +181,8 @@ class GateRunner:
     def _cached_suite(self, ckpt: Path, model: Policy, tasks, checker) -> SuiteResult:
         """Greedy decoding is deterministic: a suite result is reused for the same weights and
         suite config (keyed by their hashes, so a re-created registry cannot hit a stale one)."""
-        path = self.workdir / "suite-cache" / f"{suite_cache_key(self.config, ckpt)}.json"
+        key = suite_cache_key(self.config, ckpt, self.decision)
+        path = self.workdir / "suite-cache" / f"{key}.json"
         if path.exists():
             return SuiteResult.model_validate_json(path.read_text())
         result = self._run_suite(model, tasks, checker)
@@ -228,6 +248,7 @@ class GateRunner:
             )
             self._log_run(verdict, cand, champ)
         self._tag_version(verdict, run.info.experiment_id)
+        self._spend(verdict)
         # Promote last: an alias never moves without a complete record of why.
         if verdict.promoted:
             registry.promote(
@@ -274,6 +295,11 @@ class GateRunner:
             "gate.candidate_version": str(v.candidate_version),
             "gate.champion_version": str(v.champion_version),
             "gate.promoted": str(v.promoted).lower(),
+            "gate.suite.decision": str(self.decision),
+            "gate.suite.seed": str(draw_seed(self.config.suite, self.decision)),
+            **({} if self.spending is None else {
+                "gate.alpha_k": repr(self.spending.level()),
+                "gate.alpha.rule": self.spending.rule}),
             **{f"gate.{g.name}": PASS if g.passed else FAIL for g in v.gates},
         })
         mlflow.log_metrics(_gate_metrics(v))
@@ -288,6 +314,16 @@ class GateRunner:
         mlflow.log_text(cand.model_dump_json(), "gate/candidate_suite.json")
         if champ is not None:
             mlflow.log_text(champ.model_dump_json(), "gate/champion_suite.json")
+
+    def _spend(self, v: GateVerdict) -> None:
+        """Count this decision in the model's alpha-spending state (a promotion-evidence pass
+        earns LORD++ wealth back) and store it on the registered model, so a resumed or
+        rescheduled loop continues it."""
+        if self.spending is None or not v.gates or v.gates[0].name == "loads":
+            return
+        evidence = next((g for g in v.gates if g.name == "improvement_evidence"), None)
+        self.spending.record(evidence is not None and evidence.passed)
+        registry.set_model_tags(self.tracking_uri, self.model_name, self.spending.to_tags())
 
     def _tag_version(self, v: GateVerdict, experiment_id: str) -> None:
         status = PASS if v.passed else FAIL
@@ -340,10 +376,11 @@ def checkpoint_hash(ckpt: Path) -> str:
     return h.hexdigest()
 
 
-def suite_cache_key(config: GateConfig, ckpt: Path) -> str:
-    """Cache key of a suite result: the suite config and the whole checkpoint (config.json too:
-    the same weights under another architecture config decode differently)."""
+def suite_cache_key(config: GateConfig, ckpt: Path, decision: int = 0) -> str:
+    """Cache key of a suite result: the suite config, the draw and the whole checkpoint
+    (config.json too: the same weights under another architecture config decode differently)."""
     h = hashlib.sha256(config.suite.model_dump_json().encode())
+    h.update(f"/draw-seed/{draw_seed(config.suite, decision)}".encode())
     h.update(checkpoint_hash(ckpt).encode())
     return h.hexdigest()[:24]
 
@@ -377,7 +414,8 @@ def _note(v: GateVerdict, confidence: float, lineage: dict[str, str]) -> str:
     """The gate run's description in the MLflow UI: table, CI level, comparators, lineage."""
     lines = [f"**Gate {'PASS' if v.passed else 'FAIL'}**: candidate v{v.candidate_version} vs "
              f"champion {'none' if v.champion_version is None else f'v{v.champion_version}'}. "
-             f"Intervals are {confidence:.0%} two-sided paired-bootstrap CIs.", "",
+             f"Intervals are {confidence:.0%} two-sided paired-bootstrap CIs over distinct "
+             "prompts; improvement_evidence is tested at the decision's alpha_k.", "",
              f"```\n{format_table(v)}\n```", "", "Comparators:"]
     used = {g.comparator for g in v.gates}
     lines += [f"- `{k}`: {meaning}" for k, meaning in COMPARATORS.items() if k in used]
