@@ -241,7 +241,7 @@ def champion_gain(tracking_uri: str, model_name: str, first: int, final: int, wo
                           n_resamples=2000, confidence=0.95, seed=0,
                           clusters=cluster_ids([t.prompt for t in tasks]))
     return {"first_version": first, "final_version": final, "tasks": len(tasks),
-            "prompts": ci.n_clusters, "split": "fresh (sealed)", "pass_first": a.pass_rate,
+            "prompts": ci.n_clusters, "split": "fresh", "sealed": True, "pass_first": a.pass_rate,
             "pass_final": b.pass_rate,
             "delta": ci.mean, "ci_low": ci.low, "ci_high": ci.high,
             "tokens_first": a.mean_tokens, "tokens_final": b.mean_tokens}
@@ -249,8 +249,8 @@ def champion_gain(tracking_uri: str, model_name: str, first: int, final: int, wo
 
 def format_gain(gain: dict) -> str:
     return (f"champion v{gain['first_version']} -> v{gain['final_version']} on "
-            f"{gain['tasks']:,} sealed tasks ({gain.get('prompts', gain['tasks']):,} prompts): "
-            f"pass {gain['pass_first']:.3f} -> "
+            f"{gain['tasks']:,} fresh tasks (sealed set, {gain.get('prompts', gain['tasks']):,} "
+            f"prompts): pass {gain['pass_first']:.3f} -> "
             f"{gain['pass_final']:.3f} ({gain['delta']:+.3f}, 95% prompt-clustered CI "
             f"[{gain['ci_low']:+.3f}, {gain['ci_high']:+.3f}]); completion tokens "
             f"{gain['tokens_first']:.1f} -> {gain['tokens_final']:.1f}")
