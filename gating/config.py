@@ -229,6 +229,22 @@ class ErrorControlConfig(_Config):
     )
 
 
+class SequentialConfig(_Config):
+    """Two looks at the suite (O'Brien-Fleming): a clear win or loss stops after the first
+    ``first_size`` tasks, a borderline candidate gets the whole suite (``suite.size`` tasks).
+
+    Boundaries on the McNemar z of the discordant prompts, for one-sided level alpha_k / 2 (the
+    primary route), spent by the Lan-DeMets O'Brien-Fleming function at the first look's share of
+    distinct prompts (gating.stats.obrien_fleming_bounds). The look that decides evaluates every
+    gate on the tasks seen so far at that look's nominal level.
+    """
+
+    first_size: int = Field(
+        400, ge=1, le=10_000,
+        description="Tasks of the first look (a prefix of the suite's draw; < suite.size).",
+    )
+
+
 class HealthConfig(_Config):
     """Checks on the candidate's weights and routing, independent of task success."""
 
@@ -339,6 +355,10 @@ class GateConfig(_Config):
         default_factory=ErrorControlConfig,
         description="Per-decision level alpha_k of the improvement test across a model's gates.",
     )
+    sequential: SequentialConfig | None = Field(
+        None,
+        description="Two-look sequential gate (first look on a prefix); None: one look.",
+    )
     health: HealthConfig = Field(
         default_factory=HealthConfig, description="Weight and routing health checks."
     )
@@ -352,3 +372,11 @@ class GateConfig(_Config):
         None, description="Serving-process check of the candidate; None skips it."
     )
     report_html: bool = Field(True, description="Log the HTML report artifact beside the JSON.")
+
+    @model_validator(mode="after")
+    def _first_look_is_a_prefix(self) -> GateConfig:
+        if self.sequential is not None and self.sequential.first_size >= self.suite.size:
+            raise ValueError(
+                f"sequential.first_size ({self.sequential.first_size}) must be below suite.size "
+                f"({self.suite.size})")
+        return self

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import shutil
 import tempfile
 import time
@@ -127,28 +128,61 @@ class GateRunner:
             raise RuntimeError("GateRunner.run() called before setup()")
         clock = _Clock()
         tasks, checker = self._suite()
-        cand = self._cached_suite(self.candidate_dir, self.candidate, tasks, checker)
-        champ = None
-        if self.champion is not None:
-            champ = self._cached_suite(self.champion_dir, self.champion, tasks, checker)
+        alpha_k = None if self.spending is None else self.spending.level()
+        extras = {**self.setup_seconds, "suite.decision": float(self.decision),
+                  "suite.seed": float(draw_seed(self.config.suite, self.decision))}
+        if self.config.sequential is not None and self.champion is not None and alpha_k:
+            tasks, cand, champ, alpha_k = self._two_looks(tasks, checker, alpha_k, extras)
+        else:
+            cand = self._cached_suite(self.candidate_dir, self.candidate, tasks, checker)
+            champ = None
+            if self.champion is not None:
+                champ = self._cached_suite(self.champion_dir, self.champion, tasks, checker)
         clock.lap("seconds.suites")
         health = HealthFigures(
             nonfinite_params=count_nonfinite(self.candidate.module),
             kl_to_champion=self._kl(tasks, cand),
         )
         clock.lap("seconds.health")
-        alpha_k = None if self.spending is None else self.spending.level()
         gates = evaluate_gates(cand, champ, self.config, health=health, alpha=alpha_k)
         clock.lap("seconds.gates")
-        extras = {"candidate.suite_seconds": cand.seconds, **self.setup_seconds,
-                  "suite.decision": float(self.decision),
-                  "suite.seed": float(draw_seed(self.config.suite, self.decision))}
+        extras["candidate.suite_seconds"] = cand.seconds
         if alpha_k is not None:
             extras["alpha_k"] = alpha_k
         gates += self._optional_gates(champ, extras)
         clock.lap("seconds.optional")
         extras.update(clock.laps)
         return self._record(cand, champ, gates, extras)
+
+    def _two_looks(self, tasks, checker, alpha_k: float, extras: dict[str, float]):
+        """O'Brien-Fleming two-look suite: returns the tasks, both results and the level of the
+        look that decided (config.sequential)."""
+        import numpy as np
+        from scipy.stats import norm
+
+        from gating.stats import cluster_ids, cluster_signs, mcnemar_z, obrien_fleming_bounds
+        from gating.suite import prompt_key
+
+        n1 = self.config.sequential.first_size
+        first = tasks[:n1]
+        keys = [prompt_key(t) for t in tasks]
+        t1 = len(set(keys[:n1])) / len(set(keys))
+        c1, c2 = obrien_fleming_bounds(alpha_k / 2.0, t1) if t1 < 1.0 else (math.inf, 0.0)
+        cand = self._cached_suite(self.candidate_dir, self.candidate, first, checker, "look1")
+        champ = self._cached_suite(self.champion_dir, self.champion, first, checker, "look1")
+        d = (np.asarray([t.passed for t in cand.tasks], dtype=float)
+             - np.asarray([t.passed for t in champ.tasks], dtype=float))
+        z1 = mcnemar_z(*cluster_signs(d, cluster_ids(cand.clusters)))
+        extras.update({"sequential.t1": t1, "sequential.z1": z1, "sequential.c1": c1,
+                       "sequential.c2": c2})
+        if abs(z1) >= c1:  # a clear win or a clear loss: stop at the first look
+            extras["sequential.look"] = 1.0
+            return first, cand, champ, 2.0 * float(norm.sf(c1))
+        rest = tasks[n1:]
+        cand2 = self._cached_suite(self.candidate_dir, self.candidate, rest, checker, "look2")
+        champ2 = self._cached_suite(self.champion_dir, self.champion, rest, checker, "look2")
+        extras["sequential.look"] = 2.0
+        return tasks, _joined(cand, cand2), _joined(champ, champ2), 2.0 * float(norm.sf(c2))
 
     def _record_load_failure(self) -> GateVerdict:
         """A candidate that does not load (shape mismatch, corrupt file) fails the ``loads`` gate;
@@ -178,10 +212,13 @@ class GateRunner:
             token_penalty=s.token_penalty, batch_size=s.batch_size, chat=uses_chat(model, s),
         )
 
-    def _cached_suite(self, ckpt: Path, model: Policy, tasks, checker) -> SuiteResult:
+    def _cached_suite(self, ckpt: Path, model: Policy, tasks, checker, part: str = ""
+                      ) -> SuiteResult:
         """Greedy decoding is deterministic: a suite result is reused for the same weights and
-        suite config (keyed by their hashes, so a re-created registry cannot hit a stale one)."""
-        key = suite_cache_key(self.config, ckpt, self.decision)
+        suite config (keyed by their hashes, so a re-created registry cannot hit a stale one);
+        ``part`` names a look of a sequential gate."""
+        key = suite_cache_key(self.config, ckpt, self.decision) + (
+            f"-{part}-{len(tasks)}" if part else "")
         path = self.workdir / "suite-cache" / f"{key}.json"
         if path.exists():
             return SuiteResult.model_validate_json(path.read_text())
@@ -383,6 +420,13 @@ def suite_cache_key(config: GateConfig, ckpt: Path, decision: int = 0) -> str:
     h.update(f"/draw-seed/{draw_seed(config.suite, decision)}".encode())
     h.update(checkpoint_hash(ckpt).encode())
     return h.hexdigest()[:24]
+
+
+def _joined(a: SuiteResult, b: SuiteResult) -> SuiteResult:
+    """Two looks' results as one suite result (tasks in order, expert loads added)."""
+    load = [[x + y for x, y in zip(la, lb)] for la, lb in zip(a.expert_load, b.expert_load)]
+    return SuiteResult(tasks=a.tasks + b.tasks, expert_load=load or a.expert_load,
+                       seconds=a.seconds + b.seconds)
 
 
 class _Clock:

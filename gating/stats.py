@@ -137,6 +137,40 @@ def clopper_pearson_upper(successes: int, n: int, level: float = 0.95) -> float:
     return hi
 
 
+def mcnemar_z(better: int, worse: int) -> float:
+    """Normal statistic of the McNemar test, ``(better - worse) / sqrt(better + worse)`` (0 when
+    no pair is discordant): the statistic the two-look boundaries are set on."""
+    n = better + worse
+    return 0.0 if n == 0 else (better - worse) / math.sqrt(n)
+
+
+def obrien_fleming_bounds(alpha: float, t1: float) -> tuple[float, float]:
+    """One-sided two-look boundaries ``(c1, c2)`` on the z scale for level ``alpha``: the first
+    look at information fraction ``t1`` spends ``2 - 2 Phi(z_{1-alpha/2} / sqrt(t1))`` (the
+    Lan-DeMets O'Brien-Fleming spending function), the second look the rest, with
+    ``corr(Z1, Z2) = sqrt(t1)``. At ``alpha = 0.025, t1 = 0.5``: (2.963, 1.969)."""
+    from scipy.stats import multivariate_normal, norm
+
+    if not 0.0 < t1 < 1.0:
+        raise ValueError(f"the first look's information fraction must be in (0, 1), got {t1}")
+    a1 = 2.0 - 2.0 * float(norm.cdf(norm.ppf(1.0 - alpha / 2.0) / math.sqrt(t1)))
+    c1 = float(norm.ppf(1.0 - a1))
+    rho = math.sqrt(t1)
+    mvn = multivariate_normal(mean=[0.0, 0.0], cov=[[1.0, rho], [rho, 1.0]])
+
+    def excess(c2: float) -> float:  # P(Z1 < c1, Z2 >= c2) - (alpha - a1), decreasing in c2
+        return float(norm.cdf(c1)) - float(mvn.cdf([c1, c2])) - (alpha - a1)
+
+    lo, hi = -1.0, c1 + 5.0
+    for _ in range(80):
+        mid = (lo + hi) / 2.0
+        if excess(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return c1, hi
+
+
 # -- alpha spending across gate decisions -------------------------------------------------------
 
 def lord_gamma(j: int) -> float:

@@ -180,3 +180,14 @@ def test_alpha_state_round_trips_through_tags():
     with pytest.raises(ValueError, match="cannot change midway"):
         AlphaSpending.from_tags(s.to_tags(), alpha=0.05, rule="pi2")
     assert AlphaSpending.from_tags({}, alpha=0.1, rule="pi2").k == 0
+
+
+def test_obrien_fleming_bounds_hand_checked():
+    from gating.stats import mcnemar_z, obrien_fleming_bounds
+
+    # Lan-DeMets O'Brien-Fleming, one-sided 0.025, two equally informative looks: 2.963, 1.969
+    c1, c2 = obrien_fleming_bounds(0.025, 0.5)
+    assert c1 == pytest.approx(2.9626, abs=1e-3) and c2 == pytest.approx(1.9686, abs=1e-3)
+    early, _ = obrien_fleming_bounds(0.025, 0.2)
+    assert early > c1  # an earlier look spends less
+    assert mcnemar_z(9, 0) == pytest.approx(3.0) and mcnemar_z(0, 0) == 0.0
