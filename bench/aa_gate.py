@@ -256,6 +256,11 @@ def run_canary_part(args) -> dict:
                        "per_window": windows}}
 
 
+def _gate_in_tmp(args) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        return run_gate_part(args, Path(tmp))
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--part", choices=("all", "gate", "canary"), default="all")
@@ -275,14 +280,16 @@ def main(argv: list[str] | None = None) -> None:
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
     import os
 
-    result["machine"] = {"cpus": os.cpu_count(), "load_at_start": os.getloadavg()[0]}
     result["date"] = datetime.now(UTC).strftime("%Y-%m-%d")
-    if args.part in ("all", "gate"):
-        with tempfile.TemporaryDirectory() as tmp:
-            result.update(run_gate_part(args, Path(tmp)))
-    if args.part in ("all", "canary"):
-        result.update(run_canary_part(args))
-    result["machine"]["load_at_end"] = os.getloadavg()[0]
+    machine = result.setdefault("machine", {})
+    for part, run in (("gate", lambda: _gate_in_tmp(args)), ("canary", lambda: run_canary_part(
+            args))):
+        if args.part not in ("all", part):
+            continue
+        load = os.getloadavg()[0]
+        result.update(run())
+        machine[part] = {"cpus": os.cpu_count(), "load_at_start": load,
+                         "load_at_end": os.getloadavg()[0], "nice": os.nice(0)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     keys = ("decisions", "false_promotions", "upper95", "canary_windows", "false_rollbacks")
