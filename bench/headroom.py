@@ -74,7 +74,7 @@ def transfer(champion: Path, model, fresh, before: list[bool], seed: int) -> dic
             run_training(champion, rows, TrainerConfig(seed=seed, steps=120, mismatch_every=0),
                          Path(tmp) / "c")
             after = evaluate(load_checkpoint(Path(tmp) / "c"), fresh)
-        delta, lo, hi = paired_bootstrap(before, [after.passed])
+        delta, lo, hi = paired_bootstrap(before, [after.passed], keys=[t.prompt for t in fresh])
         out[arm] = {"pass_after": after.pass_rate, "delta": delta, "ci_low": lo, "ci_high": hi,
                     "by_kind_after": after.by_kind, "tokens_after": after.mean_tokens,
                     "reward_mean": float(np.mean(rows.column("reward").to_pylist())),

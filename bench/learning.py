@@ -85,17 +85,20 @@ EVAL_SETS = ("fresh", "heldout")
 
 
 def paired_bootstrap(before: list[bool], afters: list[list[bool]], *, n_boot: int = BOOTSTRAP,
-                     seed: int = 0) -> tuple[float, float, float]:
-    """Mean pass-rate change and its 95% percentile CI, resampling tasks: per task the change is
-    (mean over seeds of after) - before, so seeds share the task draw (paired)."""
+                     seed: int = 0, keys: list[str] | None = None) -> tuple[float, float, float]:
+    """Mean pass-rate change and its 95% percentile CI: per task the change is (mean over seeds of
+    after) - before, so seeds share the task draw (paired). ``keys`` (each task's prompt text):
+    resample distinct prompts, not rows (greedy answers to a repeated prompt are identical, so its
+    rows are one observation); None resamples rows."""
     import numpy as np
+
+    from gating.stats import cluster_bootstrap, cluster_ids
 
     b = np.asarray(before, dtype=float)
     d = np.mean(np.asarray(afters, dtype=float), axis=0) - b
-    rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, len(d), size=(n_boot, len(d)))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return float(d.mean()), float(lo), float(hi)
+    ci = cluster_bootstrap(d, None if keys is None else cluster_ids(keys), n_resamples=n_boot,
+                           low_q=0.025, high_q=0.975, seed=seed)
+    return ci.mean, ci.low, ci.high
 
 
 def arm_rows(arm: str, rows, seed: int):
@@ -161,10 +164,14 @@ def _progress(done: int, total: int, t0: float, what: str) -> None:
           flush=True)
 
 
-def _summary(arm: str, before, per_seed: list[dict]) -> dict:
+def _summary(arm: str, before, per_seed: list[dict], keys: list[str] | None = None) -> dict:
     per_seed = sorted(per_seed, key=lambda s: s["seed"])
-    delta, lo, hi = paired_bootstrap(before["passed"], [s["passed"] for s in per_seed])
+    afters = [s["passed"] for s in per_seed]
+    delta, lo, hi = paired_bootstrap(before["passed"], afters, keys=keys)
+    _, lo_rows, hi_rows = paired_bootstrap(before["passed"], afters)
     return {
+        "ci": "95% paired bootstrap over distinct prompts" if keys else "95% over rows",
+        "ci_rows_independent": [lo_rows, hi_rows],
         "pass_before": before["pass"], "tokens_before": before["tokens"],
         "pass_after": statistics.mean(s["pass_after"] for s in per_seed),
         "tokens_after": statistics.mean(s["tokens_after"] for s in per_seed),
@@ -278,7 +285,8 @@ def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: in
     common = {"config": config, "steps": steps, "eval": [eval_set, n_fresh],
               **_fingerprints({k: starts.get(k) or m() for k, m in makers.items()})}
     keys = {a: job_key(common, a, online) for a in ("before", *arms)}
-    distinct = len({t.task_id for t in eval_tasks(eval_set, n_fresh)})
+    prompts = [t.prompt for t in eval_tasks(eval_set, n_fresh)]
+    distinct = len(set(prompts))
     jobs = [("before", 0, k) for k in starts] + [(a, s, _start_of(a)) for s in seeds
                                                   for a in arms]
     finished, pending = split_jobs(jobs, keys, load_runs(runs_path)
@@ -301,7 +309,7 @@ def run(steps: int, seeds: list[int], n_fresh: int, arms: list[str], threads: in
             _progress(done, len(jobs), t0, f"{arm} seed {seed} -> {r['pass_after']:.3f}, tokens "
                       f"{r['tokens_after']:.2f}, train {r['train_seconds']:.0f} s")
         if len(befores) == len(starts):
-            result = _result(per_arm, befores, seeds, steps, n_fresh, rows, config, t0)
+            result = _result(per_arm, befores, seeds, steps, n_fresh, rows, config, t0, prompts)
             result.update(complete=done == len(jobs), workers=workers, threads=threads,
                           eval_set=eval_set, runs_file=runs_path.name, run_keys=keys,
                           runs_resumed=len(finished), missing=missing,
@@ -393,8 +401,9 @@ def _job(arm: str, seed: int, start: Path, config: dict, steps: int, n_fresh: in
                if k in metrics}}
 
 
-def _result(per_arm: dict, befores: dict, seeds, steps, n_fresh, rows, config, t0) -> dict:
-    arms = {arm: {"start": _start_of(arm), **_summary(arm, befores[_start_of(arm)], runs)}
+def _result(per_arm: dict, befores: dict, seeds, steps, n_fresh, rows, config, t0,
+            keys: list[str] | None = None) -> dict:
+    arms = {arm: {"start": _start_of(arm), **_summary(arm, befores[_start_of(arm)], runs, keys)}
             for arm, runs in per_arm.items() if runs}
     rl = arms.get("rl", {})
     champ = befores.get("champion") or next(iter(befores.values()))

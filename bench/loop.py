@@ -9,8 +9,9 @@ of simulated traffic served by whichever checkpoint is live (its delayed signals
 event time), then ``ratchet.cycle.Cycle`` — ingest → train → gate → deploy, the deploy stage being
 the canary rollout on the router (weight steps, statistical judge, rollback), with simulated
 traffic running while the canary is judged. After each cycle the champion is scored greedily on the
-fresh set (``tasks.toy.fresh_tasks()``: split ``fresh``, disjoint from the train split, the gate
-suite's draw and every held-out task that chose a hyper-parameter).
+sealed set (``tasks.toy.fresh_tasks()``: split ``fresh``, disjoint by prompt text from the train
+split, the gate pool every gate draws its suite from, and every held-out task that chose a
+hyper-parameter).
 
 Live product metrics: per seed, the first cycle's traffic (served by the first champion) against
 the last cycle's (served by whatever is live then); the change is compared with the seed-to-seed
@@ -22,7 +23,8 @@ shuffled (``PlaceboCycle``): it must not improve.
     .venv/bin/python -m bench.loop [--seeds 0 1 2 --cycles 5 --requests 384 --placebo-seeds 0]
 
 Writes bench/results/loop.json (``pass_first``/``pass_final`` on the fresh set, ``ci_low``/
-``ci_high`` = 95% paired bootstrap over tasks of final minus first, ``placebo_delta``, per-cycle
+``ci_high`` = 95% paired bootstrap over distinct prompts of final minus first
+(``ci_rows_independent``: the same over rows, as if independent), ``placebo_delta``, per-cycle
 rows, ``live`` = first vs last traffic per seed) and bench/results/loop.png. Left out: anything
 not driven through ``ratchet.cycle``.
 """
@@ -32,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import random
 import shutil
 import statistics
 import sys
@@ -107,6 +108,8 @@ class PlaceboCycle(BenchCycle):
 class Score:
     passed: list[bool]
     mean_tokens: float
+    keys: list[str] | None = None
+    """Each task's prompt text: the cluster of the paired statistics."""
 
     @property
     def pass_rate(self) -> float:
@@ -128,25 +131,28 @@ def score(checkpoint: Path, tasks, max_new_tokens: int = 32) -> Score:
         for task, g in zip(chunk, gens):
             passed.append(check(task, g.text).passed)
             tokens += len(g.token_ids)
-    return Score(passed, tokens / len(tasks))
+    return Score(passed, tokens / len(tasks), [t.prompt for t in tasks])
 
 
-def bootstrap_ci(diffs: list[list[float]], seed: int = 0) -> tuple[float, float]:
-    """95% CI of the mean over runs of the mean per-task difference, resampling tasks (paired:
-    every run is resampled on the same task indices)."""
-    rng = random.Random(seed)
-    n = len(diffs[0])
-    means = []
-    for _ in range(BOOTSTRAP):
-        idx = [rng.randrange(n) for _ in range(n)]
-        means.append(statistics.mean(sum(d[i] for i in idx) / n for d in diffs))
-    means.sort()
-    return means[int(0.025 * BOOTSTRAP)], means[int(0.975 * BOOTSTRAP) - 1]
+def bootstrap_ci(diffs: list[list[float]], seed: int = 0,
+                 keys: list[str] | None = None) -> tuple[float, float]:
+    """95% CI of the mean over runs of the mean per-task difference, resampling distinct prompts
+    (``keys``: each task's prompt; None resamples tasks). Paired: every run is resampled on the
+    same prompts, so this is the bootstrap of the per-task mean over runs."""
+    import numpy as np
+
+    from gating.stats import cluster_bootstrap, cluster_ids
+
+    d = np.mean(np.asarray(diffs, dtype=float), axis=0)
+    ci = cluster_bootstrap(d, None if keys is None else cluster_ids(keys), n_resamples=BOOTSTRAP,
+                           low_q=0.025, high_q=0.975, seed=seed)
+    return ci.low, ci.high
 
 
-def rate_ci(passed: list[bool], seed: int = 0) -> tuple[float, float]:
-    """95% bootstrap CI of one pass rate."""
-    return bootstrap_ci([[float(p) for p in passed]], seed)
+def rate_ci(passed: list[bool], seed: int = 0, keys: list[str] | None = None
+            ) -> tuple[float, float]:
+    """95% bootstrap CI of one pass rate (over distinct prompts when ``keys`` are given)."""
+    return bootstrap_ci([[float(p) for p in passed]], seed, keys)
 
 
 # -- one loop ------------------------------------------------------------------------------------
@@ -254,7 +260,7 @@ def _one_cycle(args, i, arm, seed, cycle, sim, uri, name, workdir, fresh, scores
         ckpt = registry.download_checkpoint(uri, name, champion, workdir / "fresh" / f"v{champion}")
         scores[key] = score(ckpt, fresh)
     s = scores[key]
-    low, high = rate_ci(s.passed)
+    low, high = rate_ci(s.passed, keys=s.keys)
     outcome = ("skipped" if result.skipped else "rolled back" if result.rolled_back
                else "promoted" if result.promoted else "rejected")
     row = {
@@ -297,18 +303,21 @@ def summarise(args, rows: list[dict], scores: dict, fresh_n: int) -> dict:
 
     rl = finals("rl") or {-1: first}
     diffs = [[float(a) - float(b) for a, b in zip(s.passed, first.passed)] for s in rl.values()]
-    ci_low, ci_high = bootstrap_ci(diffs)
+    ci_low, ci_high = bootstrap_ci(diffs, keys=first.keys)
+    rows_low, rows_high = bootstrap_ci(diffs)
     placebo = finals("placebo")
     placebo_delta = (statistics.mean(s.pass_rate - first.pass_rate for s in placebo.values())
                      if placebo else None)
     placebo_ci = bootstrap_ci([[float(a) - float(b) for a, b in zip(s.passed, first.passed)]
-                               for s in placebo.values()]) if placebo else None
+                               for s in placebo.values()], keys=first.keys) if placebo else None
     return {
         "cycles": args.cycles, "seeds": args.seeds, "champion": args.champion,
         "pass_first": first.pass_rate,
         "pass_final": statistics.mean(s.pass_rate for s in rl.values()),
         "pass_final_per_seed": {str(k): s.pass_rate for k, s in rl.items()},
         "ci_low": ci_low, "ci_high": ci_high, "placebo_delta": placebo_delta,
+        "ci": "95% paired bootstrap over distinct prompts of the sealed set",
+        "ci_rows_independent": [rows_low, rows_high],
         "placebo_ci": placebo_ci,
         "placebo_final_per_seed": {str(k): s.pass_rate for k, s in placebo.items()},
         "tokens_first": first.mean_tokens,
@@ -317,7 +326,9 @@ def summarise(args, rows: list[dict], scores: dict, fresh_n: int) -> dict:
         "rollbacks": sum(r["rolled_back"] for r in rows if r["arm"] == "rl"),
         "live": live_change(rows, "rl"), "live_placebo": live_change(rows, "placebo"),
         "fresh_set": {"split": "fresh", "seed": FRESH_SEED, "tasks": fresh_n,
-                      "note": "tasks.toy.fresh_tasks(): never chose a hyper-parameter"},
+                      "prompts": len(set(first.keys or [])),
+                      "note": "tasks.toy.fresh_tasks(): the sealed set, never gated, tuned or "
+                              "trained on"},
         "placebo_seeds": args.placebo_seeds,
         "sizes": {k: getattr(args, k) for k in ("requests", "train_steps", "gate_tasks",
                                                 "window_s", "min_requests", "min_signals",

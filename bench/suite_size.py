@@ -5,9 +5,10 @@
 Loads the cached warm-started toy champion, makes a neighbour checkpoint by ``--steps`` more
 supervised steps (what one cycle moves the model by, roughly), runs the held-out gate suite on both
 (greedy), and measures the per-task paired difference d in {-1, 0, 1}: its SD, the discordant
-shares, the paired-bootstrap 95% CI, and the suite size n = (1.96 sd / h)^2 for a CI half-width h
-of 0.03 and 0.04, beside the binomial bound (independent arms). Writes
-bench/results/suite_size.json.
+shares, the paired-bootstrap 95% CI over distinct prompts (and over rows, for comparison), and the
+suite size n = (1.96 sd / h)^2 for a CI half-width h of 0.03 and 0.04 — per task and per distinct
+prompt (a repeated prompt adds no information under greedy decoding) — beside the binomial bound
+(independent arms). Writes bench/results/suite_size.json.
 
 Deliberately left out: RL-trained neighbours (an SFT step moves the model the way the loop's
 updates do only roughly; the binomial bound holds whatever the neighbour).
@@ -32,6 +33,7 @@ def main() -> None:
 
     from gating.config import SuiteConfig
     from gating.gates import paired_bootstrap
+    from gating.stats import cluster_ids
     from gating.suite import build_suite, run_suite
     from policy.toy.checkpoint import load_checkpoint
     from tasks.toy import generate_tasks
@@ -59,12 +61,23 @@ def main() -> None:
     b = np.array([t.passed for t in runs[1].tasks], dtype=float)
     d = b - a
     sd = float(d.std(ddof=1))
-    ci = paired_bootstrap(b, a, n_resamples=2000, confidence=0.95, seed=0)
+    keys = [t.prompt for t in tasks]
+    ci = paired_bootstrap(b, a, n_resamples=2000, confidence=0.95, seed=0,
+                          clusters=cluster_ids(keys))
+    rows_ci = paired_bootstrap(b, a, n_resamples=2000, confidence=0.95, seed=0)
+    # per distinct prompt (greedy: its rows are one observation): the SD that sizes a suite
+    per_prompt = {k: float(x) for k, x in zip(keys, d)}
+    d_prompt = np.array(list(per_prompt.values()))
+    sd_prompt = float(d_prompt.std(ddof=1))
     pa, pb = float(a.mean()), float(b.mean())
     binom_sd = math.sqrt(pa * (1 - pa) + pb * (1 - pb))
     out = {
         "size": args.size, "neighbour_sft_steps": args.steps, "lr": args.lr, "pass_champion": pa,
         "pass_neighbour": pb, "delta": float(d.mean()), "ci_low": ci.low, "ci_high": ci.high,
+        "ci": "95% paired bootstrap over distinct prompts", "distinct_prompts": len(per_prompt),
+        "ci_rows_independent": [rows_ci.low, rows_ci.high], "paired_sd_per_prompt": sd_prompt,
+        "n_prompts_for_halfwidth": {f"{h}": math.ceil((1.96 * sd_prompt / h) ** 2)
+                                    for h in (0.03, 0.04)},
         "paired_sd": sd, "discordant_up": float((d > 0).mean()),
         "discordant_down": float((d < 0).mean()), "binomial_sd": binom_sd,
         "n_for_halfwidth": {

@@ -6,6 +6,8 @@ A candidate checkpoint earns ``champion`` here. Layout:
 - ``records.py``  the gate record: TaskOutcome, SuiteResult, GateResult, GateVerdict.
 - ``suite.py``    run_suite: greedy answers on held-out tasks, checked and length-scored.
 - ``gates.py``    the gates as pure functions, paired bootstrap CIs, load entropy.
+- ``stats.py``    prompt-clustered bootstrap, exact McNemar, Clopper-Pearson, alpha spending
+                  (LORD++), O'Brien-Fleming two-look boundaries.
 - ``health.py``   NaN/inf weights, KL to the champion.
 - ``ope.py``      SNIPS off-policy estimate on logged champion traffic.
 - ``infra.py``    the candidate in a real serving replica: errors and p95.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Config(BaseModel):
@@ -22,9 +22,23 @@ class _Config(BaseModel):
 class SuiteConfig(_Config):
     """The held-out benchmark the candidate and the champion both run, greedily."""
 
-    kind: Literal["toy", "humaneval"] = Field(
+    kind: Literal["toy", "humaneval", "jsonl"] = Field(
         "toy",
-        description="Task family: the toy held-out split (tasks.toy) or HumanEval (sandboxed).",
+        description="Task family: the toy gate pool (tasks.toy split 'gate'), HumanEval "
+        "(sandboxed), or your own tasks from a JSONL file (``path``; tasks/jsonl_suite.py, "
+        "graded in the sandbox).",
+    )
+    path: str | None = Field(
+        None, description="jsonl only: the suite file (one task per line, docs/GATE.md)."
+    )
+    draw: Literal["per_decision", "fixed"] = Field(
+        "per_decision",
+        description=(
+            "per_decision: each gate decision of a model draws its suite afresh from the pool "
+            "with seed ``seed + k`` (k = the decision's index, stored on the registered model), "
+            "so no two decisions in a row see the same draw and a suite is not reused "
+            "adaptively; fixed: always the ``seed`` draw."
+        ),
     )
     size: int = Field(
         400, ge=1, le=10_000,
@@ -33,10 +47,18 @@ class SuiteConfig(_Config):
         "(bench/suite_size.py measured 0.035 at 64 tasks and 0.009 at 1,000), fine enough for "
         "the +0.02 to +0.05 changes a cycle makes; 64 let ties through as noise.",
     )
-    seed: int = Field(0, ge=0, description="Seed of the task draw; the same seed, the same suite.")
+    seed: int = Field(
+        0, ge=0, description="Base seed of the task draw (the draw of decision k is seed + k)."
+    )
     max_new_tokens: int = Field(
         32, ge=1, le=1024, description="Completion budget per task (greedy decoding)."
     )
+
+    @model_validator(mode="after")
+    def _jsonl_has_path(self) -> SuiteConfig:
+        if self.kind == "jsonl" and not self.path:
+            raise ValueError("suite.path is required when suite.kind is 'jsonl'")
+        return self
     token_penalty: float = Field(
         0.5,
         ge=0.0,
@@ -48,14 +70,16 @@ class SuiteConfig(_Config):
     )
     batch_size: int = Field(64, ge=1, le=1024, description="Prompts per generate() call.")
     sandbox_timeout_s: float = Field(
-        5.0, gt=0.0, le=300.0, description="HumanEval only: wall-clock limit per sandboxed task."
+        5.0, gt=0.0, le=300.0,
+        description="HumanEval and JSONL: wall-clock limit per sandboxed task."
     )
     chat: Literal["auto", "never"] = Field(
         "auto",
         description=(
-            "HumanEval only: 'auto' feeds each problem to a policy whose tokenizer has a chat "
-            "template as one user turn (tasks.humaneval.chat_prompt) and grades the code in its "
-            "reply; 'never' always feeds the raw prompt for a raw completion."
+            "HumanEval and JSONL: 'auto' feeds each task to a policy whose tokenizer has a chat "
+            "template as chat turns (HumanEval: one user turn, tasks.humaneval.chat_prompt; "
+            "JSONL: the task's messages) and grades the code in its reply; 'never' always feeds "
+            "the raw prompt for a raw completion."
         ),
     )
 
@@ -99,6 +123,14 @@ class BootstrapConfig(_Config):
         0.95, gt=0.5, lt=1.0, description="Two-sided confidence level of the percentile CI."
     )
     seed: int = Field(0, ge=0, description="Seed of the resampling (reproducible CIs).")
+    cluster: Literal["prompt", "row"] = Field(
+        "prompt",
+        description=(
+            "What the bootstrap resamples: 'prompt' resamples distinct prompts (greedy answers "
+            "to a repeated prompt are identical, so its rows are one observation); 'row' treats "
+            "rows as independent (understates the variance when prompts repeat)."
+        ),
+    )
     max_pass_rate_drop: float = Field(
         0.0,
         ge=0.0,
@@ -122,25 +154,22 @@ class BootstrapConfig(_Config):
 class ImprovementEvidence(_Config):
     """What counts as evidence that the candidate is better, not a tie that noise promoted.
 
-    Passes iff the paired-bootstrap CI lower bound of the pass-rate change is above
-    ``min_pass_rate_ci_low`` (primary win), or the mean-token CI lies entirely below
-    ``-min_token_saving`` (shorter answers: secondary win) while the pass-rate CI upper bound is
-    >= 0 and its mean >= 0 (no regression on the primary).
+    Two routes to a win, each tested at half the decision's level ``alpha_k`` (Bonferroni over the
+    routes, so the union is a level-``alpha_k`` test; ``alpha_k`` comes from
+    :class:`ErrorControlConfig`):
+
+    - primary: the one-sided prompt-clustered bootstrap lower bound of the pass-rate change at
+      level ``alpha_k / 2`` is > ``min_pass_rate_ci_low`` AND the exact one-sided McNemar test on
+      the discordant prompts rejects at ``alpha_k / 2``;
+    - secondary (surely shorter, not worse): an intersection-union test, both at ``alpha_k / 2``:
+      the pass-rate lower bound > ``-non_inferiority_margin`` (non-inferiority) and the mean-token
+      upper bound < ``-max(min_token_saving, min_token_saving_rel * champion mean tokens)``.
 
     Suite size: the CI half-width of a paired pass-rate difference is about
-    ``1.96 * sd(d) / sqrt(n)`` with ``d`` in {-1, 0, 1} per task. Binomial bound (independent
-    arms, worst case): ``sd(d)^2 = p1(1-p1) + p2(1-p2)``, 0.32 at p = 0.2 and 0.50 at p = 0.5, so a
-    half-width of 0.04 needs n = 769 / 1201 and 0.03 needs n = 1366 / 2134. Pairing helps only as
-    much as the two checkpoints agree: ``sd(d)^2 = q01 + q10 - (q10 - q01)^2`` with ``q`` the
-    discordant shares; two checkpoints one cycle apart that disagree on 15% of tasks give
-    ``sd(d)^2 ~ 0.15``, n = 360 (0.04) / 640 (0.03). Measured (bench/suite_size.py, 1000 held-out
-    tasks, cached toy champion at 0.448 vs a 30-SFT-step neighbour at 0.457): 2.1% discordant,
-    sd(d) = 0.145, so 51 / 90 tasks would do; a 200-step neighbour (lr 3e-4, also 0.457): 5.7%
-    discordant, sd(d) = 0.239, n = 137 (0.04) / 244 (0.03). These neighbours barely moved; a gain
-    of g needs at least g discordant tasks, so resolving the loop's +0.03..0.05 gains takes
-    sd(d) >= ~0.2-0.25 -> n >= ~170-270 (0.03) at best and up to the binomial 1200-2134. Size the
-    suite at >= 1000 tasks for the loop (SuiteConfig.size; the default 64 gives about +/-0.035 at
-    the measured sd and +/-0.17 at the binomial bound).
+    ``z * sd(d) / sqrt(n_prompts)`` with ``d`` in {-1, 0, 1} per distinct prompt (repeats add no
+    information under greedy decoding). Two checkpoints one cycle apart that disagree on 15% of
+    prompts give ``sd(d)^2 ~ 0.15``; bench/suite_size.py measures it. docs/STATISTICS.md has the
+    sizing table.
     """
 
     min_pass_rate_ci_low: float = Field(
@@ -148,18 +177,71 @@ class ImprovementEvidence(_Config):
         ge=-1.0,
         le=1.0,
         description=(
-            "Primary win: the pass-rate change CI lower bound must be > this margin (ci_low >"
+            "Primary win: the pass-rate change lower bound must be > this margin (ci_low >"
             " margin). -1 accepts any candidate (tests that need a tie to pass)."
         ),
     )
+    non_inferiority_margin: float = Field(
+        0.01,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Secondary win: the pass-rate change lower bound must be > -this (non-inferior). "
+            "0.01: one task in a hundred, below the +0.02..+0.05 a cycle is meant to add, so a "
+            "shorter candidate cannot give back a cycle's gain."
+        ),
+    )
     min_token_saving: float = Field(
-        0.0,
+        0.5,
         ge=0.0,
         le=1e4,
         description=(
-            "Secondary win: the mean completion-token change CI upper bound must be < -this"
-            " (surely shorter), with no pass-rate regression (CI high >= 0 and mean >= 0)."
+            "Secondary win: the mean completion-token change upper bound must be < -max(this,"
+            " min_token_saving_rel * champion mean tokens). 0.5 tokens: half a token per answer."
         ),
+    )
+    min_token_saving_rel: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="Secondary win: relative saving required (5% of the champion's mean tokens).",
+    )
+
+
+class ErrorControlConfig(_Config):
+    """The level each gate decision of a model is tested at, spending a lifetime budget.
+
+    The state (decisions taken, promotions, level spent) is stored as tags on the registered
+    model, so a resumed or rescheduled loop continues it (gating/stats.py AlphaSpending).
+    """
+
+    alpha: float = Field(
+        0.05, gt=0.0, lt=1.0,
+        description="Lifetime budget: bound on the false-promotion rate over the model's life.",
+    )
+    rule: Literal["lord", "pi2", "fixed"] = Field(
+        "lord",
+        description=(
+            "lord: LORD++ online FDR (alpha_k = gamma_k W0 + earnings from past promotions, "
+            "gamma_j = 1/(j(j+1)), W0 = alpha/2); pi2: alpha_k = 6 alpha / (pi^2 k^2) "
+            "(family-wise); fixed: alpha every decision (no control across cycles)."
+        ),
+    )
+
+
+class SequentialConfig(_Config):
+    """Two looks at the suite (O'Brien-Fleming): a clear win or loss stops after the first
+    ``first_size`` tasks, a borderline candidate gets the whole suite (``suite.size`` tasks).
+
+    Boundaries on the McNemar z of the discordant prompts, for one-sided level alpha_k / 2 (the
+    primary route), spent by the Lan-DeMets O'Brien-Fleming function at the first look's share of
+    distinct prompts (gating.stats.obrien_fleming_bounds). The look that decides evaluates every
+    gate on the tasks seen so far at that look's nominal level.
+    """
+
+    first_size: int = Field(
+        400, ge=1, le=10_000,
+        description="Tasks of the first look (a prefix of the suite's draw; < suite.size).",
     )
 
 
@@ -269,6 +351,14 @@ class GateConfig(_Config):
             "Evidence-of-improvement gate vs the champion (a tie fails); None skips it."
         ),
     )
+    error_control: ErrorControlConfig = Field(
+        default_factory=ErrorControlConfig,
+        description="Per-decision level alpha_k of the improvement test across a model's gates.",
+    )
+    sequential: SequentialConfig | None = Field(
+        None,
+        description="Two-look sequential gate (first look on a prefix); None: one look.",
+    )
     health: HealthConfig = Field(
         default_factory=HealthConfig, description="Weight and routing health checks."
     )
@@ -282,3 +372,11 @@ class GateConfig(_Config):
         None, description="Serving-process check of the candidate; None skips it."
     )
     report_html: bool = Field(True, description="Log the HTML report artifact beside the JSON.")
+
+    @model_validator(mode="after")
+    def _first_look_is_a_prefix(self) -> GateConfig:
+        if self.sequential is not None and self.sequential.first_size >= self.suite.size:
+            raise ValueError(
+                f"sequential.first_size ({self.sequential.first_size}) must be below suite.size "
+                f"({self.suite.size})")
+        return self

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import shutil
 import tempfile
 import time
@@ -31,6 +32,8 @@ from gating.config import GateConfig
 from gating.gates import HealthFigures, evaluate_gates
 from gating.records import FAIL, PASS, GateResult, GateVerdict, SuiteResult
 from gating.report import format_table, render_html
+from gating.stats import AlphaSpending
+from gating.suite import draw_seed
 from runtime import registry
 
 if TYPE_CHECKING:
@@ -85,6 +88,8 @@ class GateRunner:
         self.champion_dir: Path | None = None
         self._downloads: Path | None = None
         self.setup_seconds: dict[str, float] = {}
+        self.spending: AlphaSpending | None = None
+        """The model's alpha-spending state (read in setup; None without a champion)."""
 
     # -- setup -----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -102,6 +107,10 @@ class GateRunner:
         if self.champion_version is not None:
             self.champion_dir = self._download(self.champion_version)
             self.champion = load_policy(self.champion_dir)
+            ec = self.config.error_control
+            self.spending = AlphaSpending.from_tags(
+                registry.model_tags(self.tracking_uri, self.model_name), alpha=ec.alpha,
+                rule=ec.rule)
         clock.lap("seconds.setup")
         self.setup_seconds = clock.laps
 
@@ -122,23 +131,61 @@ class GateRunner:
             raise RuntimeError("GateRunner.run() called before setup()")
         clock = _Clock()
         tasks, checker = self._suite()
-        cand = self._cached_suite(self.candidate_dir, self.candidate, tasks, checker)
-        champ = None
-        if self.champion is not None:
-            champ = self._cached_suite(self.champion_dir, self.champion, tasks, checker)
+        alpha_k = None if self.spending is None else self.spending.level()
+        extras = {**self.setup_seconds, "suite.decision": float(self.decision),
+                  "suite.seed": float(draw_seed(self.config.suite, self.decision))}
+        if self.config.sequential is not None and self.champion is not None and alpha_k:
+            tasks, cand, champ, alpha_k = self._two_looks(tasks, checker, alpha_k, extras)
+        else:
+            cand = self._cached_suite(self.candidate_dir, self.candidate, tasks, checker)
+            champ = None
+            if self.champion is not None:
+                champ = self._cached_suite(self.champion_dir, self.champion, tasks, checker)
         clock.lap("seconds.suites")
         health = HealthFigures(
             nonfinite_params=count_nonfinite(self.candidate.module),
             kl_to_champion=self._kl(tasks, cand),
         )
         clock.lap("seconds.health")
-        gates = evaluate_gates(cand, champ, self.config, health=health)
+        gates = evaluate_gates(cand, champ, self.config, health=health, alpha=alpha_k)
         clock.lap("seconds.gates")
-        extras = {"candidate.suite_seconds": cand.seconds, **self.setup_seconds}
+        extras["candidate.suite_seconds"] = cand.seconds
+        if alpha_k is not None:
+            extras["alpha_k"] = alpha_k
         gates += self._optional_gates(champ, extras)
         clock.lap("seconds.optional")
         extras.update(clock.laps)
         return self._record(cand, champ, gates, extras)
+
+    def _two_looks(self, tasks, checker, alpha_k: float, extras: dict[str, float]):
+        """O'Brien-Fleming two-look suite: returns the tasks, both results and the level of the
+        look that decided (config.sequential)."""
+        import numpy as np
+        from scipy.stats import norm
+
+        from gating.stats import cluster_ids, cluster_signs, mcnemar_z, obrien_fleming_bounds
+        from gating.suite import prompt_key
+
+        n1 = self.config.sequential.first_size
+        first = tasks[:n1]
+        keys = [prompt_key(t) for t in tasks]
+        t1 = len(set(keys[:n1])) / len(set(keys))
+        c1, c2 = obrien_fleming_bounds(alpha_k / 2.0, t1) if t1 < 1.0 else (math.inf, 0.0)
+        cand = self._cached_suite(self.candidate_dir, self.candidate, first, checker, "look1")
+        champ = self._cached_suite(self.champion_dir, self.champion, first, checker, "look1")
+        d = (np.asarray([t.passed for t in cand.tasks], dtype=float)
+             - np.asarray([t.passed for t in champ.tasks], dtype=float))
+        z1 = mcnemar_z(*cluster_signs(d, cluster_ids(cand.clusters)))
+        extras.update({"sequential.t1": t1, "sequential.z1": z1, "sequential.c1": c1,
+                       "sequential.c2": c2})
+        if abs(z1) >= c1:  # a clear win or a clear loss: stop at the first look
+            extras["sequential.look"] = 1.0
+            return first, cand, champ, 2.0 * float(norm.sf(c1))
+        rest = tasks[n1:]
+        cand2 = self._cached_suite(self.candidate_dir, self.candidate, rest, checker, "look2")
+        champ2 = self._cached_suite(self.champion_dir, self.champion, rest, checker, "look2")
+        extras["sequential.look"] = 2.0
+        return tasks, _joined(cand, cand2), _joined(champ, champ2), 2.0 * float(norm.sf(c2))
 
     def _record_load_failure(self) -> GateVerdict:
         """A candidate that does not load (shape mismatch, corrupt file) fails the ``loads`` gate;
@@ -148,10 +195,16 @@ class GateRunner:
         )
         return self._record(SuiteResult(tasks=[]), None, [gate], dict(self.setup_seconds))
 
+    @property
+    def decision(self) -> int:
+        """Index of this gate decision of the model (1, 2, ...; 0 without a champion): picks the
+        suite draw and the level alpha_k."""
+        return 0 if self.spending is None else self.spending.k + 1
+
     def _suite(self):
         from gating.suite import build_suite
 
-        return build_suite(self.config.suite)
+        return build_suite(self.config.suite, self.decision)
 
     def _run_suite(self, model: Policy, tasks, checker) -> SuiteResult:
         from gating.suite import run_suite, uses_chat
@@ -162,10 +215,14 @@ class GateRunner:
             token_penalty=s.token_penalty, batch_size=s.batch_size, chat=uses_chat(model, s),
         )
 
-    def _cached_suite(self, ckpt: Path, model: Policy, tasks, checker) -> SuiteResult:
+    def _cached_suite(self, ckpt: Path, model: Policy, tasks, checker, part: str = ""
+                      ) -> SuiteResult:
         """Greedy decoding is deterministic: a suite result is reused for the same weights and
-        suite config (keyed by their hashes, so a re-created registry cannot hit a stale one)."""
-        path = self.workdir / "suite-cache" / f"{suite_cache_key(self.config, ckpt)}.json"
+        suite config (keyed by their hashes, so a re-created registry cannot hit a stale one);
+        ``part`` names a look of a sequential gate."""
+        key = suite_cache_key(self.config, ckpt, self.decision) + (
+            f"-{part}-{len(tasks)}" if part else "")
+        path = self.workdir / "suite-cache" / f"{key}.json"
         if path.exists():
             return SuiteResult.model_validate_json(path.read_text())
         result = self._run_suite(model, tasks, checker)
@@ -232,6 +289,7 @@ class GateRunner:
             )
             self._log_run(verdict, cand, champ)
         self._tag_version(verdict, run.info.experiment_id)
+        self._spend(verdict)
         # Promote last: an alias never moves without a complete record of why.
         if verdict.promoted:
             self.guard()
@@ -279,6 +337,11 @@ class GateRunner:
             "gate.candidate_version": str(v.candidate_version),
             "gate.champion_version": str(v.champion_version),
             "gate.promoted": str(v.promoted).lower(),
+            "gate.suite.decision": str(self.decision),
+            "gate.suite.seed": str(draw_seed(self.config.suite, self.decision)),
+            **({} if self.spending is None else {
+                "gate.alpha_k": repr(self.spending.level()),
+                "gate.alpha.rule": self.spending.rule}),
             **{f"gate.{g.name}": PASS if g.passed else FAIL for g in v.gates},
         })
         mlflow.log_metrics(_gate_metrics(v))
@@ -293,6 +356,16 @@ class GateRunner:
         mlflow.log_text(cand.model_dump_json(), "gate/candidate_suite.json")
         if champ is not None:
             mlflow.log_text(champ.model_dump_json(), "gate/champion_suite.json")
+
+    def _spend(self, v: GateVerdict) -> None:
+        """Count this decision in the model's alpha-spending state (a promotion-evidence pass
+        earns LORD++ wealth back) and store it on the registered model, so a resumed or
+        rescheduled loop continues it."""
+        if self.spending is None or not v.gates or v.gates[0].name == "loads":
+            return
+        evidence = next((g for g in v.gates if g.name == "improvement_evidence"), None)
+        self.spending.record(evidence is not None and evidence.passed)
+        registry.set_model_tags(self.tracking_uri, self.model_name, self.spending.to_tags())
 
     def _tag_version(self, v: GateVerdict, experiment_id: str) -> None:
         status = PASS if v.passed else FAIL
@@ -345,12 +418,20 @@ def checkpoint_hash(ckpt: Path) -> str:
     return h.hexdigest()
 
 
-def suite_cache_key(config: GateConfig, ckpt: Path) -> str:
-    """Cache key of a suite result: the suite config and the whole checkpoint (config.json too:
-    the same weights under another architecture config decode differently)."""
+def suite_cache_key(config: GateConfig, ckpt: Path, decision: int = 0) -> str:
+    """Cache key of a suite result: the suite config, the draw and the whole checkpoint
+    (config.json too: the same weights under another architecture config decode differently)."""
     h = hashlib.sha256(config.suite.model_dump_json().encode())
+    h.update(f"/draw-seed/{draw_seed(config.suite, decision)}".encode())
     h.update(checkpoint_hash(ckpt).encode())
     return h.hexdigest()[:24]
+
+
+def _joined(a: SuiteResult, b: SuiteResult) -> SuiteResult:
+    """Two looks' results as one suite result (tasks in order, expert loads added)."""
+    load = [[x + y for x, y in zip(la, lb)] for la, lb in zip(a.expert_load, b.expert_load)]
+    return SuiteResult(tasks=a.tasks + b.tasks, expert_load=load or a.expert_load,
+                       seconds=a.seconds + b.seconds)
 
 
 class _Clock:
@@ -382,7 +463,8 @@ def _note(v: GateVerdict, confidence: float, lineage: dict[str, str]) -> str:
     """The gate run's description in the MLflow UI: table, CI level, comparators, lineage."""
     lines = [f"**Gate {'PASS' if v.passed else 'FAIL'}**: candidate v{v.candidate_version} vs "
              f"champion {'none' if v.champion_version is None else f'v{v.champion_version}'}. "
-             f"Intervals are {confidence:.0%} two-sided paired-bootstrap CIs.", "",
+             f"Intervals are {confidence:.0%} two-sided paired-bootstrap CIs over distinct "
+             "prompts; improvement_evidence is tested at the decision's alpha_k.", "",
              f"```\n{format_table(v)}\n```", "", "Comparators:"]
     used = {g.comparator for g in v.gates}
     lines += [f"- `{k}`: {meaning}" for k, meaning in COMPARATORS.items() if k in used]

@@ -2,8 +2,8 @@
 
 Each gate returns a :class:`~gating.records.GateResult` with the measured value, the threshold
 it was held to, the comparison, and — for the differences against the champion — a paired
-bootstrap CI over tasks. :func:`evaluate_gates` composes them; with no champion (bootstrap of
-the registry) only the absolute gates run.
+bootstrap CI over distinct prompts. :func:`evaluate_gates` composes them; with no champion
+(bootstrap of the registry) only the absolute gates run.
 
 Gates:
 - ``pass_rate`` (absolute): candidate pass rate >= ``min_pass_rate``.
@@ -11,8 +11,12 @@ Gates:
 - ``token_budget``: mean completion tokens may rise at most the budget.
 - ``pass_rate_no_regression`` / ``tokens_no_regression``: the paired bootstrap CI must not show a
   significant regression (CI entirely below -drop / entirely above +rise).
-- ``improvement_evidence``: the pass-rate CI lower bound is above a margin, or the token CI is
-  entirely below zero with no pass-rate regression (a tie does not pass: noise is not promoted).
+- ``improvement_evidence``: at the decision's level alpha_k (gating/stats.py), a pass-rate win
+  (one-sided lower bound above a margin and an exact McNemar test on the discordant prompts) or a
+  non-inferior pass rate with surely shorter answers (a tie does not pass: noise is not promoted).
+
+Every CI resamples distinct prompts (``bootstrap.cluster``), not rows: greedy answers to a
+repeated prompt are identical, so its rows are one observation.
 - ``no_edit_rate`` / ``malformed_rate`` (hack monitors): may rise at most a set amount.
 - ``finite_weights``, ``expert_load_entropy``, ``kl_to_champion`` (health).
 
@@ -35,6 +39,14 @@ from gating.config import (
     TokenBudget,
 )
 from gating.records import GateResult, SuiteResult
+from gating.stats import (
+    PairedCI,
+    cluster_bootstrap,
+    cluster_ids,
+    cluster_signs,
+    mcnemar_exact,
+    resamples_for,
+)
 
 
 @dataclass(frozen=True)
@@ -45,13 +57,8 @@ class HealthFigures:
     kl_to_champion: float | None = None
 
 
-@dataclass(frozen=True)
-class BootstrapCI:
-    """Mean of the paired differences and its percentile CI."""
-
-    mean: float
-    low: float
-    high: float
+BootstrapCI = PairedCI
+"""Mean of the paired differences and its percentile CI (gating.stats.PairedCI)."""
 
 
 def paired_bootstrap(
@@ -61,8 +68,10 @@ def paired_bootstrap(
     n_resamples: int,
     confidence: float,
     seed: int,
+    clusters: np.ndarray | None = None,
 ) -> BootstrapCI:
-    """Percentile CI of ``mean(candidate - champion)`` resampling tasks with replacement.
+    """Percentile CI of ``mean(candidate - champion)``, resampling clusters (distinct prompts)
+    with replacement; ``clusters=None`` resamples rows.
 
     ``candidate`` and ``champion`` are per-task values ``(n_tasks,)`` on the same tasks in the
     same order; pairing removes the between-task variance from the difference.
@@ -73,12 +82,9 @@ def paired_bootstrap(
             f"{champion.shape}"
         )
     d = candidate.astype(np.float64) - champion.astype(np.float64)  # (n,)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, d.size, size=(n_resamples, d.size))  # (B, n)
-    means = d[idx].mean(axis=1)  # (B,)
     alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return BootstrapCI(float(d.mean()), float(low), float(high))
+    return cluster_bootstrap(d, clusters, n_resamples=n_resamples, low_q=alpha,
+                             high_q=1.0 - alpha, seed=seed)
 
 
 def normalised_load_entropy(load: list[list[int]]) -> float:
@@ -152,22 +158,46 @@ def no_regression_gate(
     )
 
 
-def improvement_gate(
-    passed_ci: BootstrapCI, tokens_ci: BootstrapCI, rule: ImprovementEvidence
-) -> GateResult:
-    """Evidence of a win: primary (pass-rate CI low > margin) or secondary (surely shorter)."""
-    primary = passed_ci.low > rule.min_pass_rate_ci_low
-    no_regression = passed_ci.high >= 0.0 and passed_ci.mean >= 0.0
-    shorter = tokens_ci.high < -rule.min_token_saving
-    secondary = shorter and no_regression
-    why = ("pass-rate win" if primary else "shorter with no pass-rate regression" if secondary
+@dataclass(frozen=True)
+class Evidence:
+    """What the improvement test needs: one-sided bounds at ``alpha_k / 2`` and McNemar counts."""
+
+    alpha: float
+    """The decision's level alpha_k (each route to a win is tested at alpha / 2)."""
+    passed_ci: PairedCI
+    """Pass-rate change, bounds at quantiles alpha/2 and 1 - alpha/2."""
+    tokens_ci: PairedCI
+    """Mean-token change, bounds at quantiles alpha/2 and 1 - alpha/2."""
+    better: int
+    """Distinct prompts the candidate passes and the champion fails."""
+    worse: int
+    """Distinct prompts the champion passes and the candidate fails."""
+    champion_tokens: float
+
+
+def improvement_gate(e: Evidence, rule: ImprovementEvidence) -> GateResult:
+    """Evidence of a win at level ``e.alpha``: primary (pass-rate lower bound > margin and the exact
+    McNemar test rejects, at alpha/2) or secondary (non-inferior pass rate and surely shorter:
+    both bounds at alpha/2, an intersection-union test)."""
+    half = e.alpha / 2.0
+    p = mcnemar_exact(e.better, e.worse)
+    primary = e.passed_ci.low > rule.min_pass_rate_ci_low and (
+        p <= half or rule.min_pass_rate_ci_low < 0.0)
+    saving = max(rule.min_token_saving, rule.min_token_saving_rel * e.champion_tokens)
+    non_inferior = e.passed_ci.low > -rule.non_inferiority_margin
+    shorter = e.tokens_ci.high < -saving
+    secondary = non_inferior and shorter
+    why = ("pass-rate win" if primary else "shorter and non-inferior" if secondary
            else "no evidence of improvement (a tie is noise)")
     return GateResult(
-        name="improvement_evidence", value=passed_ci.low, threshold=rule.min_pass_rate_ci_low,
-        passed=primary or secondary, ci_low=passed_ci.low, ci_high=passed_ci.high,
+        name="improvement_evidence", value=e.passed_ci.low, threshold=rule.min_pass_rate_ci_low,
+        passed=primary or secondary, ci_low=e.passed_ci.low, ci_high=e.passed_ci.high,
         comparator="ci_low >",
-        detail=(f"{why}; tokens CI [{tokens_ci.low:+.2f}, {tokens_ci.high:+.2f}] "
-                f"(win if ci_high < {-rule.min_token_saving:+.2f})"),
+        detail=(f"{why}; alpha_k {e.alpha:.3g} (each route at {half:.3g}); McNemar "
+                f"{e.better} better / {e.worse} worse prompts, p = {p:.3g}; pass CI low "
+                f"{e.passed_ci.low:+.4f} (non-inferior if > {-rule.non_inferiority_margin:+.3f}); "
+                f"tokens CI [{e.tokens_ci.low:+.2f}, {e.tokens_ci.high:+.2f}] "
+                f"(shorter if ci_high < {-saving:+.2f})"),
     )
 
 
@@ -210,24 +240,52 @@ def _health_gates(
     return gates
 
 
-def _paired_ci(candidate: list, champion: list, b: BootstrapConfig) -> BootstrapCI:
-    return paired_bootstrap(
-        np.asarray(candidate, dtype=np.float64), np.asarray(champion, dtype=np.float64),
-        n_resamples=b.n_resamples, confidence=b.confidence, seed=b.seed,
+def _clusters(candidate: SuiteResult, b: BootstrapConfig) -> np.ndarray | None:
+    return cluster_ids(candidate.clusters) if b.cluster == "prompt" else None
+
+
+def _paired_ci(candidate: list, champion: list, b: BootstrapConfig,
+               clusters: np.ndarray | None, *, tail: float | None = None) -> BootstrapCI:
+    """Clustered CI at the config's confidence, or with ``tail`` the one-sided quantiles
+    (``tail``, ``1 - tail``) with enough resamples to place them."""
+    d = np.asarray(candidate, dtype=np.float64) - np.asarray(champion, dtype=np.float64)
+    if tail is None:
+        return paired_bootstrap(
+            np.asarray(candidate, dtype=np.float64), np.asarray(champion, dtype=np.float64),
+            n_resamples=b.n_resamples, confidence=b.confidence, seed=b.seed, clusters=clusters,
+        )
+    return cluster_bootstrap(d, clusters, n_resamples=resamples_for(tail, b.n_resamples),
+                             low_q=tail, high_q=1.0 - tail, seed=b.seed)
+
+
+def _evidence(candidate: SuiteResult, champion: SuiteResult, b: BootstrapConfig,
+              clusters: np.ndarray | None, alpha: float) -> Evidence:
+    cp = [t.passed for t in candidate.tasks]
+    hp = [t.passed for t in champion.tasks]
+    d = np.asarray(cp, dtype=np.float64) - np.asarray(hp, dtype=np.float64)
+    better, worse = cluster_signs(d, clusters)
+    return Evidence(
+        alpha=alpha,
+        passed_ci=_paired_ci(cp, hp, b, clusters, tail=alpha / 2.0),
+        tokens_ci=_paired_ci([t.completion_tokens for t in candidate.tasks],
+                             [t.completion_tokens for t in champion.tasks], b, clusters,
+                             tail=alpha / 2.0),
+        better=better, worse=worse, champion_tokens=champion.mean_completion_tokens,
     )
 
 
 def _champion_gates(
-    candidate: SuiteResult, champion: SuiteResult, config: GateConfig
+    candidate: SuiteResult, champion: SuiteResult, config: GateConfig, alpha: float
 ) -> list[GateResult]:
     _check_paired(candidate, champion)
     b = config.bootstrap
+    clusters = _clusters(candidate, b)
     passed_ci = _paired_ci([t.passed for t in candidate.tasks],
-                           [t.passed for t in champion.tasks], b)
+                           [t.passed for t in champion.tasks], b, clusters)
     tokens_ci = _paired_ci([t.completion_tokens for t in candidate.tasks],
-                           [t.completion_tokens for t in champion.tasks], b)
-    evidence = ([] if config.improvement is None
-                else [improvement_gate(passed_ci, tokens_ci, config.improvement)])
+                           [t.completion_tokens for t in champion.tasks], b, clusters)
+    evidence = ([] if config.improvement is None else [improvement_gate(
+        _evidence(candidate, champion, b, clusters, alpha), config.improvement)])
     return evidence + [
         change_gate("pass_rate_change", candidate.pass_rate, champion.pass_rate,
                     config.pass_rate_change, passed_ci),
@@ -250,10 +308,17 @@ def evaluate_gates(
     config: GateConfig,
     *,
     health: HealthFigures | None = None,
+    alpha: float | None = None,
 ) -> list[GateResult]:
-    """All gates for ``candidate``; relative gates only when a champion result is given."""
+    """All gates for ``candidate``; relative gates only when a champion result is given.
+
+    ``alpha``: the decision's level alpha_k for the improvement test (gating.stats.AlphaSpending);
+    None tests a single decision at ``(1 - bootstrap.confidence) / 2`` one-sided.
+    """
+    if alpha is None:
+        alpha = (1.0 - config.bootstrap.confidence) / 2.0
     gates = [absolute_gate("pass_rate", candidate.pass_rate, config.min_pass_rate, at_least=True)]
     if champion is not None:
-        gates += _champion_gates(candidate, champion, config)
+        gates += _champion_gates(candidate, champion, config, alpha)
     gates += _health_gates(candidate, health, config)
     return gates

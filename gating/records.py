@@ -22,6 +22,9 @@ class TaskOutcome(BaseModel):
 
     task_id: str
     kind: str
+    prompt_key: str = Field(
+        "", description="Hash of the prompt text: the cluster of the paired statistics (rows of "
+        "one prompt are one observation). Empty: the task id stands in.")
     passed: bool
     malformed: bool
     no_edit: bool
@@ -60,6 +63,11 @@ class SuiteResult(BaseModel):
 
     def _mean(self, values: list[float]) -> float:
         return sum(values) / len(values) if values else 0.0
+
+    @property
+    def clusters(self) -> list[str]:
+        """Cluster key of each task (its prompt hash, or its id when none was recorded)."""
+        return [t.prompt_key or t.task_id for t in self.tasks]
 
     @property
     def pass_rate(self) -> float:

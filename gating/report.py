@@ -98,15 +98,20 @@ tr.fail td:last-child { color: #b00; font-weight: bold; }
 
 def changed_tasks(candidate: SuiteResult, champion: SuiteResult | None, limit: int = 50
                   ) -> list[tuple[str, ...]]:
-    """Rows for the tasks whose verdict differs between the two models (first ``limit``)."""
+    """Rows for the prompts whose verdict differs between the two models (first ``limit``), each
+    prompt once with the number of suite rows that asked it."""
     if champion is None:
         return []
-    rows = []
-    for a, b in zip(candidate.tasks, champion.tasks, strict=True):
-        if a.passed != b.passed:
-            rows.append((a.task_id[:12], a.kind, PASS if a.passed else FAIL,
-                         PASS if b.passed else FAIL, repr(a.answer[:40]), repr(b.answer[:40])))
-    return rows[:limit]
+    rows: dict[str, list] = {}
+    for key, a, b in zip(candidate.clusters, candidate.tasks, champion.tasks, strict=True):
+        if a.passed == b.passed:
+            continue
+        if key in rows:
+            rows[key][-1] += 1
+            continue
+        rows[key] = [a.task_id[:12], a.kind, PASS if a.passed else FAIL,
+                     PASS if b.passed else FAIL, repr(a.answer[:40]), repr(b.answer[:40]), 1]
+    return [tuple(map(str, r)) for r in list(rows.values())[:limit]]
 
 
 def render_html(verdict: GateVerdict, config_json: str, candidate: SuiteResult | None = None,
@@ -115,7 +120,8 @@ def render_html(verdict: GateVerdict, config_json: str, candidate: SuiteResult |
     extras and the resolved config."""
     changed = changed_tasks(candidate, champion) if candidate is not None else []
     changed_html = "" if not changed else "<h2>Tasks that changed verdict</h2>" + _html_table(
-        ("task", "kind", "candidate", "champion", "candidate answer", "champion answer"),
+        ("task", "kind", "candidate", "champion", "candidate answer", "champion answer",
+         "rows"),
         changed, verdict_col=None)
     title = html.escape(_title(verdict))
     extras = "".join(

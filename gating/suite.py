@@ -8,15 +8,19 @@ drift apart — and scores it so that a correct but bloated answer scores below 
 one. It also counts the experts the generated tokens were routed to (for the collapse check).
 
 :func:`build_suite` turns a :class:`~gating.config.SuiteConfig` into tasks and their checker:
-the toy family's held-out split, or HumanEval graded in a sandbox (tasks/humaneval.py). An
-instruct policy (a tokenizer with a chat template) gets HumanEval as chat turns and is graded on
-the code in its reply (:func:`uses_chat`, :func:`task_prompt_ids`).
+the toy family's gate pool (split ``gate``: never the sealed set), HumanEval or your own JSONL
+tasks, both graded in a sandbox (tasks/humaneval.py, tasks/jsonl_suite.py), drawn afresh for
+each gate decision (:func:`draw_seed`). An instruct policy (a tokenizer with a chat template)
+gets HumanEval and JSONL tasks as chat turns and is graded on the code in its reply
+(:func:`uses_chat`, :func:`task_prompt_ids`). Each outcome carries its prompt's hash
+(:func:`prompt_key`), the cluster of the paired statistics.
 
 Deliberately left out: comparing two runs (gating/gates.py) and model loading (gating/gate.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -39,15 +43,37 @@ def task_score(passed: bool, completion_tokens: int, max_new_tokens: int, penalt
     return 1.0 - penalty * min(1.0, completion_tokens / max_new_tokens)
 
 
-def build_suite(config: SuiteConfig) -> tuple[list[Task], Checker]:
-    """Tasks and checker for ``config``: toy held-out split or HumanEval (sandboxed)."""
+def draw_seed(config: SuiteConfig, decision: int = 0) -> int:
+    """Seed of the suite drawn for a model's ``decision``-th gate (``seed + decision`` when the
+    suite is drawn per decision; ``seed`` when it is fixed)."""
+    return config.seed + decision if config.draw == "per_decision" else config.seed
+
+
+def build_suite(config: SuiteConfig, decision: int = 0) -> tuple[list[Task], Checker]:
+    """Tasks and checker for ``config``: the toy gate pool (split ``gate``, never the sealed
+    set), HumanEval or a JSONL file (both sandboxed), drawn with :func:`draw_seed`."""
+    seed = draw_seed(config, decision)
     if config.kind == "toy":
-        return generate_tasks(config.size, config.seed, "heldout"), check
+        return generate_tasks(config.size, seed, "gate"), check
+    if config.kind == "jsonl":
+        from tasks.jsonl_suite import jsonl_suite
+
+        if config.path is None:
+            raise ValueError("gate.suite.path is required when gate.suite.kind is 'jsonl'")
+        return jsonl_suite(path=config.path, size=config.size, seed=seed,
+                           timeout_s=config.sandbox_timeout_s)
     from tasks.humaneval import humaneval_suite
 
-    return humaneval_suite(
-        size=config.size, seed=config.seed, timeout_s=config.sandbox_timeout_s
-    )
+    return humaneval_suite(size=config.size, seed=seed, timeout_s=config.sandbox_timeout_s)
+
+
+def prompt_key(task: Task) -> str:
+    """The cluster of a task in the paired statistics: a hash of its prompt text and turns."""
+    turns = getattr(task, "messages", ())
+    h = hashlib.sha256(task.prompt.encode())
+    for role, content in turns:
+        h.update(b"\0" + role.encode() + b"\0" + content.encode())
+    return h.hexdigest()[:16]
 
 
 def prompt_room(max_seq_len: int, max_new_tokens: int) -> int:
@@ -81,21 +107,34 @@ def fit_prompt_ids(policy: Policy, prompt: str, room: int) -> list[int]:
 
 
 def uses_chat(policy: Policy, config: SuiteConfig) -> bool:
-    """Whether ``policy`` gets the suite's prompts as chat turns: HumanEval, ``chat='auto'`` and a
-    tokenizer with a chat template (never the toy, nor a tokenizer without one)."""
-    return (config.kind == "humaneval" and config.chat == "auto"
+    """Whether ``policy`` gets the suite's prompts as chat turns: HumanEval or a JSONL suite,
+    ``chat='auto'`` and a tokenizer with a chat template (never the toy, nor a tokenizer without
+    one)."""
+    return (config.kind in ("humaneval", "jsonl") and config.chat == "auto"
             and bool(getattr(policy, "has_chat_template", False)))
+
+
+def _encode_turns(policy: Policy, turns: list[dict[str, str]]) -> list[int]:
+    """Chat turns through the policy's chat template, the assistant turn opened."""
+    if len(turns) == 1 and turns[0]["role"] == "user":
+        return policy.encode_chat(turns[0]["content"])
+    out = policy.tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=True)
+    return list(out["input_ids"] if hasattr(out, "keys") else out)
 
 
 def task_prompt_ids(policy: Policy, task: Task, room: int, *, chat: bool) -> list[int]:
     """The ids ``task`` is fed as: its prompt fitted to ``room`` (:func:`fit_prompt_ids`), or with
-    ``chat`` the HumanEval chat turn (tasks.humaneval.chat_prompt) through the chat template, its
-    start cut only if it does not fit."""
+    ``chat`` its chat turns through the chat template (a JSONL task's messages, or the HumanEval
+    chat turn tasks.humaneval.chat_prompt), their start cut only if they do not fit."""
     if not chat:
         return fit_prompt_ids(policy, task.prompt, room)
-    from tasks.humaneval import chat_prompt
+    messages = getattr(task, "messages", ())
+    if messages:
+        ids = _encode_turns(policy, [{"role": r, "content": c} for r, c in messages])
+    else:
+        from tasks.humaneval import chat_prompt
 
-    ids = policy.encode_chat(chat_prompt(task.prompt))
+        ids = policy.encode_chat(chat_prompt(task.prompt))
     return ids if len(ids) <= room + 1 else ids[-(room + 1):]
 
 
@@ -149,7 +188,8 @@ def run_suite(
                 _count_experts(load, gen.routed_experts)
             n = len(gen.token_ids)
             outcomes.append(TaskOutcome(
-                task_id=task.task_id, kind=task.kind, passed=result.passed,
+                task_id=task.task_id, kind=task.kind, prompt_key=prompt_key(task),
+                passed=result.passed,
                 malformed=result.malformed, no_edit=result.no_edit, completion_tokens=n,
                 score=task_score(result.passed, n, max_new_tokens, token_penalty),
                 finish_reason=gen.finish_reason, answer=gen.text[:200], detail=result.detail[:200],

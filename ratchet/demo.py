@@ -234,17 +234,19 @@ def _gate_panel(ax, rows: list[CycleRow]) -> None:
 
 
 GAIN_TASKS = 1000
-"""Fresh-split tasks (``tasks.toy.fresh_tasks``) the first and final champions are scored on."""
+"""Sealed-set tasks (``tasks.toy.fresh_tasks``) the first and final champions are scored on."""
 
 
 def champion_gain(tracking_uri: str, model_name: str, first: int, final: int, workdir: Path,
                   n_tasks: int = GAIN_TASKS) -> dict:
     """What the demo's cycles did to the champion: the first and the final champion scored
-    greedily on the same fresh tasks (never used to choose a setting), with the 95%
-    paired-bootstrap CI of the change. Toy policies only (the caller checks the config)."""
+    greedily on the same tasks of the sealed set (``tasks.toy.fresh_tasks``: never gated, tuned
+    or trained on), with the 95% paired-bootstrap CI of the change resampling distinct prompts.
+    Toy policies only (the caller checks the config)."""
     import numpy as np
 
     from gating.gates import paired_bootstrap
+    from gating.stats import cluster_ids
     from policy.config import load_policy
     from runtime import registry
     from tasks.toy import fresh_tasks
@@ -260,17 +262,20 @@ def champion_gain(tracking_uri: str, model_name: str, first: int, final: int, wo
         scores[version] = evaluate(policy.module, tasks)
     a, b = scores[first], scores[final]
     ci = paired_bootstrap(np.array(b.passed, float), np.array(a.passed, float),
-                          n_resamples=2000, confidence=0.95, seed=0)
+                          n_resamples=2000, confidence=0.95, seed=0,
+                          clusters=cluster_ids([t.prompt for t in tasks]))
     return {"first_version": first, "final_version": final, "tasks": len(tasks),
-            "split": "fresh", "pass_first": a.pass_rate, "pass_final": b.pass_rate,
+            "prompts": ci.n_clusters, "split": "fresh", "sealed": True, "pass_first": a.pass_rate,
+            "pass_final": b.pass_rate,
             "delta": ci.mean, "ci_low": ci.low, "ci_high": ci.high,
             "tokens_first": a.mean_tokens, "tokens_final": b.mean_tokens}
 
 
 def format_gain(gain: dict) -> str:
     return (f"champion v{gain['first_version']} -> v{gain['final_version']} on "
-            f"{gain['tasks']:,} fresh tasks: pass {gain['pass_first']:.3f} -> "
-            f"{gain['pass_final']:.3f} ({gain['delta']:+.3f}, 95% paired CI "
+            f"{gain['tasks']:,} fresh tasks (sealed set, {gain.get('prompts', gain['tasks']):,} "
+            f"prompts): pass {gain['pass_first']:.3f} -> "
+            f"{gain['pass_final']:.3f} ({gain['delta']:+.3f}, 95% prompt-clustered CI "
             f"[{gain['ci_low']:+.3f}, {gain['ci_high']:+.3f}]); completion tokens "
             f"{gain['tokens_first']:.1f} -> {gain['tokens_final']:.1f}")
 

@@ -273,3 +273,14 @@ def _checkpoint_in(model_dir: Path) -> Path | None:
     hits = sorted(p.parent for p in model_dir.glob("artifacts/*/config.json")
                   if any(p.parent.glob("*.safetensors")))
     return hits[0] if hits else None
+
+
+def model_tags(tracking_uri: str, model_name: str) -> dict[str, str]:
+    """Tags of the registered model (state that outlives any one version, e.g. alpha spending)."""
+    return dict(_client(tracking_uri).get_registered_model(model_name).tags or {})
+
+
+def set_model_tags(tracking_uri: str, model_name: str, tags: dict[str, str]) -> None:
+    client = _client(tracking_uri)
+    for key, value in tags.items():
+        client.set_registered_model_tag(model_name, key, value)

@@ -435,7 +435,11 @@ _KINDS: dict[str, Callable[[random.Random], Task]] = {
 KINDS = tuple(_KINDS)
 
 
-Split = Literal["train", "heldout", "fresh"]
+Split = Literal["train", "heldout", "gate", "fresh", "sealed"]
+
+SEALED_PERCENT = 50
+"""Of the held-out bucket, the prompts whose text hashes into this many of 100 buckets form the
+sealed side (``fresh``); the rest is the gate pool (``gate``)."""
 
 FRESH_EXCLUDES = ((7, 1000),)
 """(seed, n) of the held-out draws that chose hyper-parameters (bench/learning.py's and the
@@ -445,20 +449,36 @@ FRESH_SEED = 0
 FRESH_SIZE = 2000
 
 
+def is_sealed(task: Task) -> bool:
+    """Whether a held-out task's prompt TEXT is on the sealed side (a function of the prompt alone,
+    so one prompt is never on both sides whatever its task id)."""
+    return int(_content_hash("sealed", task.prompt)[:8], 16) % 100 < SEALED_PERCENT
+
+
 def generate_tasks(n: int, seed: int, split: Split) -> list[Task]:
     """``n`` tasks of the given split, kinds in equal shares, deterministic in ``seed``.
 
     Tasks are drawn with replacement (a small family such as off_by_one repeats); a task lands in
-    ``heldout`` iff its content hash falls in the fixed 20% bucket, whatever the seed. ``fresh``
-    draws from the same held-out bucket (never trained on) but leaves out every task of the
-    ``FRESH_EXCLUDES`` draws (the ones that tuned something), so it is disjoint from the train
-    split and from the held-out tasks that chose any setting. The held-out bucket holds only about
-    300 distinct arith and 325 off_by_one tasks, so a large fresh draw repeats them.
+    the held-out bucket iff its content hash falls in the fixed 20% bucket, whatever the seed.
+    Splits, disjoint by prompt text where it matters:
+
+    - ``train``: outside the held-out bucket (what the simulator serves and the trainer sees);
+    - ``heldout``: the whole held-out bucket (the tuning draws ``FRESH_EXCLUDES`` come from it);
+    - ``gate``: the gate pool: held-out prompts off the sealed side (:func:`is_sealed`); the gate
+      draws a fresh suite from it per decision;
+    - ``fresh`` (alias ``sealed``): the sealed set: held-out prompts on the sealed side that no
+      tuning draw holds. No gate, tuning run or training row touches it; it only reports
+      (benchmarks, the demo's gain line).
+
+    The held-out bucket holds only about 300 distinct arith and 325 off_by_one prompts, so a
+    large draw repeats them: compare on it with prompt-clustered statistics (gating/stats.py).
     """
-    if split not in ("train", "heldout", "fresh"):
-        raise ValueError(f"split must be 'train', 'heldout' or 'fresh', got {split!r}")
+    if split not in ("train", "heldout", "gate", "fresh", "sealed"):
+        raise ValueError(
+            f"split must be 'train', 'heldout', 'gate', 'fresh' or 'sealed', got {split!r}")
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
+    split = "fresh" if split == "sealed" else split
     # the seed string, kept: it fixes every split
     rng = random.Random(f"ratchet.tasks/{seed}/{split}")
     excluded = _tuning_task_ids() if split == "fresh" else frozenset()
@@ -467,13 +487,17 @@ def generate_tasks(n: int, seed: int, split: Split) -> list[Task]:
     while len(out) < n:
         kind = KINDS[len(out) % len(KINDS)]
         task = _KINDS[kind](rng)
-        if is_heldout(task) == want_heldout and task.task_id not in excluded:
-            out.append(task)
+        if is_heldout(task) != want_heldout or task.task_id in excluded:
+            continue
+        if split == "gate" and is_sealed(task) or split == "fresh" and not is_sealed(task):
+            continue
+        out.append(task)
     return out
 
 
 def fresh_tasks(n: int = FRESH_SIZE, seed: int = FRESH_SEED) -> list[Task]:
-    """The fresh evaluation set (split ``fresh``): scores learning, never chooses a setting."""
+    """The fresh evaluation set, the sealed set (split ``fresh``): scores learning, never chooses
+    a setting, never gates, never trains."""
     return generate_tasks(n, seed, "fresh")
 
 

@@ -1,18 +1,28 @@
 """Canary vs stable, judged statistically on one step's window: pure functions over samples.
 
-Four checks, each one-sided (is the canary *worse*?), at ``alpha / 4`` (Bonferroni):
+Four checks, each one-sided (is the canary *worse*?), at ``alpha / 4`` (Bonferroni), each with an
+explicit margin — the harm that matters:
 
-- error rate, dissatisfied follow-up rate: two-proportion z-test (pooled), H1 p_canary > p_stable;
-- p95 latency, edit persistence at 600 s: Mann-Whitney U, H1 canary latencies stochastically
-  greater / canary persistence stochastically smaller.
+- error rate, dissatisfied follow-up rate (guardrails): harm = canary rate - stable rate;
+- latency (guardrail): harm = mean log latency, canary - stable (a relative slowdown; the margin is
+  ``log(1 + latency_p95_margin)``; the p95s are shown);
+- edit persistence at 600 s (the success metric): harm = stable mean - canary mean.
 
-A check *fails* only if the difference is significant **and** larger than a practical margin (so a
-huge sample cannot fail a canary for a negligible change); it is *insufficient* while either arm has
-fewer than its minimum sample size, which makes the controller extend the step instead of
-deciding. Overall: any fail → ``fail``; else any insufficient → ``extend``; else ``pass``.
+``method='always_valid'`` (default): each harm gets an always-valid confidence sequence (the
+normal-mixture mSPRT of Johari et al. 2017, as Optimizely and Netflix run it; mixing variance =
+margin^2): the controller may look after every extension and the chance that an unchanged canary
+is ever judged worse stays below the level. A check *fails* iff the sequence's lower bound of the
+harm is above the margin (the canary is shown worse than the margin allows); ``non_inferior`` says
+whether its upper bound is already below the margin. ``p_value`` is the always-valid p-value of
+"no harm". ``method='fixed_horizon'``: the earlier fixed-sample tests (two-proportion z,
+Mann-Whitney on latency and persistence; fail iff significant and the point estimate beyond the
+margin), valid for one look only.
 
-Deliberately left out: where samples come from (deploy/fleet/rollout.py) and sequential-testing
-corrections for peeking across extensions (each extension re-tests the grown window).
+A check is *insufficient* while either arm has fewer than its minimum sample size, which makes the
+controller extend the step instead of deciding. Overall: any fail -> ``fail``; else any
+insufficient -> ``extend``; else ``pass``.
+
+Deliberately left out: where samples come from (deploy/fleet/rollout.py).
 """
 
 from __future__ import annotations
@@ -31,6 +41,14 @@ class JudgeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    method: Literal["always_valid", "fixed_horizon"] = Field(
+        default="always_valid",
+        description=(
+            "always_valid: confidence sequences (mSPRT), safe under the controller's repeated "
+            "looks; fixed_horizon: one-look tests (z / Mann-Whitney), whose error grows with "
+            "every extension."
+        ),
+    )
     alpha: float = Field(
         default=0.05, gt=0.0, lt=0.5, description="Family-wise significance level (Bonferroni)."
     )
@@ -84,6 +102,18 @@ class MetricVerdict:
     statistic: float | None
     p_value: float | None
     decision: Decision
+    harm_low: float | None = None
+    """Always-valid lower bound of the harm (canary worse by), in the check's own unit."""
+    harm_high: float | None = None
+    margin: float | None = None
+    """The harm that matters, in the same unit."""
+
+    @property
+    def non_inferior(self) -> bool | None:
+        """Whether the sequence already shows the harm below the margin (None: not computed)."""
+        if self.harm_high is None or self.margin is None:
+            return None
+        return self.harm_high < self.margin
 
 
 @dataclass(frozen=True)
@@ -182,9 +212,93 @@ def _persistence_check(
     )
 
 
+# -- always-valid confidence sequences ----------------------------------------------------------
+
+def msprt_half_width(variance: float, alpha: float, tau: float) -> float:
+    """Half-width of the normal-mixture confidence sequence for a mean difference whose estimate
+    has variance ``variance`` (Johari et al. 2017): with mixing N(0, tau^2), the mSPRT rejects
+    theta iff ``(estimate - theta)^2 >= 2 V (V + tau^2) / tau^2 * (log(1/alpha) +
+    log((V + tau^2) / V) / 2)``; the set it does not reject covers the truth at every sample size
+    at once with probability >= 1 - alpha."""
+    if variance <= 0.0:
+        return 0.0
+    v, t2 = variance, tau * tau
+    boundary = math.log(1.0 / alpha) + 0.5 * math.log((v + t2) / v)
+    return math.sqrt(2.0 * v * (v + t2) / t2 * boundary)
+
+
+def msprt_p_value(estimate: float, variance: float, tau: float, theta: float = 0.0) -> float:
+    """Always-valid p-value of ``harm <= theta`` (one look of the running minimum of 1/Lambda)."""
+    if variance <= 0.0:
+        return 0.0 if estimate > theta else 1.0
+    if estimate <= theta:
+        return 1.0
+    v, t2 = variance, tau * tau
+    log_lambda = 0.5 * math.log(v / (v + t2)) + t2 * (estimate - theta) ** 2 / (2 * v * (v + t2))
+    return float(min(1.0, math.exp(-log_lambda)))
+
+
+def _mean_var(xs: list[float]) -> tuple[float, float]:
+    n = len(xs)
+    m = sum(xs) / n
+    var = sum((x - m) ** 2 for x in xs) / (n - 1) if n > 1 else 0.0
+    return m, var
+
+
+def _av_check(name: str, stable_xs: list[float], canary_xs: list[float], *, minimum: int,
+              margin: float, alpha: float, worse_is_higher: bool, shown: tuple | None = None
+              ) -> MetricVerdict:
+    """One always-valid check: harm = (canary - stable) if higher is worse, else the reverse."""
+    ns, nc = len(stable_xs), len(canary_xs)
+    if ns < minimum or nc < minimum:
+        return MetricVerdict(name, None, None, ns, nc, "msprt", None, None, "insufficient",
+                             margin=margin)
+    ms, vs = _mean_var(stable_xs)
+    mc, vc = _mean_var(canary_xs)
+    harm = (mc - ms) if worse_is_higher else (ms - mc)
+    # a floor on the per-sample variance (that of a rate with one event in n + 2): an arm that
+    # never erred in a window is not certain never to
+    var = max(vs, 1.0 / (ns + 2)) / ns + max(vc, 1.0 / (nc + 2)) / nc
+    tau = max(margin, 1e-6)
+    h = msprt_half_width(var, alpha, tau)
+    low, high = harm - h, harm + h
+    p = msprt_p_value(harm, var, tau)
+    stable_shown, canary_shown = shown if shown is not None else (ms, mc)
+    return MetricVerdict(name, stable_shown, canary_shown, ns, nc, "msprt", harm, p,
+                         "fail" if low > margin else "pass", harm_low=low, harm_high=high,
+                         margin=margin)
+
+
+def _always_valid(stable: ArmSamples, canary: ArmSamples, config: JudgeConfig,
+                  alpha: float) -> list[MetricVerdict]:
+    def flags(n: int, k: int) -> list[float]:
+        return [1.0] * k + [0.0] * (n - k)
+
+    lat_s = [math.log(max(x, 1e-3)) for x in stable.latencies_ms]
+    lat_c = [math.log(max(x, 1e-3)) for x in canary.latencies_ms]
+    shown_lat = ((p95(stable.latencies_ms), p95(canary.latencies_ms))
+                 if stable.latencies_ms and canary.latencies_ms else None)
+    return [
+        _av_check("error_rate", flags(stable.requests, stable.errors),
+                  flags(canary.requests, canary.errors), minimum=config.min_requests,
+                  margin=config.error_rate_margin, alpha=alpha, worse_is_higher=True),
+        _av_check("p95_latency_ms", lat_s, lat_c, minimum=config.min_requests,
+                  margin=math.log1p(config.latency_p95_margin), alpha=alpha,
+                  worse_is_higher=True, shown=shown_lat),
+        _av_check("edit_persistence_600", stable.edit_persistence, canary.edit_persistence,
+                  minimum=config.min_signals, margin=config.edit_persistence_margin,
+                  alpha=alpha, worse_is_higher=False),
+        _av_check("dissatisfied_rate", [float(x) for x in stable.dissatisfied],
+                  [float(x) for x in canary.dissatisfied], minimum=config.min_signals,
+                  margin=config.dissatisfied_margin, alpha=alpha, worse_is_higher=True),
+    ]
+
+
 def judge(stable: ArmSamples, canary: ArmSamples, config: JudgeConfig) -> Verdict:
     """Compare one window's arms; see the module docstring for the rule."""
     alpha = config.alpha / 4
+    if config.method == "always_valid":
+        return _overall(_always_valid(stable, canary, config, alpha))
     metrics = [
         _rate_check(
             "error_rate",
@@ -209,6 +323,10 @@ def judge(stable: ArmSamples, canary: ArmSamples, config: JudgeConfig) -> Verdic
             alpha,
         ),
     ]
+    return _overall(metrics)
+
+
+def _overall(metrics: list[MetricVerdict]) -> Verdict:
     decisions = {m.decision for m in metrics}
     if "fail" in decisions:
         return Verdict("fail", metrics)

@@ -58,11 +58,15 @@ def versions(mlflow_server, tmp_path_factory) -> dict[str, int]:
 
 
 def _config(**update):
-    from gating.config import GateConfig, SuiteConfig
+    from gating.config import ErrorControlConfig, GateConfig, SuiteConfig
 
+    # One decision's level (one-sided 2.5% per route to a win), not a lifetime schedule: this
+    # module is about promotion mechanics; alpha spending has tests/integration/
+    # test_gate_alpha_spending.py.
     return GateConfig(
         suite=SuiteConfig(size=32, seed=3, max_new_tokens=24),
         min_pass_rate=0.05,
+        error_control=ErrorControlConfig(rule="fixed", alpha=0.05),
         **update,
     )
 

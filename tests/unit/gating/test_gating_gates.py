@@ -40,7 +40,7 @@ def by_name(gates):
 def test_worse_candidate_fails_and_better_passes():
     champion = suite([True] * 20 + [False] * 20)  # 0.5
     worse = suite([True] * 6 + [False] * 34)  # 0.15
-    better = suite([True] * 26 + [False] * 14)  # 0.65
+    better = suite([True] * 30 + [False] * 10)  # 0.75: 10 prompts gained, McNemar p ~ 0.001
     cfg = GateConfig(min_pass_rate=0.1)
     bad = by_name(evaluate_gates(worse, champion, cfg))
     good = by_name(evaluate_gates(better, champion, cfg))
@@ -48,8 +48,8 @@ def test_worse_candidate_fails_and_better_passes():
     assert not bad["pass_rate_no_regression"].passed  # 14 of 40 tasks lost: significant
     assert bad["pass_rate_change"].value == pytest.approx(-0.35)
     assert all(g.passed for g in good.values()), [g for g in good.values() if not g.passed]
-    assert good["pass_rate_change"].value == pytest.approx(0.15)
-    assert good["pass_rate_change"].ci_low <= 0.15 <= good["pass_rate_change"].ci_high
+    assert good["pass_rate_change"].value == pytest.approx(0.25)
+    assert good["pass_rate_change"].ci_low <= 0.25 <= good["pass_rate_change"].ci_high
 
 
 def test_without_champion_only_absolute_gates_decide():

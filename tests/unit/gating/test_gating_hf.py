@@ -122,3 +122,31 @@ def test_kl_health_check_can_be_limited_to_the_first_tasks(qwen, tmp_path):
                            [cand.tasks[0].token_ids])
     assert kl(1) == pytest.approx(first, rel=1e-6)
     assert kl(None) == pytest.approx(kl(3)) and kl(None) != pytest.approx(first)
+
+
+def test_jsonl_tasks_go_in_as_their_chat_turns_with_a_template(qwen, tmp_path):
+    """A JSONL task: its messages through the chat template when the tokenizer has one (chat),
+    its raw prompt otherwise (completion); graded in the sandbox either way."""
+    from gating.suite import task_prompt_ids, uses_chat
+    from tasks.jsonl_suite import dump_tasks
+
+    path = tmp_path / "suite.jsonl"
+    dump_tasks([{"task_id": "sq", "prompt": "Write square(x).", "tests": ["assert square(2) == 4"],
+                 "messages": [{"role": "system", "content": "Code only."},
+                              {"role": "user", "content": "Write square(x)."}]}], path)
+    config = SuiteConfig(kind="jsonl", path=str(path), size=1, max_new_tokens=4)
+    tasks, checker = build_suite(config)
+    assert not uses_chat(qwen, config)
+    assert task_prompt_ids(qwen, tasks[0], room=10_000, chat=False) == qwen.encode_prompt(
+        "Write square(x).")
+    tok = qwen.tokenizer
+    tok.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}>"
+    try:
+        assert uses_chat(qwen, config)
+        ids = task_prompt_ids(qwen, tasks[0], room=10_000, chat=True)
+        assert qwen.decode(ids) == "system: Code only.\nuser: Write square(x).\n>"
+        result = run_suite(qwen, tasks, max_new_tokens=4, seed=0, checker=checker, chat=True)
+        assert len(result.tasks) == 1 and not result.tasks[0].passed  # random weights fail
+        assert result.tasks[0].prompt_key
+    finally:
+        tok.chat_template = None

@@ -27,6 +27,20 @@ def test_paired_bootstrap_hand_computed():
     assert same == (0.0, 0.0, 0.0)
 
 
+def test_paired_bootstrap_resamples_prompts_when_given():
+    """The same 200 rows, but only 4 distinct prompts (each asked 50 times): the interval over
+    prompts is far wider than over rows (4 observations, not 200)."""
+    before = [0, 1, 0, 1] * 50
+    afters = [[1, 1, 0, 1] * 50, [0, 1, 1, 1] * 50]
+    keys = ["p0", "p1", "p2", "p3"] * 50
+    _, lo_rows, hi_rows = learning.paired_bootstrap(before, afters)
+    delta, lo, hi = learning.paired_bootstrap(before, afters, keys=keys)
+    assert delta == pytest.approx(0.25)
+    assert hi - lo > 3 * (hi_rows - lo_rows)
+    distinct = learning.paired_bootstrap(before, afters, keys=[f"p{i}" for i in range(200)])
+    assert distinct == learning.paired_bootstrap(before, afters)
+
+
 def test_placebo_shuffles_rewards_and_keeps_everything_else(tiny):
     _, _, rows = tiny
     shuffled = learning.arm_rows("placebo", rows, seed=0)
