@@ -23,9 +23,10 @@ clustered and with rows as independent.
 **Canary** (``--part canary``): A/A windows, the same model version on both arms. Each window's
 two arms are drawn independently from the per-request figures of the recorded traffic fixture
 (``tests/fixtures/events.jsonl``: latency, edit persistence at the longest window, dissatisfied
-follow-up), so both arms share one distribution; the window is judged by ``deploy.fleet.judge.judge``
-at each look (the rollout controller's extensions: the sample grows by ``--window`` requests per
-look, up to ``--looks`` looks). A false rollback is a window judged ``fail`` at any look.
+follow-up), so both arms share one distribution; the window is judged by
+``deploy.fleet.judge.judge`` at each look (the rollout controller's extensions: the sample grows
+by ``--window`` requests per look, up to ``--looks`` looks). A false rollback is a window judged
+``fail`` at any look.
 
 Writes ``bench/results/aa_gate.json``: ``decisions``, ``false_promotions``, ``upper95`` (exact
 one-sided Clopper-Pearson 95% bound on the false-promotion rate per decision),
