@@ -200,6 +200,11 @@ class HFPolicy:
         assert routed.shape[2:] == (spec.n_moe_layers, spec.top_k)
         return routed, probs
 
+    def _routed_ids(self, b: int, t: int) -> Tensor:
+        """Recorded experts (B, t, L, k) of the last forward, without the router softmax the
+        trainer's :meth:`_routing` also computes (decoding needs only the ids)."""
+        return torch.stack([i.view(b, t, -1) for i in self._state.idx], dim=2).long()
+
     def _aux(self, real: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(weighted aux, load-balance, z-loss) over real tokens, as the toy computes them."""
         st, spec = self._state, self.moe_spec
@@ -266,7 +271,7 @@ class HFPolicy:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(
         self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
         top_p: float = 1.0, seed: int | None = None, stop_when=None,
