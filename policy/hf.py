@@ -117,7 +117,7 @@ class HFPolicy:
             moe.generation_config = policy.module.generation_config  # its EOS ids
             policy = cls(moe.eval(), policy.tokenizer, source_dir=path,
                          logprob_chunk=cfg.logprob_chunk)
-        policy.chat_template = cfg.chat_template
+        policy.chat_template = policy.chat_template or cfg.chat_template
         return policy
 
     @classmethod
@@ -133,7 +133,11 @@ class HFPolicy:
             hf_checks.check_dir(directory)
             model, tokenizer = hf_checks.load_dir(directory, getattr(torch, dtype))
         hf_checks.check_tokenizer(tokenizer, directory)
-        return cls(model.eval(), tokenizer, source_dir=directory, logprob_chunk=logprob_chunk)
+        meta = directory / METADATA
+        chat = bool(json.loads(meta.read_text()).get("chat_template", False)) \
+            if meta.is_file() else False
+        return cls(model.eval(), tokenizer, source_dir=directory, logprob_chunk=logprob_chunk,
+                   chat_template=chat)
 
     def _spec(self) -> MoESpec:
         c = self.module.config
@@ -301,7 +305,10 @@ class HFPolicy:
         directory.mkdir(parents=True, exist_ok=True)
         self.module.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
-        (directory / METADATA).write_text(json.dumps(metadata or {}, indent=2, sort_keys=True))
+        # the chat-template setting travels with the checkpoint, so the replicas, the gate and
+        # the trainer that load it encode prompts as the policy was configured to
+        meta = {**(metadata or {}), "chat_template": self.chat_template}
+        (directory / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True))
         return directory
 
     def describe(self) -> dict:
