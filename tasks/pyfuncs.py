@@ -389,3 +389,43 @@ def split_pools(families: Sequence[str], held_out: Sequence[str], *, per_family:
         gate += drawn[a:b]
         sealed += drawn[b:]
     return Pools(train, gate, sealed, transfer)
+
+
+CALIBRATION_SEED = 1000
+"""Seed of the calibration draw (bench/pyfuncs_calibrate.py); pools never reuse its prompts."""
+POOL_FILES = {"train": "pyfuncs_train.jsonl", "gate": "pyfuncs_gate.jsonl",
+              "sealed": "pyfuncs_sealed.jsonl", "transfer": "pyfuncs_transfer.jsonl"}
+
+
+def write_pools(calibration: Path, out_dir: Path, *, per_family: int = 40, seed: int = 0
+                ) -> dict[str, int]:
+    """The four pool files under ``out_dir`` from a calibration record's ``kept`` and
+    ``held_out_kept`` families (the calibration draw's prompts excluded); returns their sizes."""
+    record = json.loads(Path(calibration).read_text())
+    calib = [t.prompt for tpl in TEMPLATES
+             for t in instances(tpl, record["per_family"], seed=record["seed"])]
+    pools = split_pools(record["kept"], record["held_out_kept"], per_family=per_family,
+                        seed=seed, exclude=calib)
+    sizes = {}
+    for name, file in POOL_FILES.items():
+        tasks = getattr(pools, name)
+        write_jsonl(tasks, Path(out_dir) / file)
+        sizes[name] = len(tasks)
+    return sizes
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(description="Write the pyfuncs pools from a calibration record.")
+    p.add_argument("--calibration", type=Path, default=Path("bench/results/"
+                                                            "pyfuncs_calibration.json"))
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "data")
+    p.add_argument("--per-family", type=int, default=40)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    print(write_pools(args.calibration, args.out, per_family=args.per_family, seed=args.seed))
+
+
+if __name__ == "__main__":
+    main()

@@ -79,3 +79,22 @@ def test_pools_are_disjoint_by_prompt_and_hold_out_families():
     assert not {t.family for t in pools.train + pools.gate + pools.sealed} & set(HELD_OUT)
     with pytest.raises(ValueError, match="overlap"):
         split_pools([HELD_OUT[0]], HELD_OUT[:1], per_family=2)
+
+
+def test_write_pools_from_a_calibration_record(tmp_path):
+    from tasks.pyfuncs import POOL_FILES, instances, write_pools
+
+    record = {"seed": 1000, "per_family": 4, "kept": ["add_const", "clamp", "reverse_str"],
+              "held_out_kept": ["sub_const"]}
+    (tmp_path / "cal.json").write_text(json.dumps(record))
+    sizes = write_pools(tmp_path / "cal.json", tmp_path / "data", per_family=8)
+    pools = {k: read_jsonl(tmp_path / "data" / f) for k, f in POOL_FILES.items()}
+    assert sizes == {k: len(v) for k, v in pools.items()}
+    calib = {t.prompt for f in record["kept"] + record["held_out_kept"]
+             for t in instances(BY_FAMILY[f], 4, seed=1000)}
+    seen: set[str] = set()
+    for rows in pools.values():
+        prompts = {r["prompt"] for r in rows}
+        assert not prompts & seen and not prompts & calib
+        seen |= prompts
+    assert {r["family"] for r in pools["transfer"]} == {"sub_const"}
