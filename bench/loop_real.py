@@ -241,6 +241,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cycles", type=int, default=3)
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--sealed", type=int, default=0, help="first N sealed tasks (0 = all)")
+    p.add_argument("--sealed-file", type=Path, default=SEALED)
     p.add_argument("--humaneval", type=int, default=164)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--batch", type=int, default=32)
@@ -255,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
 
     config = load_config(args.config)
     torch.set_num_threads(config.torch_threads)
-    sealed = read_jsonl(SEALED)
+    sealed = read_jsonl(args.sealed_file)
     sealed = sealed[:args.sealed] if args.sealed else sealed
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ratchet-loop-real-"))
     rows: list[dict] = []
