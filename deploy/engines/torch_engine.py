@@ -4,7 +4,9 @@
 sequence and waits. The batcher thread takes the first queued job, everything else already queued,
 and — up to ``max_batch`` — whatever arrives within ``max_wait_ms``; it then prefills the batch
 once (left-padded, one KV cache) and decodes it step by step, each row with its own temperature,
-top-p, seed, token budget and stop strings, until every row has finished. Each sampled piece of
+top-p, seed, token budget and stop strings, until every row has finished; a finished row leaves the
+batch and its KV cache (``StepSession.retain``), so later steps compute only live rows. Rows that
+share a temperature and top-p are sampled together. Each sampled piece of
 text goes to the job's ``on_delta`` as it is produced, so a streamed response's first token is
 sent when it is sampled (its time-to-first-token is real and includes the wait in the queue).
 Requests arriving while a batch decodes wait for the next batch (no continuous batching).

@@ -98,3 +98,28 @@ def test_write_pools_from_a_calibration_record(tmp_path):
         assert not prompts & seen and not prompts & calib
         seen |= prompts
     assert {r["family"] for r in pools["transfer"]} == {"sub_const"}
+
+
+def test_shipped_pools_are_disjoint_by_prompt_and_skip_the_calibration_draw():
+    from pathlib import Path
+
+    from tasks.pyfuncs import CALIBRATION_SEED, HELD_OUT, POOL_FILES
+
+    data = Path(__file__).resolve().parents[3] / "tasks" / "data"
+    record = json.loads((data.parents[1] / "bench" / "results" /
+                         "pyfuncs_calibration.json").read_text())
+    calib = {t.prompt for tpl in TEMPLATES
+             for t in instances(tpl, record["per_family"], seed=CALIBRATION_SEED)}
+    assert record["seed"] == CALIBRATION_SEED
+    pools = {k: read_jsonl(data / f) for k, f in POOL_FILES.items()}
+    seen: set[str] = set()
+    for name, rows in pools.items():
+        prompts = [r["prompt"] for r in rows]
+        assert len(prompts) == len(set(prompts)), name
+        assert not set(prompts) & seen and not set(prompts) & calib, name
+        seen |= set(prompts)
+        assert all(3 <= len(r["tests"]) <= 5 for r in rows)
+    kept = set(record["kept"])
+    for name in ("train", "gate", "sealed"):
+        assert {r["family"] for r in pools[name]} == kept
+    assert {r["family"] for r in pools["transfer"]} <= set(HELD_OUT)
