@@ -87,7 +87,8 @@ def paired_delta(first: dict[str, float], final: dict[str, float], *, seed: int 
 # -- scoring --------------------------------------------------------------------------------------
 def score_sealed(checkpoint: Path, tasks: list[dict], *, max_new_tokens: int, batch: int
                  ) -> list[bool]:
-    """Greedy chat replies of ``checkpoint`` graded by each task's hidden asserts."""
+    """Greedy replies of ``checkpoint`` (through its chat template when the tokenizer has one, as
+    a replica serves a one-message chat) graded by each task's hidden asserts."""
     from policy.config import HFPolicyConfig, load_policy
     from tasks.humaneval import reply_complete
     from tasks.pyfuncs import grade
