@@ -97,7 +97,7 @@ def score_sealed(checkpoint: Path, tasks: list[dict], *, max_new_tokens: int, ba
     passed: list[bool] = []
     for i in range(0, len(tasks), batch):
         chunk = tasks[i:i + batch]
-        gens = policy.generate([policy.encode_chat(t["prompt"]) for t in chunk],
+        gens = policy.generate([policy.encode_prompt(t["prompt"]) for t in chunk],
                                max_new_tokens=max_new_tokens, temperature=0.0,
                                stop_when=reply_complete)
         passed += [grade(t, g.text).passed for t, g in zip(chunk, gens, strict=True)]
