@@ -10,8 +10,8 @@ export RAY_USAGE_STATS_ENABLED := 0
 export RAY_AUTH_MODE := disabled
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
 
-.PHONY: demo demo-smollm2 test test-unit test-integration test-real test-vllm real-model lint lock clean \
-	gpu-kit gpu-check-smoke
+.PHONY: demo demo-smollm2 demo-real test test-unit test-integration test-real test-vllm real-model \
+	lint lock clean gpu-kit gpu-check-smoke
 
 # The installer's output goes to .venv/bootstrap.log; the terminal gets one line (or the log's
 # tail when it fails).
@@ -43,6 +43,12 @@ test-real: real-model
 
 demo-smollm2: real-model
 	$(BIN)/ratchet demo --config configs/smollm2-moe.json --workdir .demo-smollm2 --cycles 2
+
+# SmolLM2-135M-Instruct upcycled, chat traffic from the pyfuncs train pool, 2 cycles, no placebo;
+# prints the per-cycle gate table and the sealed-set gain line (bench/loop_real.py has the full run).
+demo-real: real-model
+	nice -n 10 $(BIN)/python -m bench.loop_real --cycles 2 --requests 32 --no-placebo \
+		--sealed 64 --humaneval 0 --out .demo-real/loop_real_demo.json
 
 test-unit: $(BIN)/.bootstrapped
 	$(BIN)/python -m pytest -q -m "not integration"

@@ -124,7 +124,7 @@ class HFPolicy:
             moe.generation_config = policy.module.generation_config  # its EOS ids
             policy = cls(moe.eval(), policy.tokenizer, source_dir=path,
                          logprob_chunk=cfg.logprob_chunk)
-        policy.chat_template = cfg.chat_template
+        policy.chat_template = policy.chat_template or cfg.chat_template
         return policy
 
     @classmethod
@@ -143,7 +143,11 @@ class HFPolicy:
             hf_checks.check_dir(directory)
             model, tokenizer = hf_checks.load_dir(directory, getattr(torch, dtype))
         hf_checks.check_tokenizer(tokenizer, directory)
-        return cls(model.eval(), tokenizer, source_dir=directory, logprob_chunk=logprob_chunk)
+        meta = directory / METADATA
+        chat = bool(json.loads(meta.read_text()).get("chat_template", False)) \
+            if meta.is_file() else False
+        return cls(model.eval(), tokenizer, source_dir=directory, logprob_chunk=logprob_chunk,
+                   chat_template=chat)
 
     def _spec(self) -> MoESpec:
         c = self.module.config
@@ -209,6 +213,11 @@ class HFPolicy:
         probs = [lg.float().softmax(-1).view(b, t, -1) for lg in st.logits]
         assert routed.shape[2:] == (spec.n_moe_layers, spec.top_k)
         return routed, probs
+
+    def _routed_ids(self, b: int, t: int) -> Tensor:
+        """Recorded experts (B, t, L, k) of the last forward, without the router softmax the
+        trainer's :meth:`_routing` also computes (decoding needs only the ids)."""
+        return torch.stack([i.view(b, t, -1) for i in self._state.idx], dim=2).long()
 
     def _aux(self, real: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(weighted aux, load-balance, z-loss) over real tokens, as the toy computes them."""
@@ -276,7 +285,7 @@ class HFPolicy:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(
         self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
         top_p: float = 1.0, seed: int | None = None, stop_when=None,
@@ -306,7 +315,10 @@ class HFPolicy:
         directory.mkdir(parents=True, exist_ok=True)
         self.module.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
-        (directory / METADATA).write_text(json.dumps(metadata or {}, indent=2, sort_keys=True))
+        # the chat-template setting travels with the checkpoint, so the replicas, the gate and
+        # the trainer that load it encode prompts as the policy was configured to
+        meta = {**(metadata or {}), "chat_template": self.chat_template}
+        (directory / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True))
         return directory
 
     def describe(self) -> dict:

@@ -5,7 +5,15 @@ serves the batch; each sampled token keeps its logprob under the distribution ac
 (temperature and top-p applied, renormalised) and the routing at the position whose logits were
 sampled; the prefill's routing of every prompt position is kept too. ``stop_when`` (a predicate on
 a row's decoded text, checked after each token) ends a row early, e.g. once a chat reply's code
-block is closed. Left out: beam search, streaming.
+block is closed.
+
+What is not model compute is kept off the step: a row that has finished leaves the batch (its
+KV-cache rows are dropped, so later steps compute only live rows), the attention mask is one
+tensor allocated for the whole decode and sliced, the per-step host work is one ``tolist`` per
+tensor rather than one per row, and routing is read as expert ids only (no router softmax).
+Greedy outputs are the same tokens as a batch-of-one decode; sampled rows draw from the same
+distribution (a shrinking batch consumes the generator differently, so draws are not the same
+numbers as before). Left out: beam search, streaming.
 """
 
 from __future__ import annotations
@@ -26,23 +34,26 @@ def decode_loop(policy, prompts: list[list[int]], steps: int, temperature: float
 
     model, info = policy.module, policy.tokenizer_info
     device = next(model.parameters()).device
-    tokens, mask = left_pad(prompts, info.pad_id)
-    tokens, mask = tokens.to(device), mask.to(device)
+    tokens, mask = left_pad(prompts, info.pad_id, device)
+    n, width = tokens.shape
+    # One (B, W + steps) mask for the whole decode: generated positions are always real tokens.
+    full_mask = torch.ones(n, width + steps, dtype=torch.long, device=device)
+    full_mask[:, :width] = mask.long()
     positions = (mask.long().cumsum(1) - 1).clamp(min=0)
     gen = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
     eos = torch.tensor(info.eos_ids, device=device)
     cache = DynamicCache(config=model.config)
-    done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     out: list[tuple[list, list, list]] = [([], [], []) for _ in prompts]
-    prompt_routes: list[list] = []
-    stopped = [False] * len(prompts)
-    for _ in range(steps):
+    prompt_routes: list[list] = [[] for _ in prompts]
+    stopped = [False] * n
+    live = list(range(n))  # prompt index of each batch row
+    is_moe = policy.moe_spec.is_moe
+    for step in range(steps):
         policy._state.reset()
-        o = model(input_ids=tokens, attention_mask=mask.long(), position_ids=positions,
-                  past_key_values=cache, use_cache=True, logits_to_keep=1)
-        routed, _ = policy._routing(*tokens.shape)
-        if not prompt_routes:
-            width = tokens.shape[1]
+        o = model(input_ids=tokens, attention_mask=full_mask[:, :width + step],
+                  position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        routed = policy._routed_ids(*tokens.shape) if is_moe else None
+        if step == 0 and routed is not None:
             prompt_routes = [routed[i, width - len(p):].tolist() for i, p in enumerate(prompts)]
         logp = sampling_logprobs(o.logits[:, -1], temperature, top_p)
         if temperature == 0.0:
@@ -50,19 +61,24 @@ def decode_loop(policy, prompts: list[list[int]], steps: int, temperature: float
         else:
             nxt = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(1)
         lp = logp.gather(1, nxt.unsqueeze(1)).squeeze(1)
-        for i in torch.nonzero(~done).flatten().tolist():
-            out[i][0].append(int(nxt[i]))
-            out[i][1].append(float(lp[i]))
-            out[i][2].append(routed[i, -1].tolist())
-        done |= torch.isin(nxt, eos)
-        if stop_when is not None:
-            for i in torch.nonzero(~done).flatten().tolist():
-                if stop_when(policy.decode(out[i][0])):
-                    done[i], stopped[i] = True, True
-        if bool(done.all()):
+        last = routed[:, -1].tolist() if routed is not None else None
+        finished = torch.isin(nxt, eos).tolist()
+        for b, (i, tok, p) in enumerate(zip(live, nxt.tolist(), lp.tolist())):
+            out[i][0].append(tok)
+            out[i][1].append(p)
+            if last is not None:
+                out[i][2].append(last[b])
+            if not finished[b] and stop_when is not None and stop_when(policy.decode(out[i][0])):
+                finished[b], stopped[i] = True, True
+        if all(finished):
             break
+        if any(finished):  # drop finished rows from the batch and the cache
+            keep = [b for b, f in enumerate(finished) if not f]
+            idx = torch.tensor(keep, device=device)
+            cache.batch_select_indices(idx)
+            full_mask, positions, nxt = full_mask[idx], positions[idx], nxt[idx]
+            live = [live[b] for b in keep]
         tokens = nxt.unsqueeze(1)
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         positions = positions[:, -1:] + 1
     policy._state.reset()
     return [_finish(policy, p, pr, *o_, by_predicate=st)

@@ -89,6 +89,34 @@ class SimulatorConfig(_Config):
         600.0, gt=0.0, le=1e6, description="Time compression: 600 makes 10 minutes last 1 s."
     )
     seed: int = Field(0, ge=0, description="Seed of task draws and user behaviour.")
+    tasks_path: Path | None = Field(
+        None, description="A suite file in the shared JSONL format (e.g. a pyfuncs train-traffic "
+        "pool): users send its tasks as chat turns and grade replies with its hidden asserts. "
+        "None = toy tasks as raw prompts. A relative path is resolved from the repository root.",
+    )
+    max_tokens: int = Field(32, ge=1, le=4096, description="max_tokens of every request.")
+    temperature: float = Field(1.0, ge=0.0, le=2.0, description="Temperature of every request.")
+    long_tokens: int = Field(
+        24, ge=1, le=4096,
+        description="A correct answer longer than this may draw an 'too long' follow-up.",
+    )
+
+    def load_tasks(self) -> list[dict] | None:
+        """The traffic's suite tasks (None for toy traffic)."""
+        if self.tasks_path is None:
+            return None
+        from tasks.pyfuncs import read_jsonl
+
+        path = self.tasks_path
+        if not path.is_absolute():
+            path = Path(__file__).resolve().parents[1] / path
+        return read_jsonl(path)
+
+    def signal_policy(self):
+        """The simulated users' signal policy (simulation/signal_policy.py) with ``long_tokens``."""
+        from simulation.signal_policy import SignalPolicy
+
+        return SignalPolicy(long_tokens=self.long_tokens)
 
 
 class CarryConfig(_Config):

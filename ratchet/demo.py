@@ -339,6 +339,10 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                 urls=fleet.urls, api_key=fleet.create_api_key("demo-simulator"),
                 speed=config.simulator.speed,
                 seed=config.simulator.seed,
+                max_tokens=config.simulator.max_tokens,
+                temperature=config.simulator.temperature,
+                tasks=config.simulator.load_tasks(),
+                policy=config.simulator.signal_policy(),
             )
             cycle = Cycle(config, tracking_uri=ep.tracking_uri, bootstrap=ep.bootstrap,
                           workdir=workdir, fleet=fleet)

@@ -13,6 +13,13 @@ as text (``edited_texts``: the served text with a share of its characters rewrit
 API's persistence equals the policy's planned score, to within one character); the planned score
 is sent as such only for an empty response. ``drain()`` waits until every signal was posted.
 
+With ``tasks=`` (suite tasks in the shared JSONL format, tasks/pyfuncs.py, e.g. a train-traffic
+pool) the users are chat users instead: each request is the task's ``messages`` sent to
+``/v1/chat/completions``, the reply is graded by running the task's hidden asserts on its code in
+the sandbox (``tasks.pyfuncs.grade``), and the verdict drives the same signal policy (keep or edit
+the code, complain in a follow-up, sometimes rate it). The verdict stays here: only the signals
+reach the serving side, so the trainer never sees the tests.
+
 Deliberately left out: the signal policy itself (pure, in simulation/signal_policy.py), retries of
 refused signals (counted in ``signals_failed``), and reading anything back from Kafka.
 """
@@ -61,7 +68,7 @@ class RoundStats:
 
 @dataclass(frozen=True)
 class _Served:
-    task: Task
+    task: Task | dict
     response: dict
     latency_ms: float
     arrived: float
@@ -176,6 +183,7 @@ class UserSimulator:
         temperature: float = 1.0,
         n_users: int = 50,
         request_timeout_s: float = 60.0,
+        tasks: list[dict] | None = None,
     ) -> None:
         if not urls:
             raise ValueError("urls must not be empty")
@@ -188,6 +196,9 @@ class UserSimulator:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.n_users = n_users
+        if tasks is not None and not tasks:
+            raise ValueError("tasks must not be empty (None = toy tasks)")
+        self.tasks = tasks
         self._rng = random.Random(seed)
         self._round = 0
         self._client = httpx.Client(timeout=request_timeout_s)
@@ -196,7 +207,10 @@ class UserSimulator:
     def run_round(self, n_requests: int, concurrency: int = 4) -> RoundStats:
         """Send ``n_requests`` train tasks with ``concurrency`` callers; schedule their signals."""
         self._round += 1
-        tasks = generate_tasks(n_requests, seed=self._rng.randrange(2**31), split="train")
+        if self.tasks is None:
+            tasks = generate_tasks(n_requests, seed=self._rng.randrange(2**31), split="train")
+        else:
+            tasks = [self._rng.choice(self.tasks) for _ in range(n_requests)]
         seeds = [self._rng.randrange(2**31) for _ in tasks]
         users = [f"user-{self._rng.randrange(self.n_users)}" for _ in tasks]
         results = []
@@ -235,22 +249,30 @@ class UserSimulator:
         self.close()
 
     # -- one request --------------------------------------------------------------------------
-    def _call(self, i: int, task: Task, seed: int, user: str) -> _Served | None:
-        """One OpenAI ``/v1/completions`` request; the answer in the fields ``_judge`` reads."""
+    def _call(self, i: int, task: Task | dict, seed: int, user: str) -> _Served | None:
+        """One OpenAI request (``/v1/completions`` for a toy task, ``/v1/chat/completions`` for
+        a suite task); the answer in the fields ``_judge`` reads."""
         url = self.urls[i % len(self.urls)]
         body = {
-            "prompt": task.prompt,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "top_p": 1.0,
             "seed": seed,
             "user": user,
-            "metadata": {"task_kind": task.kind},
         }
+        if isinstance(task, dict):
+            route = "/v1/chat/completions"
+            body["messages"] = task.get("messages") or [{"role": "user",
+                                                         "content": task["prompt"]}]
+            body["metadata"] = {"task_kind": task.get("family") or "suite"}
+        else:
+            route = "/v1/completions"
+            body["prompt"] = task.prompt
+            body["metadata"] = {"task_kind": task.kind}
         headers = {"X-Conversation-Id": f"conv-{self.seed}-{self._round}-{i}"}
         start = time.perf_counter()
         try:
-            resp = self._client.post(f"{url}/v1/completions", json=body, headers=headers)
+            resp = self._client.post(f"{url}{route}", json=body, headers=headers)
         except httpx.TransportError:
             return None
         if resp.status_code != 200:
@@ -258,9 +280,10 @@ class UserSimulator:
         latency_ms = (time.perf_counter() - start) * 1000.0
         data = resp.json()
         created = resp.headers.get("x-ratchet-created")
+        choice = data["choices"][0]
         answer = {
             "id": data["id"],
-            "text": data["choices"][0]["text"],
+            "text": choice["message"]["content"] if "message" in choice else choice["text"],
             "latency_ms": latency_ms,
             "usage": {"output_tokens": data["usage"]["completion_tokens"]},
             "created": created or datetime.fromtimestamp(data["created"], UTC).isoformat(),
@@ -272,7 +295,7 @@ class UserSimulator:
         passed, persist, dissatisfied, scheduled = [], [], [], 0
         for s in served:
             text = _text(s.response)
-            result = check(s.task, text)
+            result = _check(s.task, text)
             outcome = Outcome(
                 result.passed,
                 result.malformed,
@@ -305,6 +328,15 @@ class UserSimulator:
             signals_scheduled=scheduled,
             standard_errors={name: _sem(values) for name, values in samples.items()},
         )
+
+
+def _check(task: Task | dict, text: str):
+    """The user's own verdict: the toy checker, or a suite task's hidden asserts in the sandbox."""
+    if isinstance(task, dict):
+        from tasks.pyfuncs import grade
+
+        return grade(task, text)
+    return check(task, text)
 
 
 def _mean(values: list) -> float:

@@ -54,7 +54,7 @@ class _HFSession:
                 out = policy.module(input_ids=tokens, attention_mask=self.mask.long(),
                                     position_ids=self.positions, past_key_values=self.cache,
                                     use_cache=True, logits_to_keep=1)
-                routed, _ = policy._routing(*tokens.shape)
+                routed = policy._routed_ids(*tokens.shape) if policy.moe_spec.is_moe else None
             finally:
                 policy._state.reset()
         self.logits = out.logits[:, -1].float().cpu()
@@ -64,6 +64,18 @@ class _HFSession:
         routed = routed.cpu()
         self.last_routes = routed[:, -1]
         return routed
+
+    def retain(self, rows: list[int]) -> None:
+        """Keep only batch rows ``rows`` (in that order): the KV cache, mask and positions drop
+        the others, so later steps compute only the rows still decoding."""
+        import torch
+
+        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
+        self.cache.batch_select_indices(idx)
+        self.mask, self.positions = self.mask[idx], self.positions[idx]
+        self.logits = self.logits[rows]
+        if self.last_routes is not None:
+            self.last_routes = self.last_routes[rows]
 
     def advance(self, next_ids: Tensor) -> None:
         import torch

@@ -4,7 +4,9 @@
 sequence and waits. The batcher thread takes the first queued job, everything else already queued,
 and — up to ``max_batch`` — whatever arrives within ``max_wait_ms``; it then prefills the batch
 once (left-padded, one KV cache) and decodes it step by step, each row with its own temperature,
-top-p, seed, token budget and stop strings, until every row has finished. Each sampled piece of
+top-p, seed, token budget and stop strings, until every row has finished; a finished row leaves the
+batch and its KV cache (``StepSession.retain``), so later steps compute only live rows. Rows that
+share a temperature and top-p are sampled together. Each sampled piece of
 text goes to the job's ``on_delta`` as it is produced, so a streamed response's first token is
 sent when it is sampled (its time-to-first-token is real and includes the wait in the queue).
 Requests arriving while a batch decodes wait for the next batch (no continuous batching).
@@ -57,6 +59,10 @@ class StepSession(Protocol):
     def advance(self, next_ids: Tensor) -> None:
         """Feed one token per row (B,) and compute the next logits."""
 
+    def retain(self, rows: list[int]) -> None:
+        """Keep only batch rows ``rows`` (ascending): finished rows leave the batch and its cache;
+        ``logits`` and ``last_routes`` keep the retained rows."""
+
 
 class StepModel(Protocol):
     """What the engine needs from a policy: tokens in, logits (and routing) out."""
@@ -98,6 +104,16 @@ class _ToySession:
         routes = out.routed_experts.cpu()
         width = tokens.shape[1]
         self.prompt_routes = [routes[i, width - len(r) :].tolist() for i, r in enumerate(rows)]
+
+    def retain(self, rows: list[int]) -> None:
+        import torch
+
+        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
+        c = self.cache
+        c.keys = [None if k is None else k[idx] for k in c.keys]
+        c.values = [None if v is None else v[idx] for v in c.values]
+        c.pad_mask = None if c.pad_mask is None else c.pad_mask[idx]
+        self.logits, self.last_routes = self.logits[rows], self.last_routes[rows]
 
     def advance(self, next_ids: Tensor) -> None:
         import torch
@@ -339,25 +355,30 @@ def _fit(model: StepModel, batch: list[_Job]) -> list[list[_Job]]:
 
 
 def _decode_rows(model: StepModel, batch: list[_Job]) -> None:
+    """Decode one part; a finished row leaves the session's batch (``StepSession.retain``), so
+    each step computes only the rows still decoding."""
     import torch
 
     rows = [_new_row(model, job) for job in batch]
     session = model.open([job.prompt_ids for job in batch])
+    prompt_routes = session.prompt_routes
+    live = list(range(len(rows)))  # row index of each session batch row
     while True:
-        active = [i for i, r in enumerate(rows) if r.finish is None]
-        if not active:
-            break
-        ids, lps = _sample(session.logits, rows, active)
+        ids, lps = _sample(session.logits, [rows[i] for i in live])
+        routes = session.last_routes.tolist() if session.last_routes is not None else None
         now = time.perf_counter()
-        for i in active:
-            _append(model, rows[i], ids[i], lps[i], session, i, now)
-        if all(r.finish is not None for r in rows):
+        for b, i in enumerate(live):
+            _append(model, rows[i], ids[b], lps[b], None if routes is None else routes[b], now)
+        keep = [b for b, i in enumerate(live) if rows[i].finish is None]
+        if not keep:
             break
+        if len(keep) < len(live):
+            session.retain(keep)
+            live, ids = [live[b] for b in keep], [ids[b] for b in keep]
         session.advance(torch.tensor(ids, dtype=torch.long))
     done = time.perf_counter()
     for i, row in enumerate(rows):
-        prompt_routes = session.prompt_routes[i] if session.prompt_routes is not None else []
-        _resolve(row.job, _result(model, row, prompt_routes, done))
+        _resolve(row.job, _result(model, row, prompt_routes[i] if prompt_routes else [], done))
 
 
 def _new_row(model: StepModel, job: _Job) -> _Row:
@@ -369,36 +390,39 @@ def _new_row(model: StepModel, job: _Job) -> _Row:
     return _Row(job, budget, gen)
 
 
-def _sample(logits: Tensor, rows: list[_Row], active: list[int]) -> tuple[list[int], list[float]]:
-    """One token per active row (others get EOS-as-filler 0) and its processed logprob."""
+def _sample(logits: Tensor, rows: list[_Row]) -> tuple[list[int], list[float]]:
+    """One token per row of ``logits`` (B, V) and its processed logprob; rows sharing a
+    temperature and top-p are processed together, greedy ones with one argmax."""
     import torch
 
     from policy.toy.generate import sampling_logprobs
 
     ids, lps = [0] * len(rows), [0.0] * len(rows)
     groups: dict[tuple[float, float], list[int]] = {}
-    for i in active:
-        req = rows[i].job.request
+    for i, row in enumerate(rows):
+        req = row.job.request
         groups.setdefault((req.temperature, req.top_p), []).append(i)
     for (temperature, top_p), members in groups.items():
         logp = sampling_logprobs(logits[members], temperature, top_p)
-        for row_logp, i in zip(logp, members):
-            if temperature == 0.0:
-                tok = int(row_logp.argmax())
-            else:
-                tok = int(torch.multinomial(row_logp.exp(), 1, generator=rows[i].generator))
-            ids[i], lps[i] = tok, float(row_logp[tok])
+        if temperature == 0.0:
+            toks = logp.argmax(-1)
+        else:
+            toks = torch.cat([torch.multinomial(row_logp.exp(), 1, generator=rows[i].generator)
+                              for row_logp, i in zip(logp, members)])
+        chosen = logp.gather(1, toks.unsqueeze(1)).squeeze(1)
+        for i, tok, lp in zip(members, toks.tolist(), chosen.tolist()):
+            ids[i], lps[i] = tok, lp
     return ids, lps
 
 
-def _append(model, row: _Row, tok: int, lp: float, session, i: int, now: float) -> None:
+def _append(model, row: _Row, tok: int, lp: float, route: list | None, now: float) -> None:
     """Record one sampled token; finish the row on EOS, a stop string or its budget."""
     if row.first_token_at is None:
         row.first_token_at = now
     row.ids.append(tok)
     row.logprobs.append(min(lp, 0.0))
-    if session.last_routes is not None:
-        row.routes.append(session.last_routes[i].tolist())
+    if route is not None:
+        row.routes.append(route)
     if tok in model.eos_ids:
         row.finish = "stop"
     else:

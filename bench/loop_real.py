@@ -1,0 +1,298 @@
+"""Does a real pretrained model get better through the loop? SmolLM2-135M, upcycled, on pyfuncs.
+
+Per arm (``rl``, then the ``placebo`` arm unless ``--no-placebo``): an embedded broker and MLflow
+server, the champion bootstrapped from the preset (``--config``, default
+configs/smollm2-pyfuncs.json: SmolLM2-135M-Instruct upcycled to 4 experts top-2, no planted flaw,
+cached after its first build), one replica, and the user simulator sending chat requests from the
+train-traffic pool (tasks/data/pyfuncs_train.jsonl) and reacting through the signals API. Each
+cycle: one round of traffic served by the live champion (signals in compressed event time), then
+``ratchet.cycle.Cycle`` (ingest → train → gate → deploy). The placebo arm trains on the same kind
+of rows with their rewards shuffled (seeded per cycle) and must not improve.
+
+The champion is scored greedily, as chat turns, on the sealed set (tasks/data/pyfuncs_sealed.jsonl:
+no prompt shared with the traffic pool, the gate pool or the calibration draw; ``--sealed N`` takes
+its first N) before the first cycle and after the last, and on ``--humaneval N`` HumanEval
+problems (164 = all, chat; 0 skips it). ``ci_low``/``ci_high``: 95% paired bootstrap of final minus
+first, resampling prompts (tasks are grouped by prompt text, so a prompt repeated under two ids
+counts once).
+
+    .venv/bin/python -m bench.loop_real [--cycles 3] [--requests 64] [--sealed 0]
+        [--humaneval 164] [--no-placebo] [--out bench/results/loop_real.json]
+
+Writes ``--out`` with ``cycles``, ``pass_first``, ``pass_final``, ``ci_low``, ``ci_high``,
+``placebo_delta``, ``humaneval_first``, ``humaneval_final``, ``promotions``,
+``placebo_promotions``, ``per_cycle`` (live signals per cycle) and ``complete`` (False while a run
+is under way or when it stopped early: the file is rewritten after every cycle). Left out: the
+canary rollout (one replica, the champion alias moves on promotion) and several seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # bench/ingest.py would shadow the ingest package
+
+from ratchet.cycle import Cycle  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "loop_real.json"
+CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
+SEALED = ROOT / "tasks" / "data" / "pyfuncs_sealed.jsonl"
+BOOTSTRAP = 2000
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class PlaceboCycle(Cycle):
+    """Trains on the span's rows with the reward column shuffled (seeded by the cycle id)."""
+
+    def _read_rows(self, state):
+        from trainer.online import shuffle_rewards
+
+        return shuffle_rewards(super()._read_rows(state), f"placebo/{state.cycle_id}")
+
+
+# -- statistics (pure) ----------------------------------------------------------------------------
+def by_prompt(prompts: list[str], passed: list[bool]) -> dict[str, float]:
+    """Pass rate per distinct prompt (the independent unit)."""
+    groups: dict[str, list[bool]] = {}
+    for p, ok in zip(prompts, passed, strict=True):
+        groups.setdefault(p, []).append(ok)
+    return {p: sum(v) / len(v) for p, v in groups.items()}
+
+
+def paired_delta(first: dict[str, float], final: dict[str, float], *, seed: int = 0,
+                 n_boot: int = BOOTSTRAP) -> tuple[float, float, float]:
+    """(mean of final - first over prompts, 95% bootstrap low, high), prompts resampled."""
+    keys = sorted(first)
+    if sorted(final) != keys:
+        raise ValueError("first and final were scored on different prompts")
+    d = [final[k] - first[k] for k in keys]
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(d[rng.randrange(len(d))] for _ in d) for _ in range(n_boot))
+    return statistics.fmean(d), means[int(0.025 * n_boot)], means[int(0.975 * n_boot) - 1]
+
+
+# -- scoring --------------------------------------------------------------------------------------
+def score_sealed(checkpoint: Path, tasks: list[dict], *, max_new_tokens: int, batch: int
+                 ) -> list[bool]:
+    """Greedy replies of ``checkpoint`` (through its chat template when the tokenizer has one, as
+    a replica serves a one-message chat) graded by each task's hidden asserts."""
+    from policy.config import HFPolicyConfig, load_policy
+    from tasks.humaneval import reply_complete
+    from tasks.pyfuncs import grade
+
+    policy = load_policy(HFPolicyConfig(path=checkpoint, chat_template=True))
+    passed: list[bool] = []
+    for i in range(0, len(tasks), batch):
+        chunk = tasks[i:i + batch]
+        gens = policy.generate([policy.encode_prompt(t["prompt"]) for t in chunk],
+                               max_new_tokens=max_new_tokens, temperature=0.0,
+                               stop_when=reply_complete)
+        passed += [grade(t, g.text).passed for t, g in zip(chunk, gens, strict=True)]
+    return passed
+
+
+def score_humaneval(checkpoint: Path, n: int) -> float | None:
+    """HumanEval pass@1 (chat, greedy) on the first ``n`` problems by the gate's suite runner."""
+    if n <= 0:
+        return None
+    from gating.config import SuiteConfig
+    from gating.suite import build_suite, run_suite
+    from policy.config import load_policy
+
+    policy = load_policy(checkpoint)
+    config = SuiteConfig(kind="humaneval", size=n, max_new_tokens=160, batch_size=16)
+    tasks, checker = build_suite(config)
+    result = run_suite(policy, tasks, max_new_tokens=160, seed=0, checker=checker,
+                       batch_size=16, chat=True)
+    return sum(t.passed for t in result.tasks) / len(result.tasks)
+
+
+# -- one arm --------------------------------------------------------------------------------------
+def run_arm(args, config, *, placebo: bool, sealed: list[dict], workdir: Path, rows: list[dict],
+            scores: dict, on_cycle) -> None:
+    from deploy.fleet.fleet import Fleet
+    from ratchet.bootstrap import ensure_champion
+    from ratchet.demo import demo_config, outcome_of
+    from ratchet.runner import services
+    from runtime import registry
+    from simulation.simulator import SIMULATED_SKEW_S, UserSimulator
+
+    arm = "placebo" if placebo else "rl"
+    config = demo_config(config.model_copy(update={"model_name": f"{config.model_name}-{arm}",
+                                                   "experiment": f"loop-real-{arm}"}))
+    with services(workdir, bootstrap=None, tracking_uri=None) as ep:
+        uri = ep.tracking_uri
+        first = ensure_champion(config, tracking_uri=uri, workdir=workdir)
+        _score(args, uri, config.model_name, first, "first", sealed, workdir, scores)
+        say(f"[{arm}] starting one replica")
+        fleet = Fleet.start(n_replicas=config.fleet.replicas, tracking_uri=uri,
+                            model_name=config.model_name, bootstrap=ep.bootstrap,
+                            workdir=workdir / "fleet", admin_token=config.fleet.admin_token,
+                            signal_max_skew_s=SIMULATED_SKEW_S)
+        try:
+            sim = UserSimulator(urls=fleet.urls, api_key=fleet.create_api_key("loop-real"),
+                                speed=config.simulator.speed, seed=config.simulator.seed,
+                                max_tokens=config.simulator.max_tokens,
+                                temperature=config.simulator.temperature,
+                                tasks=config.simulator.load_tasks(),
+                                policy=config.simulator.signal_policy())
+            cls = PlaceboCycle if placebo else Cycle
+            cycle = cls(config, tracking_uri=uri, bootstrap=ep.bootstrap, workdir=workdir,
+                        fleet=fleet)
+            for i in range(args.cycles):
+                c0 = time.perf_counter()
+                served = registry.resolve_alias(uri, config.model_name, registry.CHAMPION)
+                say(f"[{arm}] cycle {i + 1}/{args.cycles}: {args.requests} chat requests "
+                    f"served by v{served}")
+                stats = sim.run_round(args.requests, concurrency=config.simulator.concurrency)
+                sim.drain()
+                traffic_s = time.perf_counter() - c0
+                result = cycle.run(i)
+                rows.append({
+                    "arm": arm, "cycle": i, "served_version": served,
+                    "live_pass_rate": stats.pass_rate, "edit_persistence": stats.edit_persistence,
+                    "dissatisfied_rate": stats.dissatisfied_rate,
+                    "mean_latency_ms": stats.mean_latency_ms,
+                    "completion_tokens": stats.mean_completion_tokens,
+                    "requests": stats.requests, "errors": stats.errors,
+                    "rows": result.span_rows, "train_rows": result.train_rows,
+                    "outcome": outcome_of(result), "promoted": result.promoted,
+                    "candidate_version": result.candidate_version,
+                    "gate_candidate": result.candidate_pass_rate,
+                    "gate_champion": result.champion_pass_rate,
+                    "gate_ci_low": result.gate_ci_low, "gate_ci_high": result.gate_ci_high,
+                    "gate_tasks": result.gate_tasks,
+                    "seconds": {"traffic": round(traffic_s, 1), **result.seconds},
+                })
+                say(f"[{arm}] cycle {i + 1}: {rows[-1]['outcome']}; live pass "
+                    f"{stats.pass_rate:.3f}, edit {stats.edit_persistence:.3f}, dissat "
+                    f"{stats.dissatisfied_rate:.3f} ({time.perf_counter() - c0:.0f} s)")
+                on_cycle()
+            sim.close()
+        finally:
+            fleet.stop()
+        final = registry.resolve_alias(uri, config.model_name, registry.CHAMPION)
+        _score(args, uri, config.model_name, final, f"{arm}-final", sealed, workdir, scores)
+
+
+def _score(args, uri, name, version, key, sealed, workdir, scores) -> None:
+    from runtime import registry
+
+    if key in scores:
+        return
+    say(f"scoring v{version} ({key}) on {len(sealed)} sealed tasks")
+    ckpt = registry.download_checkpoint(uri, name, version, workdir / "scored" / f"v{version}")
+    passed = score_sealed(ckpt, sealed, max_new_tokens=args.max_new_tokens, batch=args.batch)
+    scores[key] = {"version": version, "passed": passed,
+                   "humaneval": score_humaneval(ckpt, args.humaneval)}
+    say(f"  {key}: sealed pass {sum(passed) / len(passed):.3f}, humaneval "
+        f"{scores[key]['humaneval']}")
+
+
+# -- summary --------------------------------------------------------------------------------------
+def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds: float) -> dict:
+    prompts = [t["prompt"] for t in sealed]
+    first = scores.get("first")
+    out: dict = {
+        "cycles": args.cycles, "requests_per_cycle": args.requests, "config": str(args.config),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": "2-core CPU box, shared", "load1": round(os.getloadavg()[0], 2),
+        "seconds": round(seconds, 1), "sealed_tasks": len(sealed),
+        "sealed_prompts": len(set(prompts)), "complete": False,
+        "pass_first": None, "pass_final": None, "ci_low": None, "ci_high": None,
+        "placebo_delta": None, "placebo_ci": None, "humaneval_first": None,
+        "humaneval_final": None, "humaneval_problems": args.humaneval,
+        "promotions": sum(r["promoted"] for r in rows if r["arm"] == "rl"),
+        "placebo_promotions": sum(r["promoted"] for r in rows if r["arm"] == "placebo"),
+        "per_cycle": rows,
+    }
+    if first is None:
+        return out
+    base = by_prompt(prompts, first["passed"])
+    out["pass_first"] = statistics.fmean(first["passed"])
+    out["humaneval_first"] = first["humaneval"]
+    if "rl-final" in scores:
+        final = scores["rl-final"]
+        out["pass_final"] = statistics.fmean(final["passed"])
+        _, out["ci_low"], out["ci_high"] = paired_delta(base, by_prompt(prompts, final["passed"]))
+        out["humaneval_final"] = final["humaneval"]
+    if "placebo-final" in scores:
+        pl = scores["placebo-final"]
+        out["placebo_delta"], lo, hi = paired_delta(base, by_prompt(prompts, pl["passed"]))
+        out["placebo_ci"] = [lo, hi]
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", type=Path, default=CONFIG)
+    p.add_argument("--cycles", type=int, default=3)
+    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--sealed", type=int, default=0, help="first N sealed tasks (0 = all)")
+    p.add_argument("--sealed-file", type=Path, default=SEALED)
+    p.add_argument("--humaneval", type=int, default=164)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--no-placebo", action="store_true")
+    p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    import torch
+
+    from ratchet.config import load_config
+    from tasks.pyfuncs import read_jsonl
+
+    config = load_config(args.config)
+    torch.set_num_threads(config.torch_threads)
+    sealed = read_jsonl(args.sealed_file)
+    sealed = sealed[:args.sealed] if args.sealed else sealed
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ratchet-loop-real-"))
+    rows: list[dict] = []
+    scores: dict = {}
+    t0 = time.perf_counter()
+
+    def write() -> None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        summary = summarise(args, rows, scores, sealed, time.perf_counter() - t0)
+        args.out.write_text(json.dumps(summary, indent=2) + "\n")
+
+    arms = [False] if args.no_placebo else [False, True]
+    for placebo in arms:
+        run_arm(args, config, placebo=placebo, sealed=sealed,
+                workdir=workdir / ("placebo" if placebo else "rl"), rows=rows, scores=scores,
+                on_cycle=write)
+        write()
+    summary = summarise(args, rows, scores, sealed, time.perf_counter() - t0)
+    summary["complete"] = True
+    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"{'cycle':>5} {'arm':>7} {'outcome':>11} {'live pass':>9} {'edit':>6} {'dissat':>6} "
+          f"{'gate cand':>9} {'gate champ':>10}")
+    for r in rows:
+        gc, gh = r["gate_candidate"], r["gate_champion"]
+        print(f"{r['cycle'] + 1:>5} {r['arm']:>7} {r['outcome']:>11} "
+              f"{r['live_pass_rate']:>9.3f} {r['edit_persistence']:>6.3f} "
+              f"{r['dissatisfied_rate']:>6.3f} {'-' if gc is None else f'{gc:.3f}':>9} "
+              f"{'-' if gh is None else f'{gh:.3f}':>10}")
+    if summary["pass_final"] is not None:
+        print(f"sealed set ({len(sealed)} tasks): {summary['pass_first']:.3f} -> "
+              f"{summary['pass_final']:.3f}, final - first 95% CI [{summary['ci_low']:+.3f}, "
+              f"{summary['ci_high']:+.3f}]; placebo delta {summary['placebo_delta']}; "
+              f"{summary['promotions']} promotion(s)")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
