@@ -69,7 +69,8 @@ class GreedyRows(_Strict):
         "filtered", description="filtered: imitation of the greedy rows rewarded above "
         "min_reward, inside the champion's trust region. off: greedy rows are counted, not "
         "trained on (a span of greedy rows only then has no trainable rows).")
-    min_reward: float = Field(0.0, description="A greedy row is imitated when its reward is > this.")
+    min_reward: float = Field(
+        0.0, description="A greedy row is imitated when its reward is > this.")
     coef: float = Field(1.0, gt=0.0, le=100.0, description="Weight of the greedy term next to the "
                         "policy-gradient term (each is its own token mean).")
 

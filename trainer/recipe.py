@@ -144,7 +144,8 @@ class RLRecipe:
         self._setup_optimizer()
         self.baseline = rl.RunningBaseline(self.config.baseline_momentum,
                                            all_kinds=[s.kind for s in self.samples])
-        self.value: ValueBaseline | CrossFitValueBaseline | None = None  # built on first use (needs the hidden size)
+        # built on first use (needs the hidden size)
+        self.value: ValueBaseline | CrossFitValueBaseline | None = None
         self.gen = torch.Generator().manual_seed(self.config.seed)
 
     def _on_device(self, module):
