@@ -107,6 +107,21 @@ class ValueHead(_Strict):
         "predicting its batch (a row's reward enters its baseline from its second pass on).")
 
 
+class Trainable(_Strict):
+    """Which parameters an update trains (trainer/trainable.py)."""
+
+    scope: Literal["all", "top_layers"] = Field(
+        "all", description="all: every parameter. top_layers: the last `top_layers` decoder "
+        "layers (attention, norms, MLP or experts and router) and the final norm; embeddings and "
+        "the output head frozen unless train_embeddings. The CPU regime for real models: on a "
+        "random-init SmolLM2 shape the top 8 of 30 layers train about 2x faster per CPU-second "
+        "than all of them (bench/results/train_cpu.json).")
+    top_layers: int = Field(8, ge=1, le=1024, description="N for scope top_layers.")
+    train_embeddings: bool = Field(
+        False, description="top_layers: also train the token/position embeddings and the output "
+        "head (a tied head follows its embeddings).")
+
+
 class TrainerConfig(_Strict):
     """One off-policy RL update of the champion on logged reward rows."""
 
@@ -179,6 +194,8 @@ class TrainerConfig(_Strict):
         "log-likelihood of the sampled rows rewarded above nll_min_reward, added to the loss.")
     nll_min_reward: float = Field(0.0, description="A sampled row enters the NLL anchor when its "
                                   "reward is > this.")
+    trainable: Trainable = Field(default_factory=Trainable, description="Which parameters "
+                                 "train.")
     greedy: GreedyRows = Field(default_factory=GreedyRows, description="Rows served at "
                                "temperature 0.")
     max_staleness: int = Field(

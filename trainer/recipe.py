@@ -58,6 +58,7 @@ from trainer.baselines import CrossFitValueBaseline, ValueBaseline, prompt_featu
 from trainer.config import CISPO, SequenceGSPO, TokenClip, TrainerConfig
 from trainer.data import Batch, Sample, collate, rows_to_samples
 from trainer.health import moe_health
+from trainer.trainable import select_trainable
 
 
 class NoTrainableRows(ValueError):
@@ -136,6 +137,9 @@ class RLRecipe:
             raise ValueError(f"backend.type='deepspeed' trains the toy policy only; "
                              f"{self.champion_dir} is a '{self.plug.type}' policy")
         self.policy = self._on_device(self.plug.module).train()
+        t = self.config.trainable
+        self.param_counts = select_trainable(self.policy, scope=t.scope, top_layers=t.top_layers,
+                                             train_embeddings=t.train_embeddings)
         self.ref_plug = self._frozen(self.champion_dir)  # a copy with its own routing hooks
         self.reference = self.ref_plug.module
         self._setup_samples()
@@ -178,12 +182,14 @@ class RLRecipe:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             self.rank = torch.distributed.get_rank()  # e.g. a Ray Train worker
             self.world_size = torch.distributed.get_world_size()
-        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr,
-                                     weight_decay=cfg.weight_decay)
+        self.opt = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad],
+                                     lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     def _all_reduce_grads(self) -> None:
         """Average gradients over data-parallel ranks (plain torch backend under Ray/torchrun)."""
         for p in self.policy.parameters():
+            if not p.requires_grad:
+                continue
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             torch.distributed.all_reduce(p.grad)
@@ -234,6 +240,7 @@ class RLRecipe:
             "rows_top_p": sum(1 for s in self.samples if s.top_p < 1 and s.temperature > 0),
             "reward_mean": sum(s.reward for s in self.samples) / len(self.samples),
         }
+        self.counts.update(self.param_counts)
         self._setup_advantage_groups()
 
     def _setup_advantage_groups(self) -> None:
