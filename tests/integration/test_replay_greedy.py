@@ -84,7 +84,7 @@ def _ratchet(*args: str, config: Path, workdir: Path, broker, mlflow_server):
             str(workdir), "--bootstrap", broker.bootstrap, "--tracking-uri", mlflow_server.uri]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("RATCHET_TEST_PAUSE_AT", None)
-    return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
 
 
 def _train_metrics(uri: str, name: str) -> list[dict[str, float]]:
