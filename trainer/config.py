@@ -114,8 +114,9 @@ class Trainable(_Strict):
         "all", description="all: every parameter. top_layers: the last `top_layers` decoder "
         "layers (attention, norms, MLP or experts and router) and the final norm; embeddings and "
         "the output head frozen unless train_embeddings. The CPU regime for real models: on a "
-        "random-init SmolLM2 shape the top 8 of 30 layers train about 2x faster per CPU-second "
-        "than all of them (bench/results/train_cpu.json).")
+        "random-init SmolLM2 shape the top 8 of 30 layers train 2.4x as many tokens per "
+        "CPU-second as all of them, dense (172 vs 73) and upcycled to 4 experts (101 vs 42; "
+        "bench/results/train_cpu.json, 2026-11-25).")
     top_layers: int = Field(8, ge=1, le=1024, description="N for scope top_layers.")
     train_embeddings: bool = Field(
         False, description="top_layers: also train the token/position embeddings and the output "
