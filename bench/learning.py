@@ -76,8 +76,23 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "learning.json"
 RUNS = Path(__file__).parent / "results" / "learning_runs.jsonl"
+ARM_OPTIONS: dict[str, tuple[dict, float]] = {
+    "rl_big_batch": ({"batch_size": 256}, 0.25),
+    "rl_zero_var": ({"drop_zero_variance_groups": True}, 1.0),
+    "rl_asym": ({"neg_adv_scale": 0.5}, 1.0),
+    "rl_nll": ({"nll_coef": 0.1}, 1.0),
+    "cispo": ({"objective": {"type": "cispo"}}, 1.0),
+    "rl_wide": ({"objective": {"type": "token_clip", "clip_eps_high": 1.0}, "lr": 2e-4}, 1.0),
+    "one_sample_xfit": ({"value_head": {"folds": 2}}, 1.0),
+}
+"""The objective's options, one arm each: TrainerConfig fields over the bench's ``--config`` and
+a factor on ``--steps``. rl_big_batch: 4x the rows per step for a quarter of the steps (the same
+rows seen); rl_zero_var: zero-variance groups out of the token mean; rl_asym: negative advantages
+halved; rl_nll: an NLL anchor (0.1) on rewarded rows; cispo: the CISPO objective; rl_wide: a
+wider trust region (clip_eps_high 1.0) at lr 2e-4, to reach the filtered-SFT arm's KL;
+one_sample_xfit: the one_sample rows with a value head cross-fitted over 2 prompt folds."""
 ARMS = ("rl", "placebo", "filtered_sft", "one_sample", "stale_on", "stale_off", "online",
-        "online_placebo")
+        "online_placebo", *ARM_OPTIONS)
 BOOTSTRAP = 4000
 EVAL_SETS = ("fresh", "heldout")
 """fresh: ``tasks.toy.fresh_tasks(n)``, the scored set; heldout: ``generate_tasks(n, 7,
@@ -107,7 +122,7 @@ def arm_rows(arm: str, rows, seed: int):
 
     if arm == "placebo":
         return shuffle_rewards(rows, f"placebo/{seed}")
-    if arm == "one_sample":
+    if arm in ("one_sample", "one_sample_xfit"):
         by_prompt: dict[str, list[int]] = {}
         for i, p in enumerate(rows.column("prompt").to_pylist()):
             by_prompt.setdefault(p, []).append(i)
@@ -129,6 +144,10 @@ def train_arm(arm: str, seed: int, start: Path, rows, config: dict, steps: int,
     from trainer.recipe import run_training
 
     cfg = TrainerConfig.model_validate({**config, "seed": seed, "steps": steps})
+    if arm in ARM_OPTIONS:
+        fields, step_factor = ARM_OPTIONS[arm]
+        cfg = TrainerConfig.model_validate({**config, **fields, "seed": seed,
+                                            "steps": max(1, round(steps * step_factor))})
     if arm == "filtered_sft":
         kept = filtered_sft(start, rows, out, steps=steps, batch_size=cfg.batch_size, lr=cfg.lr,
                             seed=seed)
@@ -178,6 +197,8 @@ def _summary(arm: str, before, per_seed: list[dict], keys: list[str] | None = No
         "delta": delta, "ci_low": lo, "ci_high": hi,
         "delta_sd_over_seeds": statistics.pstdev(s["pass_after"] - before["pass"]
                                                  for s in per_seed),
+        "kl_to_start": (statistics.mean(s["kl_to_start"] for s in per_seed)
+                        if all("kl_to_start" in s for s in per_seed) else None),
         "seeds_run": [s["seed"] for s in per_seed],
         "per_seed": [{k: v for k, v in s.items() if k != "passed"} for s in per_seed],
     }
@@ -207,6 +228,8 @@ def job_key(common: dict, arm: str, online: dict | None) -> str:
     import hashlib
 
     what = {**common, "online": None}
+    if arm in ARM_OPTIONS:
+        what["arm_options"] = ARM_OPTIONS[arm]
     if arm.startswith("online"):
         what["online"] = {**online_settings(online, arm).model_dump(),
                           "trainer": (online or {}).get("trainer", {})}
@@ -393,12 +416,44 @@ def _job(arm: str, seed: int, start: Path, config: dict, steps: int, n_fresh: in
                             steps, Path(tmp) / "cand", online)
         seconds = time.perf_counter() - t1
         after = evaluate(load_checkpoint(Path(tmp) / "cand"), tasks)
-    return {"seed": seed, "pass_after": after.pass_rate, "tokens_after": after.mean_tokens,
+        kl = kl_to_start(Path(tmp) / "cand", start, recorded_rows(champion or champion_dir()))
+    return {"seed": seed, "kl_to_start": kl, "pass_after": after.pass_rate,
+            "tokens_after": after.mean_tokens,
             "by_kind_after": after.by_kind, "train_seconds": seconds, "passed": after.passed,
             **{k: metrics[k] for k in ("kl_theta_ref_k3", "rows_used", "rows_kept",
                                        "is_weight_mean", "reward_mean", "rows_reference_cached",
                                        "rows_sampled", "reward_mean_rounds")
                if k in metrics}}
+
+
+KL_ROWS = 512
+"""Fixture rows (the first, in file order) that :func:`kl_to_start` averages over."""
+
+
+def kl_to_start(after: Path, start: Path, rows) -> float:
+    """KL(pi_after || pi_start) per response token: the k3 estimate of trainer/rl.py
+    (``kl_k3_weighted``), importance-weighted from the logged behaviour logprobs of the first
+    ``KL_ROWS`` fixture rows (sampled at T = 1), every arm measured the same way; no routing
+    replay on either side."""
+    import torch
+
+    from policy.config import load_policy
+    from trainer import rl
+    from trainer.data import collate, rows_to_samples
+
+    a, s = load_policy(after), load_policy(start)
+    samples, _ = rows_to_samples(rows.slice(0, KL_ROWS), vocab_size=a.tokenizer_info.vocab_size,
+                                 max_seq_len=a.max_seq_len, encode_prompt=a.encode_prompt)
+    spec = a.moe_spec
+    b = collate(samples, n_layers=spec.n_moe_layers, top_k=spec.top_k,
+                pad_id=a.tokenizer_info.pad_id)
+    lp = []
+    for policy in (a, s):
+        policy.module.eval()
+        with torch.no_grad():
+            lp.append(policy.token_logprobs(b.tokens, b.targets, b.pad_mask,
+                                            b.temperature).logprobs)
+    return float(rl.kl_k3_weighted(lp[0], lp[1], b.logp_b, b.resp_mask))
 
 
 def _result(per_arm: dict, befores: dict, seeds, steps, n_fresh, rows, config, t0,
@@ -432,7 +487,8 @@ def best_arm(arms: dict) -> str | None:
     """The learning arm (not a placebo, not a stale-rows ablation) with the highest CI lower
     bound, or None if none ran."""
     cands = {a: r["ci_low"] for a, r in arms.items() if a in ("rl", "filtered_sft",
-                                                              "one_sample", "online")}
+                                                              "one_sample", "online",
+                                                              *ARM_OPTIONS)}
     return max(cands, key=cands.get) if cands else None
 
 
@@ -470,11 +526,17 @@ def main(argv: list[str] | None = None) -> None:
                  out, workers=args.workers, eval_set=args.eval, online=args.online,
                  runs_path=args.runs, resume=args.resume, report_only=args.report_only,
                  champion=args.champion)
-    print(f"{'arm':<16}{'before':>8}{'after':>8}{'delta':>8}{'95% CI':>18}{'tokens':>16}")
+    print(f"{'arm':<16}{'before':>8}{'after':>8}{'delta':>8}{'95% CI':>18}{'tokens':>16}"
+          f"{'KL':>8}")
     for arm, r in result.get("arms", {}).items():  # empty: no "before" in the sidecar yet
         print(f"{arm:<16}{r['pass_before']:>8.3f}{r['pass_after']:>8.3f}{r['delta']:>+8.3f}"
               f"  [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
-              f"{r['tokens_before']:>8.2f} ->{r['tokens_after']:>5.2f}")
+              f"{r['tokens_before']:>8.2f} ->{r['tokens_after']:>5.2f}"
+              f"{_num(r.get('kl_to_start')):>8}")
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
 
 
 if __name__ == "__main__":

@@ -20,6 +20,15 @@ hits all alike, and each figure is the median tokens/s. Goal: moe_over_dense >= 
 
     .venv/bin/python bench/train_cpu.py [--rounds 5 --steps 6 --threads 2]
 
+``--smollm2``: instead, the regime for a real model on CPU, on the SmolLM2-135M shape (random
+init from its config: vocab 49,152, d 576, 30 layers, 9 heads / 3 KV heads, tied head; no
+download): ``dense`` and ``upcycled`` (policy/upcycle.py: Mixtral, 4 experts top-2), each with
+every parameter trained (``full``) and with the top 8 layers only (``top8``:
+trainer/trainable.py, embeddings and tied head frozen). One step = forward, cross-entropy on
+every position (+ the router's load-balance loss for the MoE), backward, AdamW on the trainable
+parameters, at ``--threads`` torch threads; 1 warm-up step, then ``--smollm2-steps`` timed.
+Merged into train_cpu.json under ``"smollm2"`` (the toy figures are kept).
+
 Writes bench/results/train_cpu.json. Also reports process CPU-seconds per step, which is less
 sensitive than wall time to other jobs sharing the machine.
 """
@@ -199,6 +208,81 @@ def run(rounds: int, steps: int, batch_size: int, threads: int) -> dict:
     }
 
 
+SMOLLM2_SHAPE = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                     num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                     max_position_embeddings=2048, tie_word_embeddings=True, rms_norm_eps=1e-5,
+                     rope_theta=100000.0)
+"""SmolLM2-135M(-Instruct)'s LlamaConfig fields."""
+
+
+def smollm2_model(kind: str):
+    """The SmolLM2-shaped model, random init: ``dense`` (Llama) or ``upcycled`` (Mixtral, 4
+    experts top-2, every expert a copy of the dense MLP)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from policy.upcycle import upcycle_model
+
+    torch.manual_seed(0)
+    dense = LlamaForCausalLM(LlamaConfig(**SMOLLM2_SHAPE))
+    if kind == "dense":
+        return dense
+    moe = upcycle_model(dense, 4, 2)
+    moe.config.output_router_logits = True
+    return moe
+
+
+def _smollm2_step(model, opt, ids) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    out = model(input_ids=ids[:, :-1])
+    loss = F.cross_entropy(out.logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+    aux = getattr(out, "aux_loss", None)
+    if aux is not None:
+        loss = loss + HF_AUX_COEF * aux
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+    opt.step()
+
+
+def run_smollm2(steps: int, batch_size: int, seq_len: int, threads: int) -> dict:
+    """tokens per second (wall) and per CPU-second of each regime; see the module docstring."""
+    import gc
+
+    import torch
+
+    from trainer.trainable import select_trainable
+
+    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, SMOLLM2_SHAPE["vocab_size"], (batch_size, seq_len + 1), generator=gen)
+    tokens = batch_size * seq_len
+    out: dict = {}
+    for kind in ("dense", "upcycled"):
+        for regime, scope in (("full", "all"), ("top8", "top_layers")):
+            model = smollm2_model(kind).train()
+            counts = select_trainable(model, scope=scope, top_layers=8, train_embeddings=False)
+            opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+            _smollm2_step(model, opt, ids)  # warm-up (and the optimizer state)
+            wall, cpu = time.perf_counter(), time.process_time()
+            for _ in range(steps):
+                _smollm2_step(model, opt, ids)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            out[f"{kind}_{regime}"] = {
+                "tokens_per_s": tokens * steps / wall, "tokens_per_cpu_s": tokens * steps / cpu,
+                "seconds_per_step": wall / steps, **counts}
+            print(f"{kind}_{regime}: {out[f'{kind}_{regime}']}", flush=True)
+            del model, opt
+            gc.collect()
+    return {"regimes": out, "steps": steps, "batch_size": batch_size, "seq_len": seq_len,
+            "threads": threads, "load_average_1m": _loadavg(),
+            "step": "forward, CE on every position (+ 0.01 x router load-balance loss for the "
+            "MoE), backward, AdamW on the trainable parameters; random-init SmolLM2 shape",
+            "date": time.strftime("%Y-%m-%d", time.gmtime())}
+
+
 def _hf_active(model) -> int:
     k, e = model.config.num_experts_per_tok, model.config.num_experts
     return sum(p.numel() * k // e if ".experts." in n else p.numel()
@@ -217,7 +301,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--smollm2", action="store_true",
+                   help="the SmolLM2-shaped regimes instead (merged under 'smollm2')")
+    p.add_argument("--smollm2-steps", type=int, default=2)
+    p.add_argument("--seq-len", type=int, default=128)
     args = p.parse_args(argv)
+    if args.smollm2:
+        figures = run_smollm2(args.smollm2_steps, args.batch_size, args.seq_len, args.threads)
+        old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        RESULTS.write_text(json.dumps({**old, "smollm2": figures}, indent=2))
+        return
     result = run(args.rounds, args.steps, args.batch_size, args.threads)
     for k, v in result.items():
         print(f"{k:36s} {v:.3f}" if isinstance(v, float) else f"{k:36s} {v}")

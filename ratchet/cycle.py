@@ -370,7 +370,7 @@ class Cycle:
         import mlflow
 
         from ingest.lineage import log_span_input
-        from trainer.recipe import run_training
+        from trainer.recipe import NoTrainableRows, run_training
 
         champion_dir = registry.download_checkpoint(
             self.tracking_uri, self.config.model_name, state.champion_version,
@@ -393,9 +393,16 @@ class Cycle:
             mlflow.log_dict({**state.span_rows, **state.carried_rows}, "span_rows.json")
             for span_id in state.train_span_ids:  # lineage: checkpoint -> span -> offsets -> events
                 log_span_input(*self._span_paths(span_id))
-            metrics = run_training(
-                champion_dir, rows, trainer, out_dir, current_version=state.champion_version,
-            )
+            try:
+                metrics = run_training(
+                    champion_dir, rows, trainer, out_dir, current_version=state.champion_version,
+                )
+            except NoTrainableRows as e:  # e.g. greedy rows only, with nothing to imitate
+                mlflow.set_tag("ratchet.skipped", str(e))
+                state.stage, state.note = "skipped", str(e)
+                self.store.save(state)  # its spans count as consumed: a rerun moves on
+                log.warning("cycle %s skipped: %s", state.cycle_id, e)
+                return
             mlflow.log_metrics({k: float(v) for k, v in metrics.items() if _is_number(v)})
             self._guard()
             ref = registry.log_checkpoint(

@@ -5,6 +5,8 @@ fsync, rename) beside the span manifests it refers to. Stages, in order::
 
     started -> ingested -> trained -> gated -> deployed
                    \\-> skipped (too few rows: the spans stay unconsumed for the next cycle)
+    ingested -> skipped (no trainable rows, e.g. greedy rows with nothing to imitate: the
+                spans are consumed, so the next cycle moves on)
 
 ``ingested`` fixes the cycle's span ids: every committed, validated span with rows that no
 earlier cycle has consumed, plus (carry, ``RatchetConfig.carry``) the spans of the finished
@@ -111,8 +113,10 @@ class CycleStore:
         atomic_write_bytes(self.dir / f"{state.cycle_id}.json", data)
 
     def consumed(self) -> set[str]:
-        """Span ids a candidate with a verdict was trained on."""
-        return {i for s in self.all() if s.stage in CONSUMING for i in s.span_ids}
+        """Span ids a candidate with a verdict was trained on, and those of a cycle skipped at
+        the train stage (its rows held nothing to train on: retrying them would skip again)."""
+        return {i for s in self.all() if s.stage in CONSUMING or s.stage == "skipped"
+                for i in s.span_ids}
 
     def unconsumed_spans(self) -> dict[str, int]:
         """Validated spans with rows that no gated candidate was trained on: id -> rows."""

@@ -280,6 +280,46 @@ def format_gain(gain: dict) -> str:
             f"{gain['tokens_first']:.1f} -> {gain['tokens_final']:.1f}")
 
 
+def starting_point(config: RatchetConfig, gain: dict | None,
+                   n_tasks: int = GAIN_TASKS) -> dict:
+    """What the demo's first champion is. With ``champion.lazy_fix`` it is the toy warm start
+    damaged on purpose (the planted lazy-fix habit of trainer/habit.py), so the loop has a flaw
+    to repair; the undamaged warm start it was made from is scored greedily on the same fresh
+    tasks as the gain, so the gain reads against it. Toy policies only."""
+    cfg = config.champion
+    if not cfg.lazy_fix:
+        return {"champion": "warm_start", "planted_flaw": None}
+    from policy.toy.checkpoint import load_checkpoint
+    from tasks.toy import fresh_tasks
+    from trainer.evaluate import evaluate
+    from trainer.fixtures import champion_dir
+
+    tasks = fresh_tasks(n_tasks)
+    log.info("scoring the undamaged warm start on %d fresh tasks", len(tasks))
+    warm = evaluate(load_checkpoint(champion_dir(cfg.seed, cfg.sft_steps)), tasks)
+    out = {"champion": "lazy_fix", "planted_flaw": "lazy-fix habit (trainer/habit.py): the warm "
+           "start fine-tuned on off_by_one demonstrations left half unfixed, damaged on purpose",
+           "warm_start_pass": warm.pass_rate, "warm_start_tokens": warm.mean_tokens,
+           "tasks": len(tasks), "split": "fresh"}
+    if gain is not None:
+        out["final_minus_warm_start"] = gain["pass_final"] - warm.pass_rate
+    return out
+
+
+def format_start(start: dict, gain: dict | None) -> str:
+    """One line naming the first champion; with a planted flaw, the undamaged warm start's score
+    beside the gain."""
+    if not start.get("planted_flaw"):
+        return "champion v1: the warm start (no flaw planted)"
+    line = (f"champion v1 is the warm start damaged on purpose ({start['planted_flaw']}); the "
+            f"undamaged warm start scores {start['warm_start_pass']:.3f} on the same "
+            f"{start['tasks']:,} fresh tasks")
+    if gain is not None:
+        line += (f" (final champion v{gain['final_version']}: {gain['pass_final']:.3f}, "
+                 f"{start['final_minus_warm_start']:+.3f} against it)")
+    return line
+
+
 def _log_live(tracking_uri: str, experiment: str, run_id: str, stats) -> None:
     """The live product metrics of the traffic before a cycle, on that cycle's run."""
     from mlflow import MlflowClient
@@ -382,15 +422,18 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
         final = registry.resolve_alias(ep.tracking_uri, config.model_name, registry.CHAMPION)
         gain = (champion_gain(ep.tracking_uri, config.model_name, first, final, workdir)
                 if config.policy.type == "toy" else None)
+        start = starting_point(config, gain) if config.policy.type == "toy" else None
         total_s = time.perf_counter() - t0
         table = format_table(rows)
         print("\n" + table)
         if gain is not None:
             print(format_gain(gain))
+        if start is not None:
+            print(format_start(start, gain))
         png = workdir / "cycles.png"
         plot(rows, png, gain)
         summary = {
-            "policy": policy, "gain": gain, "total_seconds": round(total_s, 1),
+            "policy": policy, "gain": gain, "start": start, "total_seconds": round(total_s, 1),
             "bootstrap_seconds": round(bootstrap_s, 1),
             "promotions": sum(r.promoted for r in rows), "stage_seconds": stage_seconds,
             "cycles": [asdict(r) for r in rows],

@@ -112,13 +112,16 @@ def describe(result) -> str:
 
 
 def report(result) -> int:
-    """Print the outcome; a cycle skipped for an error (not for too little traffic) fails."""
+    """Print the outcome; a cycle skipped for an error (not for too little or untrainable
+    traffic) fails."""
     print(describe(result), flush=True)
     return 1 if failed(result) else 0
 
 
 def failed(result) -> bool:
-    return bool(result.skipped) and "min_rows_to_train" not in result.skipped
+    """Skipped for an error; too little traffic or nothing trainable in it is not one."""
+    return bool(result.skipped) and not any(
+        reason in result.skipped for reason in ("min_rows_to_train", "no trainable rows"))
 
 
 def _fmt(value: float | None) -> str:

@@ -7,6 +7,8 @@ mean-pooled over the prompt's positions, detached — regressed on the logged re
 steps per batch with its own optimizer; it never sends gradients into the policy.
 The recipe gets that hidden state from the Policy plug (``token_logprobs(return_hidden=True)``);
 :func:`capture_final_hidden` reads it from any module with an ``lm_head`` by a forward pre-hook.
+:class:`CrossFitValueBaseline` splits prompts into folds, one head per fold, so a row's
+baseline never comes from a head fitted on its own reward.
 Leave-one-out group means live in trainer/rl.py (``loo_baseline``).
 
 Left out: per-token values (GAE) — rewards are per sequence.
@@ -78,3 +80,39 @@ class ValueBaseline:
                     p.grad /= rl.world_size()
             self.opt.step()
         return float(loss.detach())
+
+
+class CrossFitValueBaseline:
+    """K value heads, one per fold of prompts: a row of fold k is predicted by head k, and head k
+    is fitted only on the rows of the other folds, so a row's own reward (and any reward of its
+    prompt) never sets its baseline, in any pass over the data. Folds are a hash of the prompt
+    (:meth:`folds_of`), the same in every batch and run."""
+
+    def __init__(self, d_in: int, *, folds: int, hidden: int, lr: float, steps: int,
+                 seed: int = 0):
+        if folds < 2:
+            raise ValueError(f"folds={folds}: cross-fitting needs at least 2")
+        self.heads = [ValueBaseline(d_in, hidden=hidden, lr=lr, steps=steps, seed=seed + k)
+                      for k in range(folds)]
+
+    def folds_of(self, prompts: list[str]) -> Tensor:
+        """(B,) long: each prompt's fold, from a stable digest of its text."""
+        import hashlib
+
+        k = len(self.heads)
+        return torch.tensor([int.from_bytes(hashlib.blake2b(p.encode(), digest_size=8).digest(),
+                                            "big") % k for p in prompts], dtype=torch.long)
+
+    @torch.no_grad()
+    def predict(self, feats: Tensor, fold: Tensor) -> Tensor:
+        """(B,): row i predicted by the head of its fold."""
+        preds = torch.stack([h.predict(feats) for h in self.heads], dim=1)  # (B, K)
+        return preds.gather(1, fold.view(-1, 1)).squeeze(1)
+
+    def fit(self, feats: Tensor, target: Tensor, fold: Tensor,
+            weight: Tensor | None = None) -> float:
+        """Head k fitted on the rows outside fold k; returns the mean of the heads' losses."""
+        w = torch.ones_like(target) if weight is None else weight.float()
+        losses = [h.fit(feats, target, weight=w * (fold != k).float())
+                  for k, h in enumerate(self.heads)]
+        return sum(losses) / len(losses)

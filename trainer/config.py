@@ -41,7 +41,38 @@ class SequenceGSPO(_Strict):
         2.0, gt=1.0, description="Sequences whose behaviour ratio pi_prox / pi_b is above: masked.")
 
 
-Objective = Annotated[TokenClip | SequenceGSPO, Field(discriminator="type")]
+class CISPO(_Strict):
+    """CISPO (MiniMax-M1, 2025): the importance weight is clipped and detached, never the
+    gradient: surrogate_t = sg(clip(rho_t, 1 - eps_low, 1 + eps_high)) * A_t * log pi_theta(y_t),
+    so a token past the clip still gets its (bounded) gradient. Token mean."""
+
+    type: Literal["cispo"] = "cispo"
+    clip_eps_low: float = Field(
+        0.99, gt=0.0, lt=1.0, description="Lower clip of the weight (the paper: no lower bound, "
+        "a large eps_low).")
+    clip_eps_high: float = Field(
+        0.28, gt=0.0, le=10.0, description="Upper clip of the weight: weight <= 1 + eps_high.")
+
+
+Objective = Annotated[TokenClip | SequenceGSPO | CISPO, Field(discriminator="type")]
+
+
+class GreedyRows(_Strict):
+    """How rows served at temperature 0 train. They carry no behaviour probability (the policy
+    that served them was deterministic), so they never enter the policy-gradient term; they feed
+    a filtered imitation loss instead: the clipped surrogate with the champion as behaviour and
+    proximal policy (importance weight 1), advantage 1 on rows rewarded above ``min_reward`` and
+    0 elsewhere, with the same KL penalties to the champion and the anchor (trainer/rl.py,
+    ``greedy_imitation_loss``)."""
+
+    loss: Literal["filtered", "off"] = Field(
+        "filtered", description="filtered: imitation of the greedy rows rewarded above "
+        "min_reward, inside the champion's trust region. off: greedy rows are counted, not "
+        "trained on (a span of greedy rows only then has no trainable rows).")
+    min_reward: float = Field(
+        0.0, description="A greedy row is imitated when its reward is > this.")
+    coef: float = Field(1.0, gt=0.0, le=100.0, description="Weight of the greedy term next to the "
+                        "policy-gradient term (each is its own token mean).")
 
 
 class TorchBackend(_Strict):
@@ -68,6 +99,28 @@ class ValueHead(_Strict):
     hidden: int = Field(0, ge=0, le=4096, description="Hidden width of the MLP (0: linear).")
     lr: float = Field(1e-2, gt=0.0, le=1.0, description="Adam learning rate of the head.")
     steps: int = Field(4, ge=1, le=100, description="Regression steps per training batch.")
+    folds: int = Field(
+        1, ge=1, le=16, description="Cross-fitting: rows are split into this many folds by prompt "
+        "(a hash of the prompt), one head per fold; a row's baseline comes from the head of its "
+        "fold, which is fitted only on the other folds' rows, so no row's own reward (nor its "
+        "prompt's) ever sets its baseline, in any pass. 1: one head, fitted on every row after "
+        "predicting its batch (a row's reward enters its baseline from its second pass on).")
+
+
+class Trainable(_Strict):
+    """Which parameters an update trains (trainer/trainable.py)."""
+
+    scope: Literal["all", "top_layers"] = Field(
+        "all", description="all: every parameter. top_layers: the last `top_layers` decoder "
+        "layers (attention, norms, MLP or experts and router) and the final norm; embeddings and "
+        "the output head frozen unless train_embeddings. The CPU regime for real models: on a "
+        "random-init SmolLM2 shape the top 8 of 30 layers train 2.4x as many tokens per "
+        "CPU-second as all of them, dense (172 vs 73) and upcycled to 4 experts (101 vs 42; "
+        "bench/results/train_cpu.json, 2026-11-25).")
+    top_layers: int = Field(8, ge=1, le=1024, description="N for scope top_layers.")
+    train_embeddings: bool = Field(
+        False, description="top_layers: also train the token/position embeddings and the output "
+        "head (a tied head follows its embeddings).")
 
 
 class TrainerConfig(_Strict):
@@ -130,6 +183,22 @@ class TrainerConfig(_Strict):
         0.9, ge=0.0, lt=1.0, description="EMA momentum of the per-kind running mean."
     )
     adv_std_norm: bool = Field(False, description="Divide advantages by their std (off: Dr. GRPO).")
+    neg_adv_scale: float = Field(
+        1.0, ge=0.0, le=1.0, description="Asymmetric advantages: negative advantages are "
+        "multiplied by this (1: symmetric; 0: only rewarded-above-baseline rows push).")
+    drop_zero_variance_groups: bool = Field(
+        False, description="Leave rows whose natural group (>= 2 sampled rows, same prompt and "
+        "behaviour version) has one reward for every row out of the token mean: their advantage "
+        "is 0, so they only dilute the others' gradient.")
+    nll_coef: float = Field(
+        0.0, ge=0.0, le=100.0, description="Weight of an NLL anchor: the token-mean negative "
+        "log-likelihood of the sampled rows rewarded above nll_min_reward, added to the loss.")
+    nll_min_reward: float = Field(0.0, description="A sampled row enters the NLL anchor when its "
+                                  "reward is > this.")
+    trainable: Trainable = Field(default_factory=Trainable, description="Which parameters "
+                                 "train.")
+    greedy: GreedyRows = Field(default_factory=GreedyRows, description="Rows served at "
+                               "temperature 0.")
     max_staleness: int = Field(
         4, ge=0, description="Rows whose behaviour version is more than this many checkpoint "
         "versions behind current_version are dropped or down-weighted."

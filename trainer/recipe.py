@@ -13,7 +13,10 @@ pi_behaviour (rows served by an older checkpoint get weights != 1); the logged r
 replayed (``router_replay``); the temperature each row was sampled at is applied to the policy's
 logits, and for top-p rows the champion's nucleus truncates and renormalises both pi_prox and
 pi_theta (trainer/rl.py). Greedy rows (temperature 0: a deterministic behaviour policy) are kept
-out of the policy-gradient term and counted (``rows_greedy``, per step ``greedy_rows``).
+out of the policy-gradient term and counted (``rows_greedy``, per step ``greedy_rows``); the
+rewarded ones feed a filtered imitation term inside the champion's trust region
+(``TrainerConfig.greedy``, ``rows_greedy_imitated``, per step ``greedy_loss``). A set of rows with
+nothing to train on raises :class:`NoTrainableRows`.
 Baselines: leave-one-out means in natural groups (same prompt, same behaviour version), else a
 value head on the prompt's hidden state (trainer/baselines.py), per ``TrainerConfig.baseline``.
 Two KL references: the champion (trust region, ``kl_coef``) and a fixed anchor (``anchor_path``
@@ -55,10 +58,18 @@ from policy.toy.checkpoint import load_metadata, save_checkpoint
 from policy.toy.model import MoETransformer
 from runtime.progress import Progress
 from trainer import rl
-from trainer.baselines import ValueBaseline, prompt_features
-from trainer.config import SequenceGSPO, TokenClip, TrainerConfig
+from trainer.baselines import CrossFitValueBaseline, ValueBaseline, prompt_features
+from trainer.config import CISPO, SequenceGSPO, TokenClip, TrainerConfig
 from trainer.data import Batch, Sample, collate, rows_to_samples
 from trainer.health import moe_health
+from trainer.trainable import select_trainable
+
+
+class NoTrainableRows(ValueError):
+    """Every row was dropped (stale, empty) or is greedy with nothing to imitate."""
+
+    def __init__(self, detail: str):
+        super().__init__(f"no trainable rows: {detail}")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -141,6 +152,9 @@ class RLRecipe:
                              "layers (ep_size > 1) have no forced-routing input; set "
                              "router_replay=false to train without replay")
         self.policy = self._on_device(self.plug.module).train()
+        t = self.config.trainable
+        self.param_counts = select_trainable(self.policy, scope=t.scope, top_layers=t.top_layers,
+                                             train_embeddings=t.train_embeddings)
         self.ref_plug = self._frozen(self.champion_dir)  # a copy with its own routing hooks
         self.reference = self.ref_plug.module
         self._setup_samples()
@@ -149,7 +163,8 @@ class RLRecipe:
         self._setup_optimizer()
         self.baseline = rl.RunningBaseline(self.config.baseline_momentum,
                                            all_kinds=[s.kind for s in self.samples])
-        self.value: ValueBaseline | None = None  # built on first use (needs the hidden size)
+        # built on first use (needs the hidden size)
+        self.value: ValueBaseline | CrossFitValueBaseline | None = None
         self.gen = torch.Generator().manual_seed(self.config.seed)
 
     def _on_device(self, module):
@@ -188,12 +203,14 @@ class RLRecipe:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             self.rank = torch.distributed.get_rank()  # e.g. a Ray Train worker
             self.world_size = torch.distributed.get_world_size()
-        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr,
-                                     weight_decay=cfg.weight_decay)
+        self.opt = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad],
+                                     lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     def _all_reduce_grads(self) -> None:
         """Average gradients over data-parallel ranks (plain torch backend under Ray/torchrun)."""
         for p in self.policy.parameters():
+            if not p.requires_grad:
+                continue
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             torch.distributed.all_reduce(p.grad)
@@ -226,21 +243,25 @@ class RLRecipe:
         for s, w in zip(samples, weights):
             s.weight = w
         self.samples = [s for s in samples if s.weight > 0 and s.response_ids]
-        if not any(s.temperature > 0 for s in self.samples):
-            raise ValueError(f"no trainable rows: {len(samples)} rows, {stale} beyond "
-                             f"max_staleness={cfg.max_staleness} of version {self.current_version}"
-                             f", {sum(s.temperature <= 0 for s in samples)} greedy (temperature 0"
-                             ": no policy gradient)")
+        greedy = [s for s in self.samples if s.temperature <= 0]
+        imitated = sum(1 for s in greedy if self._imitated(s))
+        if not any(s.temperature > 0 for s in self.samples) and not imitated:
+            raise NoTrainableRows(
+                f"{len(samples)} rows, {stale} beyond max_staleness={cfg.max_staleness} of "
+                f"version {self.current_version}, {sum(s.temperature <= 0 for s in samples)} "
+                f"greedy (temperature 0) of which {imitated} to imitate (greedy.loss="
+                f"{cfg.greedy.loss!r}, reward > {cfg.greedy.min_reward})")
         self.counts = {
             "rows_total": len(samples), "rows_used": len(self.samples),
             "rows_stale": stale, "rows_stale_dropped": stale if cfg.staleness_mode == "drop" else 0,
             "rows_truncated": truncated,
             "rows_empty": sum(1 for s in samples if not s.response_ids),
             "rows_without_routing": sum(1 for s in self.samples if not s.routes),
-            "rows_greedy": sum(1 for s in self.samples if s.temperature <= 0),
+            "rows_greedy": len(greedy), "rows_greedy_imitated": imitated,
             "rows_top_p": sum(1 for s in self.samples if s.top_p < 1 and s.temperature > 0),
             "reward_mean": sum(s.reward for s in self.samples) / len(self.samples),
         }
+        self.counts.update(self.param_counts)
         self._setup_advantage_groups()
 
     def _setup_advantage_groups(self) -> None:
@@ -262,6 +283,17 @@ class RLRecipe:
             if id(s) in pos:
                 self.group_b[i], self.use_group[i] = b[pos[id(s)]], has[pos[id(s)]]
         self.counts["rows_group_baseline"] = int(self.use_group.sum())
+        zero_var = rl.zero_variance_groups(groups, rewards)
+        self.zero_var = torch.zeros(len(self.samples), dtype=torch.bool)
+        for i, s in enumerate(self.samples):
+            if id(s) in pos:
+                self.zero_var[i] = zero_var[pos[id(s)]]
+        self.counts["rows_zero_variance_group"] = int(self.zero_var.sum())
+
+    def _imitated(self, s: Sample) -> bool:
+        """A greedy row that the greedy loss imitates (``TrainerConfig.greedy``)."""
+        g = self.config.greedy
+        return s.temperature <= 0 and g.loss == "filtered" and s.reward > g.min_reward
 
     @torch.no_grad()
     def _setup_reference_logprobs(self) -> None:
@@ -410,8 +442,11 @@ class RLRecipe:
         adv, base_metrics = self._advantages(idx, cpu_batch, out.hidden)
         adv = adv.to(dev)
         pg_mask = batch.resp_mask & inside & ~batch.greedy.unsqueeze(1)
+        if cfg.drop_zero_variance_groups:
+            pg_mask &= ~self.zero_var[idx].to(dev).unsqueeze(1)
         loss, metrics = self._objective(logp, batch, adv, logp_ref, pg_mask, logp_anchor)
         metrics.update(base_metrics)
+        loss = loss + self._extra_terms(logp, batch, logp_ref, logp_anchor, inside, metrics)
         metrics["greedy_rows"] = float(rl.dist_sum(batch.greedy.sum()))
         grad_norm = self._backward_step(loss + out.aux_loss)
         if out.router_probs:  # DeepSpeed MoE layers do not expose their routing
@@ -429,6 +464,29 @@ class RLRecipe:
         if measure_mismatch:
             metrics["mismatch_kl_no_replay"] = self._mismatch_without_replay(batch)
         return metrics
+
+    def _extra_terms(self, logp: Tensor, batch: Batch, logp_ref: Tensor, logp_anchor: Tensor,
+                     inside: Tensor, metrics: dict[str, float]) -> Tensor:
+        """The greedy rows' imitation term and the NLL anchor (``TrainerConfig.greedy``,
+        ``nll_coef``), each its own token mean; 0 when off."""
+        cfg = self.config
+        extra = torch.zeros((), device=logp.device)
+        if cfg.greedy.loss == "filtered":
+            greedy_mask = batch.resp_mask & inside & batch.greedy.unsqueeze(1)
+            imitate = batch.greedy & (batch.rewards > cfg.greedy.min_reward)
+            g = rl.greedy_imitation_loss(
+                logp, logp_ref, imitate, greedy_mask, eps_low=cfg.objective.clip_eps_low,
+                eps_high=cfg.objective.clip_eps_high, kl_coef=cfg.kl_coef,
+                logp_anchor=logp_anchor, anchor_kl_coef=cfg.anchor_kl_coef,
+                row_weight=batch.weights)
+            extra = extra + cfg.greedy.coef * g
+            metrics["greedy_loss"] = float(g.detach())
+        if cfg.nll_coef > 0:
+            rewarded = ~batch.greedy & (batch.rewards > cfg.nll_min_reward)
+            nll = rl.nll_anchor_loss(logp, batch.resp_mask & inside, rewarded)
+            extra = extra + cfg.nll_coef * nll
+            metrics["nll_anchor"] = float(nll.detach())
+        return extra
 
     def _collate(self, samples: list[Sample]) -> Batch:
         spec = self.plug.moe_spec
@@ -458,6 +516,8 @@ class RLRecipe:
         b = torch.where(use_group, self.group_b[idx], b)
         adv = batch.rewards - b
         adv = rl.normalize_std(adv) if self.config.adv_std_norm else adv
+        if self.config.neg_adv_scale != 1.0:
+            adv = rl.scale_negatives(adv, self.config.neg_adv_scale)
         return adv, metrics
 
     def _wants_value_head(self, use_group: Tensor, sampled: Tensor) -> bool:
@@ -472,12 +532,20 @@ class RLRecipe:
                         sampled: Tensor) -> tuple[Tensor, dict[str, float]]:
         """b = running kind mean + V(prompt), then V regressed on R - running (sampled rows)."""
         feats = prompt_features(hidden.detach().float().cpu(), batch.prompt_mask)
+        vh = self.config.value_head
         if self.value is None:
-            vh = self.config.value_head
-            self.value = ValueBaseline(feats.shape[1], hidden=vh.hidden, lr=vh.lr, steps=vh.steps,
-                                       seed=self.config.seed)
-        b = running + self.value.predict(feats)
-        loss = self.value.fit(feats, batch.rewards - running, weight=sampled.float())
+            self.value = (ValueBaseline(feats.shape[1], hidden=vh.hidden, lr=vh.lr,
+                                        steps=vh.steps, seed=self.config.seed) if vh.folds == 1
+                          else CrossFitValueBaseline(feats.shape[1], folds=vh.folds,
+                                                     hidden=vh.hidden, lr=vh.lr, steps=vh.steps,
+                                                     seed=self.config.seed))
+        if vh.folds == 1:
+            b = running + self.value.predict(feats)
+            loss = self.value.fit(feats, batch.rewards - running, weight=sampled.float())
+        else:
+            fold = self.value.folds_of(batch.groups)
+            b = running + self.value.predict(feats, fold)
+            loss = self.value.fit(feats, batch.rewards - running, fold, weight=sampled.float())
         return b, {"value_loss": loss}
 
     def _objective(self, logp: Tensor, batch: Batch, adv: Tensor, logp_ref: Tensor,
@@ -493,6 +561,8 @@ class RLRecipe:
                       anchor_kl_coef=cfg.anchor_kl_coef)
         if isinstance(obj, TokenClip):
             return rl.token_clip_loss(logp, logp_b, adv, mask, **common)
+        if isinstance(obj, CISPO):
+            return rl.cispo_loss(logp, logp_b, adv, mask, **common)
         if isinstance(obj, SequenceGSPO):
             return rl.gspo_loss(logp, logp_b, adv, mask, band_low=obj.band_low,
                                 band_high=obj.band_high, **common)

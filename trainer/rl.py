@@ -34,6 +34,12 @@ for the logged data's stale behaviour policy is a separate, truncated importance
   behaviour ratio exp(mean_t(logp_prox - logp_b)) leaves [band_low, band_high] are masked out
   (their behaviour policy is too far from pi_prox for the correction to be trusted). Sequence
   mean: every sequence weighs the same at equal advantage, whatever its length.
+- cispo (CISPO, MiniMax-M1 2025): surrogate_t = w_t * sg(clip(rho_t, 1 - eps_low, 1 + eps_high))
+  * A_t * logp_t: the weight is clipped, the gradient never is. Token mean.
+Greedy rows (temperature 0) have no behaviour probability: :func:`greedy_imitation_loss` imitates
+the rewarded ones inside the champion's trust region. Options next to the objective: an NLL
+anchor on rewarded rows (:func:`nll_anchor_loss`), scaled-down negative advantages
+(:func:`scale_negatives`), and rows of zero-variance groups left out (:func:`zero_variance_groups`).
 KL in the loss uses the k1 estimator, k1_t = logp - logp_ref, folded into the per-token advantage
 as a detached penalty A_t = A_i - beta * k1_t - beta_anchor * (logp - logp_anchor).
 KL metrics are k3 estimates (Schulman 2020) of KL(pi_theta || pi_ref), importance-weighted from
@@ -201,6 +207,74 @@ def gspo_loss(
     metrics["dual_clip_frac"] = float(masked_mean(((s > dual_clip_c) & (adv < 0)).float(), seqs))
     metrics.update(_kl_metrics(logp, logp_b, logp_ref, logp_anchor, mask))
     return loss, metrics
+
+
+def cispo_loss(
+    logp: Tensor, logp_b: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float, eps_high: float,
+    is_cap: float, logp_ref: Tensor | None = None, kl_coef: float = 0.0,
+    row_weight: Tensor | None = None, logp_prox: Tensor | None = None,
+    logp_anchor: Tensor | None = None, anchor_kl_coef: float = 0.0, **_: float,
+) -> tuple[Tensor, dict[str, float]]:
+    """CISPO (MiniMax-M1, 2025): surrogate_t = w_t * sg(clip(rho_t, 1 - eps_low, 1 + eps_high))
+    * A_t * logp_t, token mean; rho_t = pi_theta / pi_prox, w_t = min(pi_prox / pi_b, C). The
+    weight is clipped, the gradient is not: d(-surrogate_t)/d logp_t = -w_t * clip(rho_t) * A_t.
+    Shapes as :func:`token_clip_loss` (``dual_clip_c`` is accepted and unused)."""
+    mask = mask.bool()
+    logp_prox = logp_b if logp_prox is None else logp_prox
+    ratio = (logp - logp_prox).exp().detach()
+    behaviour = (logp_prox - logp_b).exp().detach()
+    is_w = behaviour.clamp(max=is_cap)
+    a_t = _token_adv(adv, logp, logp_ref, kl_coef, logp_anchor, anchor_kl_coef)
+    weight = ratio.clamp(1 - eps_low, 1 + eps_high)
+    surrogate = is_w * weight * a_t * logp
+    loss = -global_mean(surrogate * _row_weight(row_weight, mask), mask)
+    clipped = (ratio > 1 + eps_high) | (ratio < 1 - eps_low)
+    metrics = _ratio_metrics(ratio, mask, is_cap)
+    metrics.update(_is_weight_metrics(behaviour, mask, is_cap))
+    metrics["clip_frac"] = float(masked_mean(clipped.float(), mask))
+    metrics.update(_kl_metrics(logp, logp_b, logp_ref, logp_anchor, mask))
+    return loss, metrics
+
+
+def greedy_imitation_loss(
+    logp: Tensor, logp_ref: Tensor, imitate: Tensor, mask: Tensor, *, eps_low: float,
+    eps_high: float, kl_coef: float = 0.0, logp_anchor: Tensor | None = None,
+    anchor_kl_coef: float = 0.0, row_weight: Tensor | None = None,
+) -> Tensor:
+    """Filtered imitation of rows served greedily (no behaviour probability exists for them):
+    the clipped surrogate of :func:`token_clip_loss` with pi_ref (the champion) as behaviour and
+    proximal policy, so the importance weight is 1 and rho_t = pi_theta / pi_ref, and A_i = 1 on
+    rows to imitate, 0 elsewhere; the KL penalties fold in as in the policy-gradient term. A
+    token stops pushing once pi_theta / pi_ref > 1 + eps_high (the trust region). Token mean over
+    ``mask`` (B, T); ``imitate`` (B,) bool."""
+    loss, _ = token_clip_loss(
+        logp, logp_ref, imitate.float(), mask, eps_low=eps_low, eps_high=eps_high, is_cap=1.0,
+        dual_clip_c=1.0 + eps_high, logp_ref=logp_ref, kl_coef=kl_coef, row_weight=row_weight,
+        logp_prox=logp_ref, logp_anchor=logp_anchor, anchor_kl_coef=anchor_kl_coef)
+    return loss
+
+
+def nll_anchor_loss(logp: Tensor, mask: Tensor, rewarded: Tensor) -> Tensor:
+    """The token mean of -log pi_theta over the response tokens of rewarded rows: an NLL anchor
+    next to the policy-gradient term. logp, mask (B, T); rewarded (B,) bool."""
+    return -global_mean(logp, mask.bool() & rewarded.unsqueeze(1))
+
+
+def scale_negatives(adv: Tensor, scale: float) -> Tensor:
+    """Asymmetric advantages: A where A >= 0, scale * A where A < 0."""
+    return torch.where(adv < 0, adv * scale, adv)
+
+
+def zero_variance_groups(group_ids: list[str], rewards: Tensor) -> Tensor:
+    """(B,) bool: rows whose group has >= 2 rows and one reward for all of them (their
+    advantage under a group baseline is 0)."""
+    seen: dict[str, set[float]] = defaultdict(set)
+    counts: dict[str, int] = defaultdict(int)
+    for g, r in zip(group_ids, rewards.tolist()):
+        seen[g].add(r)
+        counts[g] += 1
+    return torch.tensor([counts[g] >= 2 and len(seen[g]) == 1 for g in group_ids],
+                        dtype=torch.bool)
 
 
 def _row_weight(row_weight: Tensor | None, mask: Tensor) -> Tensor:

@@ -47,4 +47,10 @@ def test_toy_demo_reports_the_champions_gain_on_fresh_tasks(tmp_path):
     assert gain["ci_low"] <= gain["delta"] <= gain["ci_high"]
     assert abs(gain["delta"] - (gain["pass_final"] - gain["pass_first"])) < 1e-9
     assert f"champion v1 -> v{gain['final_version']} on 1,000 fresh tasks" in done.stdout
+    # the first champion is named as damaged on purpose, the undamaged warm start scored beside
+    start = summary["start"]
+    assert start["champion"] == "lazy_fix" and "lazy-fix habit" in start["planted_flaw"]
+    assert start["tasks"] == gain["tasks"] and start["warm_start_pass"] > gain["pass_first"]
+    assert "champion v1 is the warm start damaged on purpose" in done.stdout
+    assert f"undamaged warm start scores {start['warm_start_pass']:.3f}" in done.stdout
     assert (workdir / "cycles.png").stat().st_size > 0

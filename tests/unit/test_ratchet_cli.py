@@ -215,6 +215,9 @@ def test_cycle_outcome_is_readable_and_a_quarantine_fails():
     assert failed(bad) and "skipped — span span-0001 failed validation" in describe(bad)
     idle = CycleResult(index=0, run_id="r", skipped="span has 0 rows < min_rows_to_train")
     assert not failed(idle)
+    greedy = CycleResult(index=0, run_id="r", skipped="no trainable rows: 1095 rows, 1095 greedy")
+    assert not failed(greedy)
+    assert "skipped — no trainable rows: 1095 rows" in describe(greedy)
 
 
 

@@ -53,6 +53,21 @@ def test_skipped_cycle_leaves_its_spans_for_the_next(tmp_path):
     assert store.unconsumed_spans() == {"span-000001": 5}
 
 
+def test_a_cycle_skipped_at_train_consumes_its_spans(tmp_path):
+    """A span with no trainable rows (greedy rows with nothing to imitate) would skip again on
+    every rerun: the cycle skipped at the train stage consumes it, and the next one moves on."""
+    _span(tmp_path, "span-000001", 1095)
+    store = CycleStore(tmp_path)
+    state = store.new()
+    state.span_ids, state.span_rows = ["span-000001"], {"span-000001": 1095}
+    state.stage, state.note = "skipped", "no trainable rows: 1095 rows, ... 1095 greedy"
+    store.save(state)
+    assert store.unfinished() is None
+    assert store.unconsumed_spans() == {}
+    _span(tmp_path, "span-000002", 30)
+    assert store.unconsumed_spans() == {"span-000002": 30}
+
+
 def _finished(store, spans: dict[str, int], champion: int, promoted: bool):
     state = store.new()
     state.span_ids, state.span_rows = sorted(spans), spans

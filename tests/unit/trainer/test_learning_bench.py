@@ -137,3 +137,26 @@ def test_heldout_eval_set_stays_inside_the_tuning_draw():
         t.task_id for t in generate_tasks(5, 7, "heldout")]
     with pytest.raises(ValueError, match="heldout"):
         learning.eval_tasks("heldout", 1001)
+
+
+def test_kl_to_start_is_zero_for_the_start_and_grows_with_training(tiny, tmp_path):
+    _, champion, rows = tiny
+    assert learning.kl_to_start(champion, champion, rows) == pytest.approx(0.0, abs=1e-6)
+    filtered_sft(champion, rows, tmp_path / "a", steps=1, batch_size=4, lr=1e-3,
+                 min_reward=-1e9)
+    filtered_sft(champion, rows, tmp_path / "b", steps=4, batch_size=4, lr=1e-2,
+                 min_reward=-1e9)
+    near = learning.kl_to_start(tmp_path / "a", champion, rows)
+    far = learning.kl_to_start(tmp_path / "b", champion, rows)
+    assert 0.0 < near < far
+
+
+def test_option_arms_train_with_their_fields_and_steps(tiny, tmp_path):
+    _, champion, rows = tiny
+    m = learning.train_arm("rl_big_batch", 0, champion, rows, {"mismatch_every": 0}, 8,
+                           tmp_path / "big")
+    assert load_metadata(tmp_path / "big")["steps"] == 2  # a quarter of the steps
+    assert load_metadata(tmp_path / "big")["trainer_config"]["batch_size"] == 256
+    assert m["rows_used"] == rows.num_rows
+    learning.train_arm("cispo", 0, champion, rows, {"mismatch_every": 0}, 2, tmp_path / "c")
+    assert load_metadata(tmp_path / "c")["trainer_config"]["objective"]["type"] == "cispo"

@@ -27,7 +27,7 @@ def _rows(model, n=6, samples=1, **kw):
 def test_greedy_rows_are_counted_and_get_no_policy_gradient(tiny_model, champion):
     greedy = _rows(tiny_model, temperature=0.0)
     rows = pa.concat_tables([greedy, _rows(tiny_model, temperature=1.0)])
-    recipe = RLRecipe(champion, rows, TrainerConfig(batch_size=6, **TINY))
+    recipe = RLRecipe(champion, rows, TrainerConfig(batch_size=6, greedy={"loss": "off"}, **TINY))
     recipe.setup()
     assert recipe.counts["rows_greedy"] == greedy.num_rows
     greedy_idx = [i for i, s in enumerate(recipe.samples) if s.temperature == 0]
@@ -37,7 +37,8 @@ def test_greedy_rows_are_counted_and_get_no_policy_gradient(tiny_model, champion
 
 
 def test_only_greedy_rows_is_no_trainable_data(tiny_model, champion):
-    recipe = RLRecipe(champion, _rows(tiny_model, temperature=0.0), TrainerConfig(**TINY))
+    recipe = RLRecipe(champion, _rows(tiny_model, temperature=0.0),
+                      TrainerConfig(greedy={"loss": "off"}, **TINY))
     with pytest.raises(ValueError, match="greedy"):
         recipe.setup()
 
