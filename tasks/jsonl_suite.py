@@ -120,8 +120,9 @@ def dump_tasks(tasks: list[dict], path: str | Path) -> None:
 
 
 def program(task: JsonlTask, code: str) -> str:
-    """What the sandbox runs: the answer's code, then the hidden asserts."""
-    return code.rstrip() + "\n\n" + "\n".join(task.tests) + "\n"
+    """What the sandbox runs: the answer's code (without an ``if __name__`` block, which would
+    run its demo), then the hidden asserts."""
+    return code.split("\nif __name__")[0].rstrip() + "\n\n" + "\n".join(task.tests) + "\n"
 
 
 def grade(task: JsonlTask, reply: str, *, timeout_s: float) -> CheckResult:

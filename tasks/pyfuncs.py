@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.humaneval import extract_code
 from tasks.toy import CheckResult
 
 INSTRUCTION = "Reply with only the code in a ```python block."
@@ -319,26 +318,14 @@ def _asserts(t: Template, k: dict, name: str, rng: random.Random) -> tuple[str, 
     return tuple(tests)
 
 
-def program(task: PyTask | dict, reply: str) -> str:
-    """The code of ``reply`` followed by the task's asserts."""
-    tests = task["tests"] if isinstance(task, dict) else task.tests
-    code = extract_code(reply).split("\nif __name__")[0]
-    return code.rstrip() + "\n\n" + "\n".join(tests) + "\n"
-
-
 def grade(task: PyTask | dict, reply: str, *, timeout_s: float = 5.0) -> CheckResult:
-    """Pass iff the reply's code plus every assert runs cleanly in the sandbox."""
-    from tasks.sandbox import run_sandboxed
+    """The gate's own grader (``tasks.jsonl_suite.grade``) on this task's JSONL record, so what a
+    simulated user reacts to and what the gate counts cannot drift apart."""
+    from tasks.jsonl_suite import grade as grade_record
+    from tasks.jsonl_suite import parse_line
 
-    if not extract_code(reply).strip():
-        return CheckResult(False, False, True, "empty reply")
-    source = program(task, reply)
-    try:
-        compile(source, "<pyfunc>", "exec")
-    except (SyntaxError, ValueError) as e:
-        return CheckResult(False, True, False, f"does not compile: {e}")
-    result = run_sandboxed(source, timeout_s=timeout_s)
-    return CheckResult(result.passed, False, False, f"{result.status}: {result.stderr[-150:]}")
+    record = task if isinstance(task, dict) else task.to_json()
+    return grade_record(parse_line(json.dumps(record)), reply, timeout_s=timeout_s)
 
 
 def write_jsonl(tasks: Sequence[PyTask], path: Path) -> Path:
