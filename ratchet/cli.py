@@ -229,7 +229,11 @@ def _ui(workdir: Path) -> int:
     from runtime.services import MlflowServer
 
     server = MlflowServer.start(workdir / "mlflow")
-    print(f"MLflow UI: {server.uri}  (Ctrl-C to stop)", flush=True)
+    from ratchet.config import RatchetConfig
+    from runtime.registry import runs_page
+
+    print(f"MLflow UI: {runs_page(server.uri, RatchetConfig().experiment)}  (Ctrl-C to stop)",
+          flush=True)
     try:
         while True:
             time.sleep(3600)

@@ -442,7 +442,8 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
         log.info("full log: %s", workdir / "ratchet.log")
         print(f"demo took {total_s:.0f} s (bootstrap {bootstrap_s:.0f} s); "
               f"{summary['promotions']} promotion(s); plot: {png}")
-        print(f"MLflow UI: {ep.tracking_uri}  (after the demo: ratchet ui --workdir {workdir})")
+        print(f"MLflow UI: {registry.runs_page(ep.tracking_uri, config.experiment)}  "
+              f"(after the demo: ratchet ui --workdir {workdir})")
         if keep_running:
             input("services are up; press Enter to stop them\n")
     return 0

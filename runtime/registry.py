@@ -127,6 +127,18 @@ def version_exists(tracking_uri: str, model_name: str, version: int) -> bool:
 EXPERIMENT_KIND = "mlflow.experimentKind"
 
 
+def runs_page(tracking_uri: str, experiment: str) -> str:
+    """The address of ``experiment``'s runs table in MLflow's UI. MLflow 3 opens an experiment in
+    the browser's remembered workflow (GenAI by default: overview and traces); the
+    ``workflowType`` parameter opens it on the runs instead."""
+    from mlflow import MlflowClient
+
+    exp = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(experiment)
+    if exp is None:
+        return tracking_uri
+    return f"{tracking_uri}/#/experiments/{exp.experiment_id}?workflowType=machine_learning"
+
+
 def use_experiment(tracking_uri: str, name: str) -> str:
     """Make ``name`` the active experiment (created if missing) and return its id. It is marked
     a model-development experiment, so MLflow's UI opens it on its runs table (not on the GenAI

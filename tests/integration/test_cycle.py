@@ -106,3 +106,5 @@ def test_cycle_moves_champion_only_when_the_gate_passes(broker, mlflow_server, t
     assert parent.data.tags["ratchet.outcome"] == "promoted"
     experiment = client.get_experiment(parent.info.experiment_id)  # the UI lands on the runs
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert registry.runs_page(uri, experiment.name) == (
+        f"{uri}/#/experiments/{experiment.experiment_id}?workflowType=machine_learning")
