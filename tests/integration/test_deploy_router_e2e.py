@@ -111,11 +111,11 @@ def test_both_sides_of_a_window_are_measured(deployment, broker):
 def test_openai_client_through_the_router_streams_and_sticks(deployment):
     import openai
 
-    _, v1, v2, router, _, _ = deployment
+    model, v1, v2, router, _, _ = deployment  # the served model's id is the registered name
     client = openai.OpenAI(base_url=f"{router.url}/v1", api_key="local", max_retries=0)
     for conv in ("stream-a", "stream-b", "stream-c", "stream-d"):
         raw = client.chat.completions.with_raw_response.create(
-            model="toy",
+            model=model,
             messages=[{"role": "user", "content": "1+1 = "}],
             max_tokens=4,
             stream=True,
@@ -129,5 +129,5 @@ def test_openai_client_through_the_router_streams_and_sticks(deployment):
         assert fingerprints == {f"ratchet-v{v2 if expected == 'canary' else v1}"}
         assert chunks[-1].choices[0].finish_reason in ("stop", "length")
     # no conversation id at all: the router generates one and the replica returns it
-    raw = client.completions.with_raw_response.create(model="toy", prompt="1+1 = ", max_tokens=2)
+    raw = client.completions.with_raw_response.create(model=model, prompt="1+1 = ", max_tokens=2)
     assert raw.headers["x-conversation-id"].startswith("conv-")
