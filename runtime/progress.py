@@ -2,10 +2,10 @@
 
 ``with Progress("warm start", total=300) as p: ... p.update()`` draws a ``tqdm`` bar on stderr
 when stderr is a terminal. Without a terminal (CI, a log file, ``make demo | tee``) it logs a
-line at each quarter of the work, or after 20 s without one, with the rate and the time left,
-and one when done. A heartbeat thread keeps that promise even while one unit of work runs for
-minutes (a training step on a loaded machine): it logs the status, or redraws the bar with its
-elapsed time, whenever 20 s passed without a line.
+line at each quarter of the work once the step has run 10 s, or after 20 s without one, with
+the rate and the time left, and one when done. A heartbeat thread keeps that promise even while
+one unit of work runs for minutes (a training step on a loaded machine): it logs the status, or
+redraws the bar with its elapsed time, whenever 20 s passed without a line.
 
 Deliberately left out: nesting and multi-process bars.
 """
@@ -23,6 +23,10 @@ log = logging.getLogger("ratchet.progress")
 
 STEP = 0.25
 """Without a terminal, a line each time this share of the work is done..."""
+
+SHORT_S = 10.0
+"""A step is only reported by its quarters once it has run this long (a step of seconds prints
+just its "done" line)."""
 
 QUIET_S = 20.0
 """...or when this many seconds passed since the last line (also while no update comes)."""
@@ -71,7 +75,8 @@ class Progress:
             if not self.total or self.done >= self.total:
                 return
             now = time.monotonic()
-            if self.done / self.total >= self._next_line or now - self._last_line >= QUIET_S:
+            quarter = self.done / self.total >= self._next_line and now - self._t0 >= SHORT_S
+            if quarter or now - self._last_line >= QUIET_S:
                 log.info("%s: %s", self.desc, self.status())
                 self._last_line = now
                 while self._next_line <= self.done / self.total:

@@ -155,12 +155,16 @@ def test_terminal_shows_own_lines_and_real_warnings_only():
     assert not keep.filter(beam_via_root)
 
 
-def test_progress_without_a_terminal_logs_lines_with_time_left(caplog):
+def test_progress_without_a_terminal_logs_lines_with_time_left(caplog, monkeypatch):
+    import runtime.progress
     from runtime.progress import Progress
 
+    now = [0.0]
+    monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         with Progress("warm start", total=20, unit="step", bar=False) as p:
-            for _ in range(20):
+            for i in range(20):
+                now[0] = 11.0 + 0.5 * i  # a step that has run longer than SHORT_S
                 p.update()
     lines = [r.getMessage() for r in caplog.records]
     assert [line.split(",")[0] for line in lines[:3]] == [
@@ -168,6 +172,17 @@ def test_progress_without_a_terminal_logs_lines_with_time_left(caplog):
     assert all("left" in line for line in lines[:3])
     assert lines[-1].startswith("warm start: done, 20 step in")
     assert len(lines) == 4
+
+
+def test_a_step_of_seconds_prints_only_its_done_line(caplog):
+    from runtime.progress import Progress
+
+    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+        with Progress("gate suite", total=400, unit="task", bar=False) as p:
+            for _ in range(400):
+                p.update()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].startswith("gate suite: done, 400 task in")
 
 
 def test_progress_without_a_terminal_is_never_silent_for_20_s(caplog, monkeypatch):
