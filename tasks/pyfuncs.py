@@ -338,9 +338,10 @@ def write_jsonl(tasks: Sequence[PyTask], path: Path) -> Path:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """The tasks of a suite file (split on "\\n" only, blank lines skipped)."""
-    text = Path(path).read_text(encoding="utf-8")
-    return [json.loads(line) for line in text.split("\n") if line.strip()]
+    """The tasks of a suite file (``runtime.jsonl``: split on "\\n" only, blank lines skipped)."""
+    from runtime import jsonl
+
+    return [json.loads(line) for line in jsonl.read_lines(path)]
 
 
 @dataclass(frozen=True)
