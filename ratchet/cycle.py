@@ -82,6 +82,10 @@ class CycleResult:
     gate_ci_high: float | None = None
     gate_tasks: int | None = None
     """Tasks in the gate suite behind the pass rates."""
+    gate_alpha_k: float | None = None
+    """The level this gate decision spent (gating/stats.py alpha spending)."""
+    gate_evidence_low: float | None = None
+    """Lower bound of the pass-rate change at level alpha_k: the figure the promotion hangs on."""
     gate_run_id: str | None = None
     train_run_id: str | None = None
     rolled_back: bool = False
@@ -454,6 +458,10 @@ class Cycle:
             change = next((g for g in verdict.gates if g.name == "pass_rate_change"), None)
             if change is not None:
                 result.gate_ci_low, result.gate_ci_high = change.ci_low, change.ci_high
+            evidence = next((g for g in verdict.gates if g.name == "improvement_evidence"), None)
+            if evidence is not None:
+                result.gate_evidence_low = evidence.value
+            result.gate_alpha_k = verdict.extras.get("alpha_k")
             result.candidate_pass_rate = verdict.candidate.pass_rate
             result.candidate_tokens = verdict.candidate.mean_completion_tokens
             result.candidate_score = verdict.candidate.score

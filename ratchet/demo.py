@@ -80,6 +80,9 @@ class CycleRow:
     train_run_id: str | None
     live_se: dict[str, float] = field(default_factory=dict)
     """Standard error of each live metric across the round's requests (simulator.RoundStats)."""
+    gate_alpha_k: float | None = None
+    """The level the decision spent; ``gate_evidence_low`` is the change's lower bound at it."""
+    gate_evidence_low: float | None = None
 
 
 def _version(v: int | None) -> str:
@@ -94,6 +97,14 @@ def _ci(row: CycleRow) -> str:
     if row.gate_ci_low is None or row.gate_ci_high is None:
         return "-"
     return f"[{row.gate_ci_low:+.3f},{row.gate_ci_high:+.3f}]"
+
+
+def _evidence(row: CycleRow) -> str:
+    """The lower bound the promotion was decided on, at the decision's alpha_k (the 95% CI when
+    the decision spent no alpha)."""
+    if row.gate_evidence_low is None or row.gate_alpha_k is None:
+        return _ci(row)
+    return f"{row.gate_evidence_low:+.3f} @{row.gate_alpha_k:.2g}"
 
 
 def _rows(r: CycleRow) -> str:
@@ -113,7 +124,7 @@ _COLUMNS = [  # (header, width, cell)
     ("gated", 9, lambda r: f"{_version(r.candidate_version)}/{_version(r.champion_version)}"),
     ("cand", 5, lambda r: _num(r.gate_candidate)),
     ("champ", 5, lambda r: _num(r.gate_champion)),
-    ("change CI", 15, _ci),
+    ("low @ alpha_k", 15, _evidence),
     ("n", 4, lambda r: "-" if r.gate_tasks is None else str(r.gate_tasks)),
     ("outcome", 11, lambda r: r.outcome),
     ("sec", 4, lambda r: f"{r.seconds:.0f}"),
@@ -121,9 +132,11 @@ _COLUMNS = [  # (header, width, cell)
 """``live`` is the version serving the round's traffic; ``pass`` and ``edit`` are the live
 traffic's pass rate and 600-s edit persistence; ``gated`` is candidate/champion: the versions the
 gate compared; ``cand``/``champ`` are their gate-suite pass rates on the same ``n`` tasks and
-``change CI`` the 95% paired-bootstrap CI of the difference; ``rows`` is the cycle's new span
-rows, then ``/`` and all rows the candidate was trained on when rows were carried from rejected
-cycles; ``detect`` is the follow-up detector's agreement with the simulator's own flag."""
+``low @ alpha_k`` the lower bound of their difference (prompt-clustered bootstrap) at the level
+alpha_k the decision spent, the bound a promotion needs above 0 (the 95% CI when none was
+spent); ``rows`` is the cycle's new span rows, then ``/`` and all rows the candidate was trained
+on when rows were carried from rejected cycles; ``detect`` is the follow-up detector's agreement
+with the simulator's own flag."""
 
 
 def format_table(rows: list[CycleRow]) -> str:
@@ -410,6 +423,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                     gate_candidate=result.candidate_pass_rate,
                     gate_champion=result.champion_pass_rate, gate_ci_low=result.gate_ci_low,
                     gate_ci_high=result.gate_ci_high, gate_tasks=result.gate_tasks,
+                    gate_alpha_k=result.gate_alpha_k, gate_evidence_low=result.gate_evidence_low,
                     outcome=outcome_of(result), promoted=result.promoted,
                     rolled_back=result.rolled_back, seconds=time.perf_counter() - c0,
                     cycle_run_id=result.run_id, gate_run_id=result.gate_run_id,

@@ -271,11 +271,145 @@ TEMPLATES: tuple[Template, ...] = (
       _k(0, 5), lambda k: lambda xs: xs.index(k["k"]) if k["k"] in xs else -1,
       lambda rng, k: (_ints(rng, rng.randint(1, 6), 0, 6),)),
 )
+# The second batch, written after the first calibration kept too few families for pools that can
+# resolve a gain: mostly counts, filters and tests against a drawn constant (the kind the first
+# batch found in band), so each family has many distinct prompts. Calibrated on their own draw.
+TEMPLATES_2: tuple[Template, ...] = (
+    T("count_below", ("count_below_{k}", "count_less_than_{k}"), "xs",
+      lambda k: f"returns how many numbers in the list xs are less than {k['k']}", _k(0, 9),
+      lambda k: lambda xs: sum(1 for x in xs if x < k["k"]), _int_list),
+    T("count_equal", ("count_{k}s", "occurrences_of_{k}"), "xs",
+      lambda k: f"returns how many times the number {k['k']} appears in the list xs", _k(0, 5),
+      lambda k: lambda xs: xs.count(k["k"]), lambda rng, k: (_ints(rng, rng.randint(0, 7), 0, 6),)),
+    T("sum_below", ("sum_below_{k}", "sum_less_than_{k}"), "xs",
+      lambda k: f"returns the sum of the numbers in the list xs that are less than {k['k']}",
+      _k(0, 9), lambda k: lambda xs: sum(x for x in xs if x < k["k"]), _int_list),
+    T("filter_below", ("keep_below_{k}", "filter_less_{k}"), "xs",
+      lambda k: f"returns a list of the numbers in the list xs that are less than {k['k']}, "
+      "in their original order", _k(0, 9), lambda k: lambda xs: [x for x in xs if x < k["k"]],
+      _int_list),
+    T("drop_value", ("drop_{k}", "without_{k}"), "xs",
+      lambda k: f"returns a list of the numbers in the list xs that are not equal to {k['k']}, "
+      "in their original order", _k(0, 5), lambda k: lambda xs: [x for x in xs if x != k["k"]],
+      lambda rng, k: (_ints(rng, rng.randint(0, 7), 0, 6),)),
+    T("contains", ("contains_{k}", "has_{k}"), "xs",
+      lambda k: f"returns True if the number {k['k']} is in the list xs and False otherwise",
+      _k(0, 6), lambda k: lambda xs: k["k"] in xs,
+      lambda rng, k: (_ints(rng, rng.randint(0, 6), 0, 8),)),
+    T("all_above", ("all_above_{k}", "all_greater_{k}"), "xs",
+      lambda k: f"returns True if every number in the list xs is greater than {k['k']} and "
+      "False otherwise", _k(0, 9), lambda k: lambda xs: all(x > k["k"] for x in xs), _int_list),
+    T("any_above", ("any_above_{k}", "some_greater_{k}"), "xs",
+      lambda k: f"returns True if at least one number in the list xs is greater than {k['k']} and "
+      "False otherwise", _k(0, 9), lambda k: lambda xs: any(x > k["k"] for x in xs), _int_list),
+    T("sum_plus", ("sum_plus_{k}", "total_plus_{k}"), "xs",
+      lambda k: f"returns the sum of the numbers in the list xs plus {k['k']}", _k(1, 30),
+      lambda k: lambda xs: sum(xs) + k["k"], _int_list),
+    T("sum_times", ("sum_times_{k}", "scaled_total_{k}"), "xs",
+      lambda k: f"returns the sum of the numbers in the list xs multiplied by {k['k']}", _k(2, 9),
+      lambda k: lambda xs: sum(xs) * k["k"], _int_list),
+    T("max_plus", ("max_plus_{k}", "largest_plus_{k}"), "xs",
+      lambda k: f"returns the largest number in the non-empty list xs plus {k['k']}", _k(1, 30),
+      lambda k: lambda xs: max(xs) + k["k"], _int_list),
+    T("linear", ("f_{a}_{b}", "line_{a}_{b}"), "x",
+      lambda k: f"returns x multiplied by {k['a']}, plus {k['b']}",
+      lambda rng: {"a": rng.randint(2, 9), "b": rng.randint(1, 20)},
+      lambda k: lambda x: x * k["a"] + k["b"], _one_int),
+    T("shift_then_scale", ("g_{a}_{b}", "shift_scale_{a}_{b}"), "x",
+      lambda k: f"returns x plus {k['a']}, all multiplied by {k['b']}",
+      lambda rng: {"a": rng.randint(1, 20), "b": rng.randint(2, 9)},
+      lambda k: lambda x: (x + k["a"]) * k["b"], _one_int),
+    T("in_range", ("in_range_{lo}_{hi}", "between_{lo}_{hi}"), "x",
+      lambda k: f"returns True if x is between {k['lo']} and {k['hi']} (inclusive) and False "
+      "otherwise", lambda rng: (lambda lo: {"lo": lo, "hi": lo + rng.randint(2, 20)})(
+          rng.randint(0, 20)),
+      lambda k: lambda x: k["lo"] <= x <= k["hi"],
+      lambda rng, k: (rng.randint(k["lo"] - 10, k["hi"] + 10),)),
+    T("at_least", ("at_least_{k}", "max_with_{k}"), "x",
+      lambda k: f"returns the larger of x and {k['k']}", _k(-5, 20),
+      lambda k: lambda x: max(x, k["k"]), _one_int),
+    T("at_most", ("at_most_{k}", "min_with_{k}"), "x",
+      lambda k: f"returns the smaller of x and {k['k']}", _k(-5, 20),
+      lambda k: lambda x: min(x, k["k"]), _one_int),
+    T("square_plus", ("square_plus_{k}", "sq_add_{k}"), "x",
+      lambda k: f"returns the square of x plus {k['k']}", _k(1, 20),
+      lambda k: lambda x: x * x + k["k"], lambda rng, k: (rng.randint(-12, 12),)),
+    T("prefix_k", ("first_{k}_chars", "prefix_{k}"), "s",
+      lambda k: f"returns the first {k['k']} characters of the string s", _k(1, 4),
+      lambda k: lambda s: s[:k["k"]], _one_word),
+    T("add_suffix", ("add_{w}", "append_{w}"), "s",
+      lambda k: f"returns the string s followed by '{k['w']}'",
+      lambda rng: {"w": rng.choice(["ing", "ed", "er", "s", "ly", "ness", "ful", "est"])},
+      lambda k: lambda s: s + k["w"], _one_word),
+    T("add_prefix", ("prefix_{w}", "prepend_{w}"), "s",
+      lambda k: f"returns '{k['w']}' followed by the string s",
+      lambda rng: {"w": rng.choice(["un", "re", "pre", "dis", "mis", "non", "over", "sub"])},
+      lambda k: lambda s: k["w"] + s, _one_word),
+    T("wrap", ("wrap_{n}", "surround_{n}"), "s",
+      lambda k: f"returns the string s with '{k['c']}' added at the start and at the end",
+      lambda rng: (lambda i: {"c": "*#-_!~"[i], "n": ["star", "hash", "dash", "under", "bang",
+                                                      "tilde"][i]})(rng.randrange(6)),
+      lambda k: lambda s: k["c"] + s + k["c"], _one_word),
+    T("word_lengths", ("word_lengths", "lengths"), "words",
+      lambda k: "returns a list of the lengths of the strings in the list words", _none,
+      lambda k: lambda words: [len(w) for w in words],
+      lambda rng, k: ([_word(rng) for _ in range(rng.randint(0, 5))],)),
+    T("total_length", ("total_length", "total_chars"), "words",
+      lambda k: "returns the total number of characters in all the strings in the list words",
+      _none, lambda k: lambda words: sum(len(w) for w in words),
+      lambda rng, k: ([_word(rng) for _ in range(rng.randint(0, 5))],)),
+    T("upper_all", ("upper_all", "shout_all"), "words",
+      lambda k: "returns a new list with every string in the list words in uppercase", _none,
+      lambda k: lambda words: [w.upper() for w in words],
+      lambda rng, k: ([_word(rng) for _ in range(rng.randint(0, 4))],)),
+    T("starting_with", ("words_starting_{c}", "starts_{c}"), "words",
+      lambda k: f"returns a list of the strings in the list words that start with '{k['c']}', "
+      "in their original order", lambda rng: {"c": rng.choice("abcdhknpqst")},
+      lambda k: lambda words: [w for w in words if w.startswith(k["c"])],
+      lambda rng, k: ([_word(rng) for _ in range(rng.randint(1, 6))],)),
+    T("count_longer", ("count_longer_{k}", "num_long_{k}"), "words",
+      lambda k: f"returns how many strings in the list words have more than {k['k']} characters",
+      _k(2, 5), lambda k: lambda words: sum(1 for w in words if len(w) > k["k"]),
+      lambda rng, k: ([_word(rng) for _ in range(rng.randint(0, 6))],)),
+    T("sum_squares", ("sum_squares", "sum_of_squares"), "xs",
+      lambda k: "returns the sum of the squares of the numbers in the list xs", _none,
+      lambda k: lambda xs: sum(x * x for x in xs), _int_list),
+    T("abs_each", ("abs_all", "absolutes"), "xs",
+      lambda k: "returns a new list with the absolute value of every number in the list xs",
+      _none, lambda k: lambda xs: [abs(x) for x in xs], _int_list),
+    T("mod_each", ("mod_each_{k}", "remainders_{k}"), "xs",
+      lambda k: f"returns a new list with the remainder of every number in the list xs divided "
+      f"by {k['k']}", _k(2, 9), lambda k: lambda xs: [x % k["k"] for x in xs], _pos_list),
+    T("cap_each", ("cap_at_{k}", "limit_{k}"), "xs",
+      lambda k: f"returns a new list where every number in the list xs greater than {k['k']} is "
+      f"replaced by {k['k']}", _k(0, 9), lambda k: lambda xs: [min(x, k["k"]) for x in xs],
+      _int_list),
+    T("sub_each", ("sub_{k}_from_each", "lower_by_{k}"), "xs",
+      lambda k: f"returns a new list with {k['k']} subtracted from every number in the list xs",
+      _k(1, 20), lambda k: lambda xs: [x - k["k"] for x in xs], _int_list),
+    T("sum_first", ("sum_first_{k}", "head_sum_{k}"), "xs",
+      lambda k: f"returns the sum of the first {k['k']} numbers in the list xs (all of them if "
+      "there are fewer)", _k(1, 4), lambda k: lambda xs: sum(xs[:k["k"]]), _int_list),
+    T("length_is", ("has_length_{k}", "is_length_{k}"), "s",
+      lambda k: f"returns True if the string s has exactly {k['k']} characters and False "
+      "otherwise", _k(3, 6), lambda k: lambda s: len(s) == k["k"], _one_word),
+    T("count_even", ("count_even", "num_evens"), "xs",
+      lambda k: "returns how many even numbers are in the list xs", _none,
+      lambda k: lambda xs: sum(1 for x in xs if x % 2 == 0), _int_list),
+    T("sum_odd", ("sum_odd", "odd_total"), "xs",
+      lambda k: "returns the sum of the odd numbers in the list xs", _none,
+      lambda k: lambda xs: sum(x for x in xs if x % 2), _int_list),
+    T("double_if_above", ("double_above_{k}", "boost_above_{k}"), "xs",
+      lambda k: f"returns a new list where every number in the list xs greater than {k['k']} is "
+      "doubled and the others are unchanged", _k(0, 9),
+      lambda k: lambda xs: [2 * x if x > k["k"] else x for x in xs], _int_list),
+)
+TEMPLATES = TEMPLATES + TEMPLATES_2
 FAMILIES: tuple[str, ...] = tuple(t.family for t in TEMPLATES)
 # Held out of traffic, gate and sealed pools whatever the calibration says: a transfer check (near
 # relatives of trained families). Chosen before calibrating.
 HELD_OUT: tuple[str, ...] = ("sub_const", "count_above", "remove_char", "ends_with", "min_list",
-                             "abs_diff")
+                             "abs_diff", "count_below", "any_above", "add_prefix", "sub_each")
 BY_FAMILY = {t.family: t for t in TEMPLATES}
 
 
@@ -385,15 +519,21 @@ POOL_FILES = {"train": "pyfuncs_train.jsonl", "gate": "pyfuncs_gate.jsonl",
               "sealed": "pyfuncs_sealed.jsonl", "transfer": "pyfuncs_transfer.jsonl"}
 
 
-def write_pools(calibration: Path, out_dir: Path, *, per_family: int = 40, seed: int = 0
-                ) -> dict[str, int]:
-    """The four pool files under ``out_dir`` from a calibration record's ``kept`` and
-    ``held_out_kept`` families (the calibration draw's prompts excluded); returns their sizes."""
-    record = json.loads(Path(calibration).read_text())
-    calib = [t.prompt for tpl in TEMPLATES
-             for t in instances(tpl, record["per_family"], seed=record["seed"])]
-    pools = split_pools(record["kept"], record["held_out_kept"], per_family=per_family,
-                        seed=seed, exclude=calib)
+def write_pools(calibrations: Path | Sequence[Path], out_dir: Path, *, per_family: int = 40,
+                seed: int = 0) -> dict[str, int]:
+    """The four pool files under ``out_dir`` from the ``kept`` and ``held_out_kept`` families of one
+    or more calibration records (every record's calibration draw excluded); returns their sizes."""
+    paths = [Path(calibrations)] if isinstance(calibrations, (str, Path)) else list(calibrations)
+    kept: list[str] = []
+    held: list[str] = []
+    calib: list[str] = []
+    for path in paths:
+        record = json.loads(Path(path).read_text())
+        kept += record["kept"]
+        held += record["held_out_kept"]
+        calib += [t.prompt for tpl in TEMPLATES
+                  for t in instances(tpl, record["per_family"], seed=record["seed"])]
+    pools = split_pools(kept, held, per_family=per_family, seed=seed, exclude=calib)
     sizes = {}
     for name, file in POOL_FILES.items():
         tasks = getattr(pools, name)
@@ -406,8 +546,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
     p = argparse.ArgumentParser(description="Write the pyfuncs pools from a calibration record.")
-    p.add_argument("--calibration", type=Path, default=Path("bench/results/"
-                                                            "pyfuncs_calibration.json"))
+    p.add_argument("--calibration", type=Path, nargs="+",
+                   default=[Path("bench/results/pyfuncs_calibration.json"),
+                            Path("bench/results/pyfuncs_calibration_2.json")])
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "data")
     p.add_argument("--per-family", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)

@@ -1,5 +1,5 @@
 """bench/loop_real.py's statistics: pass rates grouped by prompt text, the paired final-minus-first
-delta resampling prompts, and a summary carrying every key the issue asks for."""
+delta resampling prompts, a summary carrying every documented key, and the merge of two arms."""
 
 import argparse
 from pathlib import Path
@@ -44,3 +44,53 @@ def test_summary_has_every_key_and_counts_promotions_per_arm():
     assert out["placebo_delta"] == 0.0
     assert out["ci_low"] <= 0.5 <= out["ci_high"]
     assert out["sealed_prompts"] == 3 and out["complete"] is False
+
+
+def _arm_file(path, arm, first, final, cycles=1):
+    import json
+
+    scores = {"first": {"version": 1, "passed": first, "humaneval": None},
+              f"{arm}-final": {"version": 2, "passed": final, "humaneval": None}}
+    row = {"arm": arm, "cycle": 0, "promoted": True, "outcome": "promoted",
+           "live_pass_rate": 0.5, "edit_persistence": 0.5, "dissatisfied_rate": 0.1,
+           "gate_candidate": 0.6, "gate_champion": 0.4}
+    path.write_text(json.dumps({"complete": True, "cycles": cycles, "requests_per_cycle": 8,
+                                "humaneval_problems": 0, "seconds": 10.0, "load1": 1.0,
+                                "date": "2026-11-26 02:00 UTC", "scores": scores,
+                                "per_cycle": [row]}))
+    return path
+
+
+def test_merge_joins_an_rl_and_a_placebo_file_run_side_by_side(tmp_path, capsys):
+    import json
+
+    from bench.loop_real import main
+    from tasks.pyfuncs import BY_FAMILY, instances, write_jsonl
+
+    sealed = write_jsonl(instances(BY_FAMILY["reverse_str"], 4, seed=3), tmp_path / "s.jsonl")
+    rl = _arm_file(tmp_path / "rl.json", "rl", [False, False, True, False],
+                   [True, True, True, False])
+    pl = _arm_file(tmp_path / "pl.json", "placebo", [False, False, True, False],
+                   [False, False, True, False])
+    out = tmp_path / "merged.json"
+    main(["--merge", str(rl), str(pl), "--sealed-file", str(sealed), "--out", str(out)])
+    merged = json.loads(out.read_text())
+    assert merged["pass_first"] == 0.25 and merged["pass_final"] == 0.75
+    assert merged["placebo_delta"] == 0.0
+    assert merged["promotions"] == 1 and merged["placebo_promotions"] == 1
+    assert [r["arm"] for r in merged["per_cycle"]] == ["rl", "placebo"]
+    assert merged["complete"] and merged["arms_side_by_side"]
+
+
+def test_merge_refuses_arms_that_scored_the_first_champion_differently(tmp_path):
+    import pytest
+
+    from bench.loop_real import main
+    from tasks.pyfuncs import BY_FAMILY, instances, write_jsonl
+
+    sealed = write_jsonl(instances(BY_FAMILY["reverse_str"], 2, seed=3), tmp_path / "s.jsonl")
+    rl = _arm_file(tmp_path / "rl.json", "rl", [True, False], [True, True])
+    pl = _arm_file(tmp_path / "pl.json", "placebo", [False, False], [False, False])
+    with pytest.raises(SystemExit, match="differently"):
+        main(["--merge", str(rl), str(pl), "--sealed-file", str(sealed),
+              "--out", str(tmp_path / "m.json")])

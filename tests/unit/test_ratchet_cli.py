@@ -256,11 +256,23 @@ def test_demo_table_names_the_versions_it_compared():
     from ratchet.demo import format_table
 
     lines = format_table([_row(0, 1, 2, True), _row(1, 2, 3, False)]).splitlines()
-    assert "gated" in lines[0] and "change CI" in lines[0]
+    assert "gated" in lines[0] and "low @ alpha_k" in lines[0]
+    # no alpha spent (no record of it): the 95% CI stands in
     assert "v2/v1" in lines[1] and "promoted" in lines[1] and "[+0.010,+0.090]" in lines[1]
     assert "v3/v2" in lines[2] and "rejected" in lines[2]
     assert " 300/600 " in lines[1]  # the span's rows / all trained on, carried rows included
     assert "detect" in lines[0] and " 0.88 " in lines[1]  # detector vs simulator agreement
+    assert max(len(line) for line in lines) <= 120
+
+
+def test_demo_table_shows_the_bound_at_the_level_the_decision_spent():
+    import dataclasses
+
+    from ratchet.demo import format_table
+
+    row = dataclasses.replace(_row(2, 1, 3, False), gate_alpha_k=0.0125, gate_evidence_low=-0.004)
+    lines = format_table([row]).splitlines()
+    assert "-0.004 @0.013" in lines[1] and "[+0.010,+0.090]" not in lines[1]
     assert max(len(line) for line in lines) <= 120
 
 

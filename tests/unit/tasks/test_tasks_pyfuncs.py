@@ -19,7 +19,10 @@ from tasks.pyfuncs import (
 
 
 def test_template_count_asserts_and_distinct_prompts():
-    assert 30 <= len(TEMPLATES) <= 50
+    from tasks.pyfuncs import TEMPLATES_2
+
+    first = TEMPLATES[:-len(TEMPLATES_2)]
+    assert 30 <= len(first) <= 50 and 30 <= len(TEMPLATES_2) <= 50
     assert len(set(FAMILIES)) == len(FAMILIES)
     assert set(HELD_OUT) <= set(FAMILIES)
     for t in TEMPLATES:
@@ -100,17 +103,34 @@ def test_write_pools_from_a_calibration_record(tmp_path):
     assert {r["family"] for r in pools["transfer"]} == {"sub_const"}
 
 
+def test_write_pools_from_two_calibration_records_excludes_both_draws(tmp_path):
+    from tasks.pyfuncs import POOL_FILES, instances, write_pools
+
+    one = {"seed": 1000, "per_family": 4, "kept": ["reverse_str"], "held_out_kept": []}
+    two = {"seed": 1000, "per_family": 5, "kept": ["count_equal"], "held_out_kept": ["any_above"]}
+    (tmp_path / "1.json").write_text(json.dumps(one))
+    (tmp_path / "2.json").write_text(json.dumps(two))
+    write_pools([tmp_path / "1.json", tmp_path / "2.json"], tmp_path / "data", per_family=8)
+    pools = {k: read_jsonl(tmp_path / "data" / f) for k, f in POOL_FILES.items()}
+    calib = {t.prompt for f in ("count_equal", "any_above")
+             for t in instances(BY_FAMILY[f], 5, seed=1000)}
+    assert {r["family"] for r in pools["sealed"]} == {"reverse_str", "count_equal"}
+    assert {r["family"] for r in pools["transfer"]} == {"any_above"}
+    assert not {r["prompt"] for rows in pools.values() for r in rows} & calib
+
+
 def test_shipped_pools_are_disjoint_by_prompt_and_skip_the_calibration_draw():
     from pathlib import Path
 
     from tasks.pyfuncs import CALIBRATION_SEED, HELD_OUT, POOL_FILES
 
     data = Path(__file__).resolve().parents[3] / "tasks" / "data"
-    record = json.loads((data.parents[1] / "bench" / "results" /
-                         "pyfuncs_calibration.json").read_text())
-    calib = {t.prompt for tpl in TEMPLATES
+    results = data.parents[1] / "bench" / "results"
+    records = [json.loads((results / f).read_text())
+               for f in ("pyfuncs_calibration.json", "pyfuncs_calibration_2.json")]
+    calib = {t.prompt for record in records for tpl in TEMPLATES
              for t in instances(tpl, record["per_family"], seed=CALIBRATION_SEED)}
-    assert record["seed"] == CALIBRATION_SEED
+    assert all(record["seed"] == CALIBRATION_SEED for record in records)
     pools = {k: read_jsonl(data / f) for k, f in POOL_FILES.items()}
     seen: set[str] = set()
     for name, rows in pools.items():
@@ -119,7 +139,7 @@ def test_shipped_pools_are_disjoint_by_prompt_and_skip_the_calibration_draw():
         assert not set(prompts) & seen and not set(prompts) & calib, name
         seen |= set(prompts)
         assert all(3 <= len(r["tests"]) <= 5 for r in rows)
-    kept = set(record["kept"])
+    kept = {f for record in records for f in record["kept"]}
     for name in ("train", "gate", "sealed"):
         assert {r["family"] for r in pools[name]} == kept
     assert {r["family"] for r in pools["transfer"]} <= set(HELD_OUT)
