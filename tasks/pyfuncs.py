@@ -413,6 +413,11 @@ HELD_OUT: tuple[str, ...] = ("sub_const", "count_above", "remove_char", "ends_wi
 BY_FAMILY = {t.family: t for t in TEMPLATES}
 
 
+def _in_name(value):
+    """A drawn constant as it appears in a function name: a negative number reads ``neg3``."""
+    return f"neg{-value}" if isinstance(value, int) and value < 0 else value
+
+
 def _render(t: Template, k: dict, name: str, verb: str) -> str:
     return (f"{verb} a Python function {name}({t.args}) that {t.describe(k)}. {INSTRUCTION}")
 
@@ -427,7 +432,7 @@ def instances(template: Template, n: int, *, seed: int) -> list[PyTask]:
         if len(out) == n:
             break
         k = template.draw(rng)
-        name = rng.choice(template.names).format(**k)
+        name = rng.choice(template.names).format(**{a: _in_name(v) for a, v in k.items()})
         prompt = _render(template, k, name, rng.choice(VERBS))
         if prompt in seen:
             continue

@@ -84,6 +84,12 @@ def test_pools_are_disjoint_by_prompt_and_hold_out_families():
         split_pools([HELD_OUT[0]], HELD_OUT[:1], per_family=2)
 
 
+def test_every_drawn_function_name_is_an_identifier():
+    for t in TEMPLATES:
+        for x in instances(t, 60, seed=0):
+            assert x.entry_point.isidentifier(), (t.family, x.entry_point)
+
+
 def test_write_pools_from_a_calibration_record(tmp_path):
     from tasks.pyfuncs import POOL_FILES, instances, write_pools
 
