@@ -428,6 +428,9 @@ def main() -> None:
     parser.add_argument("--rollout-timeout-s", type=float, default=300.0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    from runtime.services import unwind_on_sigterm
+
+    unwind_on_sigterm()  # SIGTERM stops what this run started, by PID
 
     import torch
 

@@ -278,6 +278,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
+    from runtime.services import unwind_on_sigterm
+
+    unwind_on_sigterm()  # SIGTERM stops what this run started, by PID
     import torch
 
     from ratchet.config import load_config

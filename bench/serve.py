@@ -234,6 +234,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=8, help="Tokens per completion.")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "serve.json")
     args = parser.parse_args()
+    from runtime.services import unwind_on_sigterm
+
+    unwind_on_sigterm()  # SIGTERM stops what this run started, by PID
     result = run(args)
     print(json.dumps(result, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -52,6 +52,9 @@ def main() -> None:
     p.add_argument("--responses", type=int, default=200)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     args = p.parse_args()
+    from runtime.services import unwind_on_sigterm
+
+    unwind_on_sigterm()  # SIGTERM stops what this run started, by PID
     import httpx
     import mlflow
 

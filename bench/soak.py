@@ -293,6 +293,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=ROOT / ".soak")
     args = parser.parse_args()
+    from runtime.services import unwind_on_sigterm
+
+    unwind_on_sigterm()  # SIGTERM stops what this run started, by PID
     run(args)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
 from pathlib import Path
@@ -143,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "spans":  # file edits only: no services, no signal handler
         return _spans(args)
     # SIGTERM unwinds like Ctrl-C, so the services this process started are stopped by PID.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    from runtime.services import unwind_on_sigterm
+
+    unwind_on_sigterm()
     try:
         config = check_inputs(args)
     except UsageError as e:

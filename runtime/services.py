@@ -35,6 +35,13 @@ from typing import Self
 HOST = "127.0.0.1"
 
 
+def unwind_on_sigterm() -> None:
+    """Make SIGTERM unwind like Ctrl-C (``SystemExit``), so the ``finally`` blocks and context
+    managers of this process stop what it started, by PID. Call from the main thread of an entry
+    point (the CLI, a benchmark)."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
