@@ -16,9 +16,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from ingest import parse
 from ingest.config import JoinConfig
