@@ -179,6 +179,7 @@ def child_span(argv: list[str]) -> None:
     import pyarrow.parquet as pq
 
     a = json.loads(argv[0])
+    timers = _phase_timers() if a.get("phases") else None
     span, phases, span_s = one_span(
         a["bootstrap"],
         Path(a["work"]),
@@ -204,10 +205,71 @@ def child_span(argv: list[str]) -> None:
                 "validated": span.validated,
                 "rows_sha256": sink.hexdigest(),
                 "peak_rss_mb": round(_vm_hwm_kb() / 1024, 1),
+                "phase_cpu_s_per_100k": (
+                    _per_100k(timers, phases, span.completions_in + span.signals_in
+                              + span.dead_letters) if timers is not None else None
+                ),
             }
         ),
         flush=True,
     )
+
+
+PHASE_STEPS = {
+    "read": ("ingest.transforms", "ReadKafkaRanges", "process"),
+    "parse_and_validate": ("ingest.transforms", "ClassifyRecords", "process"),
+    "join": ("ingest.transforms", None, "join_group"),
+    "detect": ("ingest.join", None, "followup_columns"),
+    "rows_with_detect": ("ingest.transforms", None, "reward_table"),
+    "parts": ("ingest.transforms", "WriteParts", "_flush"),
+}
+"""Where each phase's CPU is taken: (module, class or None, function); generators are timed
+step by step. ``rows`` = ``rows_with_detect`` - ``detect``; ``beam`` = the pipeline's CPU
+less the phases (building and starting the run, the shuffle, coders, sinks)."""
+
+
+def _phase_timers() -> dict[str, float]:
+    """Wrap each of ``PHASE_STEPS`` with a CPU timer (in this process); the running totals."""
+    import functools
+    import importlib
+    import inspect
+
+    totals: dict[str, float] = {}
+    for name, (module, cls, attr) in PHASE_STEPS.items():
+        owner = importlib.import_module(module)
+        owner = getattr(owner, cls) if cls else owner
+        f = getattr(owner, attr)
+        if inspect.isgeneratorfunction(f):
+            def timed(*a, _f=f, _name=name, **k):
+                it = _f(*a, **k)
+                while True:
+                    t = time.process_time()
+                    try:
+                        x = next(it)
+                    except StopIteration:
+                        totals[_name] = totals.get(_name, 0.0) + time.process_time() - t
+                        return
+                    totals[_name] = totals.get(_name, 0.0) + time.process_time() - t
+                    yield x
+        else:
+            def timed(*a, _f=f, _name=name, **k):
+                t = time.process_time()
+                try:
+                    return _f(*a, **k)
+                finally:
+                    totals[_name] = totals.get(_name, 0.0) + time.process_time() - t
+        setattr(owner, attr, functools.wraps(f)(timed))
+    return totals
+
+
+def _per_100k(totals: dict[str, float], phases: dict, events: int) -> dict[str, float]:
+    scale = 100_000 / max(events, 1)
+    out = {k: totals.get(k, 0.0) for k in PHASE_STEPS}
+    out["rows"] = out.pop("rows_with_detect") - out["detect"]
+    out["beam"] = phases["pipeline_cpu"] - sum(out.values())
+    out["setup_driver"] = phases["setup_cpu"]
+    out["commit_driver"] = phases["commit_cpu"]
+    return {k: round(v * scale, 3) for k, v in out.items()}
 
 
 def _vm_hwm_kb() -> int:
@@ -224,6 +286,7 @@ def run_child(
     beam_args: list[str],
     profile: Path | None,
     chunk_events: int | None,
+    phases: bool = False,
 ) -> dict:
     """``one_span`` in a fresh Python process (its own peak RSS); its figures."""
     import subprocess
@@ -236,6 +299,7 @@ def run_child(
             "beam_args": beam_args,
             "profile": str(profile) if profile else None,
             "chunk_events": chunk_events,
+            "phases": phases,
         }
     )
     proc = subprocess.run(
@@ -374,6 +438,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--compare-chunks", type=int, help="One more span in chunks of N events.")
     parser.add_argument("--note", default="", help="Free text stored with the result.")
     parser.add_argument(
+        "--phases", action="store_true",
+        help="One more span with CPU timers around each step: CPU-s per 100k events per phase.",
+    )
+    parser.add_argument(
         "--two-workers", type=int, default=None, metavar="N",
         help="N more spans on two worker processes (multi_processing); default --repeats.",
     )
@@ -408,6 +476,12 @@ def main(argv: list[str] | None = None) -> dict:
                 print(json.dumps({"two_workers": two[-1]}), flush=True)
         fixed = fixed_cost_child()
         print(json.dumps({"fixed_cost": fixed}), flush=True)
+        phases = None
+        if args.phases:  # an extra span, not timed: the timers cost a little
+            span = run_child(broker.bootstrap, work, 200, beam_args, None, args.chunk_events,
+                             phases=True)
+            phases = span["phase_cpu_s_per_100k"]
+            print(json.dumps({"phase_cpu_s_per_100k": phases}), flush=True)
         if args.compare_chunks:
             span = run_child(broker.bootstrap, work, 99, beam_args, None, args.compare_chunks)
             compare = {
@@ -434,7 +508,8 @@ def main(argv: list[str] | None = None) -> dict:
         "commit_s",
         "peak_rss_mb",
     )
-    empty = [r["span_phase_seconds"]["empty_span_s"] for r in runs + two]
+    empty = [r["span_phase_seconds"]["empty_span_s"] for r in runs]
+    empty_two = [r["span_phase_seconds"]["empty_span_s"] for r in two]
     result = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "commit": _git_commit(),
@@ -458,7 +533,12 @@ def main(argv: list[str] | None = None) -> dict:
             if two and runs else None
         ),
         "fixed_cost_s": max(statistics.median(empty), fixed["warm_tiny_span_s"]["median"]),
-        "fixed_cost": {"empty_kafka_span_s": _summary(empty), **fixed},
+        "fixed_cost": {
+            "empty_kafka_span_s": _summary(empty),
+            "empty_kafka_span_2_workers_s": _summary(empty_two) if two else None,
+            **fixed,
+        },
+        "phase_cpu_s_per_100k": phases,
         "same_rows_every_repeat": len({r["rows_sha256"] for r in runs + two}) == 1,
         "compare_chunks": compare,
         "produce_events_per_s": round(sent / produce_s, 1),
