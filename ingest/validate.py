@@ -1,4 +1,4 @@
-"""Great Expectations suite run on every span before it may be used for training.
+"""The expectations every span meets before it may be used for training.
 
 Checks: schema version, nulls in required columns, value ranges (rewards within the reward
 config's bounds, persistence in [0, 1], latency, token counts), unique response ids, the share of
@@ -6,11 +6,14 @@ rows with each signal joined, the share of rows from the newest behaviour-policy
 drift of reward mean/std and mean completion length against the previous validated span.
 
 A span is checked in parts (``SpanValidator``), so nothing holds all of its rows: the row-level
-expectations run on each part, the span-level ones (unique ids, shares, drift) once on a few
-narrow columns of every row (``narrow``: ~0.1 KB per row). ``validate_span`` is the same over
-one table. Great Expectations is imported on first use (its import costs ~4 s) and runs in an
-ephemeral context per suite, offline. Deliberately left out: deciding what a failed span
-means for the cycle (the span is quarantined by ingest/pipeline.py; the gate reads the manifest).
+expectations run on each part (``check_part``, by the worker that wrote it), the span-level ones
+(unique ids, shares, drift) once on a few narrow columns of every row (``narrow``: ~0.1 KB per
+row). ``validate_span`` is the same over one table. The row-level expectations are computed
+with pyarrow and give Great Expectations' report (``check_part_gx`` runs them with Great
+Expectations; a test holds the two together), so a worker never imports it; the span-level ones
+run with Great Expectations, imported on first use (its import costs ~4 s), in an ephemeral
+context, offline. Deliberately left out: deciding what a failed span means for the cycle (the
+span is quarantined by ingest/pipeline.py; the gate reads the manifest).
 """
 
 from __future__ import annotations
