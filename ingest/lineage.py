@@ -18,11 +18,15 @@ from pathlib import Path
 
 
 def file_digest(path: Path) -> str:
-    """SHA-256 of a file, hex, first 16 characters."""
+    """SHA-256 of a file, or of a folder's files in name order (a span's parts), hex, first 16
+    characters."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+    path = Path(path)
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        with open(file, "rb") as f:
+            for block in iter(lambda f=f: f.read(1 << 20), b""):
+                h.update(block)
     return h.hexdigest()[:16]
 
 

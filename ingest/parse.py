@@ -9,6 +9,11 @@ field and value:
 named), ``future_timestamp``, ``stale_timestamp``. The join adds ``unknown_response_id``,
 ``duplicate_response_id``, ``contradictory_feedback`` and ``repeated_feedback`` (ingest/join.py).
 
+A well-formed event is decoded and validated by msgspec (``ingest.schema.fast_event``: the
+contract as msgspec Structs); a record msgspec refuses goes through the pydantic models, whose
+error names the field and value, and then through the checks above. Both paths give the same
+outcome for every record (tests/unit/ingest/test_ingest_event_structs.py).
+
 Staleness is judged against the record's own Kafka timestamp, so a rerun (or a replay that keeps
 each record's relative timestamp) classifies a record exactly as the first run did. The future
 bound is also judged against ingest's own clock (``now_ms``, fixed per span): the producer sets
@@ -33,7 +38,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from ingest.kafka_io import KafkaRecord
-from ingest.schema import EVENT_ADAPTER, TOPICS, DeadLetter
+from ingest.schema import EVENT_ADAPTER, TOPICS, DeadLetter, fast_event
 
 KINDS = frozenset(TOPICS)
 DEAD_LETTER_REASONS = (
@@ -201,10 +206,12 @@ def classify(
         return dead_letter(rec, "unparseable_json", "record has no value (tombstone)")
     if len(value) > max_event_bytes:
         return dead_letter(rec, "too_large", f"{len(value)} bytes > limit {max_event_bytes}")
-    try:  # fast path: most events are good, and pydantic parses and validates in one pass
-        event = EVENT_ADAPTER.validate_json(value)
-    except ValidationError:
-        return _classify_bad(rec, value, max_latency_ms, min_logprob)
+    event: Any = fast_event(value)  # most events are good: msgspec decodes and validates them
+    if event is None:  # pydantic decides, and names the field and value of what fails
+        try:
+            event = EVENT_ADAPTER.validate_json(value)
+        except ValidationError:
+            return _classify_bad(rec, value, max_latency_ms, min_logprob)
     if TOPICS[event.kind] != rec.topic:
         return dead_letter(rec, "wrong_topic", f"kind {event.kind!r} on topic {rec.topic!r}")
     if event.kind == "completion":

@@ -10,9 +10,11 @@ One call of ``run_span`` makes one span:
    per partition range), classifies every record (good events keyed by response id, dead
    letters with a reason), groups by response id together with the carried events, joins
    signals in event time against the watermark, computes rewards, and stages rows / pending /
-   late / dead letters.
-3. ``commit``: validates the rows with Great Expectations (a failing span is quarantined),
-   writes the rows as hive-partitioned Parquet and then the manifest (the commit point), then
+   late / dead letters; the workers sort, check (row-level expectations) and write the rows as
+   Parquet parts.
+3. ``commit``: merges the parts' reports and runs the span-level expectations with Great
+   Expectations on their narrow columns (a failing span is quarantined), renames the parts into
+   the span's hive-partitioned folder and then writes the manifest (the commit point), then
    publishes dead letters and late signals and commits the Kafka offsets (each marked done in
    the manifest folder, so ``recover`` can finish them after a crash). A quarantined span's
    offsets are committed too: its rows are kept, and ``ratchet spans release ID`` re-admits it.
@@ -66,7 +68,7 @@ from ingest.spans import (
     manifest_record,
     span_id_for,
 )
-from ingest.transforms import FAILPOINT_ENV, PipelineSpec, build_pipeline, failpoint
+from ingest.transforms import FAILPOINT_ENV, PARTS, PipelineSpec, build_pipeline, failpoint
 from rewards.config import RewardConfig
 from rewards.monitors import batch_monitors
 from runtime import jsonl
@@ -247,8 +249,8 @@ class SpanJob:
                 )
             for name, n in self._run_beam(spec).items():
                 self.metrics[name] = self.metrics.get(name, 0) + n
-            _release_memory()
-            if not last:
+            if not last:  # before the next chunk (the commit reads no rows)
+                _release_memory()
                 staged = _Staged(spec.staging)
                 carried = staged.pending()
                 finalized.update(staged.finalized())
@@ -317,27 +319,33 @@ class SpanJob:
             drain=self.drain,
             now_ms=self.now_ms,
             expected_signals=tuple(self.join.expected_signals),
+            row_checks={
+                "reward_bounds": self.reward_config.bounds(),
+                "max_completion_tokens": self.validation.max_completion_tokens,
+                "max_latency_ms": self.validation.max_latency_ms,
+            },
         )
 
     # commit -----------------------------------------------------------------------------------
     def commit(self) -> SpanResult:
-        """Validate part by part, write the span file, commit the manifest, publish, commit
-        offsets. No step holds the span's rows: each chunk's rows are a part, sorted and
-        validated alone; the span-level checks and the monitors read their narrow columns
-        (ingest/validate.py); the span file is a merge of the sorted parts."""
+        """Merge the parts' reports, run the span-level checks, move the parts into place,
+        commit the manifest, publish, commit offsets. The driver never reads a row: the workers
+        sorted, checked (row-level expectations) and wrote each part (``WriteParts``); here only
+        their reports and ``narrow`` columns are merged for the span-level checks and the
+        monitors (ingest/validate.py), and the parts are renamed into the span's folder."""
         staged = _Staged(self.staging)
         checker = self._validator()
         parts = []
-        for path, table in staged.sorted_parts():
-            checker.add_part(table)
-            parts.append(path)
-            del table
+        for part in staged.parts():
+            checker.add_checked(part, pq.read_table(part["narrow_path"]))
+            parts.append(part["path"])
         ok, report = checker.finish(**self._span_checks(checker.rows))
         dead, late, pending = staged.dead_letters(), staged.late(), staged.pending()
         stats = batch_monitors(
             checker.narrow_rows, dead_letters=len(dead), expected_signals=self.join.expected_signals
         )
-        rel = self.store.write_rows_merged(self.span_id, parts, quarantined=not ok)
+        files = self.store.move_parts(self.span_id, parts, quarantined=not ok)
+        rel = str(Path(files[0]).parent)
         failpoint("mid_write")
         max_t, watermark = staged.watermark(self.state.max_event_time_us)
         counts = {
@@ -354,7 +362,7 @@ class SpanJob:
             seq=self.state.seq + 1,
             source=self._source_record(),
             offsets=self.offsets,
-            files=[rel],
+            files=files,
             status="ok" if ok else "quarantined",
             counts=counts,
             max_event_time_us=max_t,
@@ -456,7 +464,9 @@ class SpanJob:
         """
         if self.store.has_mark(span_id, "published"):
             return
-        if isinstance(self.source, KafkaSource):
+        letters = {n: self.store.dead_letters(span_id, n) for n in ("dead_letters", "late")}
+        if isinstance(self.source, KafkaSource) and any(letters.values()):
+            # (nothing to send: no connection to the broker, ~1.3 s of metadata round trips)
             from ingest.kafka_io import EventProducer
             from ingest.schema import DEAD_LETTER_TOPIC, LATE_TOPIC
 
@@ -465,7 +475,7 @@ class SpanJob:
             with EventProducer(self.source.bootstrap) as producer:
                 futures = []
                 for name, topic in topics.items():
-                    for d in self.store.dead_letters(span_id, name):
+                    for d in letters[name]:
                         key = f"{d.topic}:{d.partition}:{d.offset}".encode()
                         value = fit(d).to_json()
                         if (topic, key, value) in sent:
@@ -527,6 +537,7 @@ class _Staged:
         self.dir = staging
         self.dirs = sorted(d for d in staging.glob("chunk-*") if d.is_dir()) or [staging]
         self.side: dict[str, list[str]] = {}
+        self.by_dir: dict[Path, dict[str, list[str]]] = {}
         for d in self.dirs:
             path = d / "side.tsv"
             if not path.exists():
@@ -534,27 +545,33 @@ class _Staged:
             last = d == self.dirs[-1]
             for line in jsonl.read_lines(path):
                 name, _, body = line.partition("\t")
-                if last or name not in ("pending", "watermark"):
+                if name == "part":
+                    self.by_dir.setdefault(d, {}).setdefault(name, []).append(body)
+                elif last or name not in ("pending", "watermark"):
                     self.side.setdefault(name, []).append(body)
 
     def rows(self) -> pa.Table:
-        paths = [d / "rows.parquet" for d in self.dirs if (d / "rows.parquet").exists()]
+        """Every part's rows as one table sorted by ``SORT_KEYS`` (for tests and tools)."""
+        paths = [p["path"] for p in self.parts()]
         if not paths:
             return REWARD_SCHEMA.empty_table()
         table = pa.concat_tables(pq.read_table(p, schema=REWARD_SCHEMA) for p in paths)
         return table.sort_by(SORT_KEYS)
 
-    def sorted_parts(self) -> Iterator[tuple[Path, pa.Table]]:
-        """Each chunk's rows sorted by ``SORT_KEYS``, written next to them as a part (row groups
-        of 4k rows, for ``write_merged_atomic``) and yielded with its path, one at a time."""
+    def parts(self) -> list[dict[str, Any]]:
+        """The parts the workers wrote (``WriteParts``): each one's report with ``path`` and
+        ``narrow_path`` added, in chunk order, then by name (so the same on every run)."""
+        out = []
         for d in self.dirs:
-            src = d / "rows.parquet"
-            if not src.exists():
-                continue
-            table = pq.read_table(src, schema=REWARD_SCHEMA).sort_by(SORT_KEYS)
-            path = d / "rows.sorted.parquet"
-            pq.write_table(table, path, row_group_size=4_096, compression="lz4")
-            yield path, table
+            lines = [json.loads(ln) for ln in self.side_of(d).get("part", [])]
+            for p in sorted(lines, key=lambda p: p["part"]):
+                folder = d / PARTS
+                out.append({**p, "path": folder / p["part"], "narrow_path": folder / p["narrow"]})
+        return out
+
+    def side_of(self, d: Path) -> dict[str, list[str]]:
+        """One chunk folder's side lines by kind."""
+        return self.by_dir.get(d, {})
 
     def _letters(self, name: str) -> list[DeadLetter]:
         return sorted(

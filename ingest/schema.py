@@ -13,9 +13,11 @@ rewards/), and transport details (ingest/kafka_io.py).
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
+import msgspec
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
@@ -174,6 +176,131 @@ Event = Annotated[
     Completion | EditPersistence | Followup | Feedback, Field(discriminator="kind")
 ]
 EVENT_ADAPTER: TypeAdapter[Completion | EditPersistence | Followup | Feedback] = TypeAdapter(Event)
+
+
+# --- hot-path decoding ---------------------------------------------------------------------------
+# The same contract as msgspec Structs: compiled decoding and validation of well-formed events.
+# A record these refuse goes through the pydantic models above, which name the field and value;
+# ``fast_event`` only ever accepts what pydantic accepts, with the same values
+# (tests/unit/ingest/test_ingest_event_structs.py runs both over good and bad events).
+_Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+
+
+class _FastSampling(msgspec.Struct, forbid_unknown_fields=True):
+    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)]
+    top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
+    max_tokens: Annotated[int, msgspec.Meta(ge=1, le=4096)]
+    seed: int | None = None
+
+
+class _FastUsage(msgspec.Struct, forbid_unknown_fields=True):
+    input_tokens: Annotated[int, msgspec.Meta(ge=0)]
+    output_tokens: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _FastCompletion(
+    msgspec.Struct, forbid_unknown_fields=True, tag_field="kind", tag="completion"
+):
+    kind: ClassVar[str] = "completion"
+    event_id: _Id
+    response_id: _Id
+    event_time: datetime
+    conversation_id: _Id
+    user_hash: _Id
+    model_name: Annotated[str, msgspec.Meta(min_length=1)]
+    model_version: Annotated[int, msgspec.Meta(ge=1)]
+    task_kind: str
+    prompt: str
+    response_text: str
+    response_token_ids: list[int]
+    response_logprobs: list[float]
+    sampling: _FastSampling
+    routed_experts: list[list[list[int]]]
+    time_to_first_token_ms: Annotated[float, msgspec.Meta(ge=0.0)]
+    latency_ms: Annotated[float, msgspec.Meta(ge=0.0)]
+    finish_reason: Literal["stop", "length", "error"]
+    usage: _FastUsage
+    schema_version: Literal[1, 2] = SCHEMA_VERSION
+    client_id: Annotated[str, msgspec.Meta(max_length=128)] | None = None
+    prompt_token_ids: list[int] = msgspec.field(default_factory=list)
+    prompt_routed_experts: list[list[list[int]]] = msgspec.field(default_factory=list)
+    routed_experts_source: Literal["engine", "teacher_forced", "none"] = "engine"
+
+    def well_formed(self) -> bool:
+        """``Completion._check_lengths`` holds (else pydantic names what does not)."""
+        n = len(self.response_token_ids)
+        lps = self.response_logprobs
+        return (
+            len(lps) == n
+            and (not self.routed_experts or len(self.routed_experts) == n)
+            and (
+                not self.prompt_routed_experts
+                or len(self.prompt_routed_experts) == len(self.prompt_token_ids)
+            )
+            and (not lps or max(lps) <= 0.0)
+        )
+
+
+class _FastEditPersistence(
+    msgspec.Struct, forbid_unknown_fields=True, tag_field="kind", tag="edit_persistence"
+):
+    kind: ClassVar[str] = "edit_persistence"
+    event_id: _Id
+    response_id: _Id
+    event_time: datetime
+    window_s: Literal[30, 120, 300, 600]
+    score: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+    schema_version: Literal[1, 2] = SCHEMA_VERSION
+
+    def well_formed(self) -> bool:
+        return True
+
+
+class _FastFollowup(msgspec.Struct, forbid_unknown_fields=True, tag_field="kind", tag="followup"):
+    kind: ClassVar[str] = "followup"
+    event_id: _Id
+    response_id: _Id
+    event_time: datetime
+    text: Annotated[str, msgspec.Meta(max_length=4096)]
+    dissatisfied: bool | None = None
+    schema_version: Literal[1, 2] = SCHEMA_VERSION
+
+    def well_formed(self) -> bool:
+        return True
+
+
+class _FastFeedback(msgspec.Struct, forbid_unknown_fields=True, tag_field="kind", tag="feedback"):
+    kind: ClassVar[str] = "feedback"
+    event_id: _Id
+    response_id: _Id
+    event_time: datetime
+    label: Literal["accept", "reject"]
+    rating: Annotated[int, msgspec.Meta(ge=1, le=5)] | None = None
+    comment: Annotated[str, msgspec.Meta(max_length=2000)] | None = None
+    schema_version: Literal[1, 2] = SCHEMA_VERSION
+
+    def well_formed(self) -> bool:
+        return True
+
+
+FastEvent = _FastCompletion | _FastEditPersistence | _FastFollowup | _FastFeedback
+_FAST_DECODER = msgspec.json.Decoder(FastEvent)
+_SUB_MICROSECOND = re.compile(rb":[0-9][0-9]\.[0-9]{7}")
+"""A time with more than 6 fractional digits: msgspec rounds it to the microsecond, pydantic
+truncates; such a record is left to pydantic."""
+
+
+def fast_event(raw: bytes) -> FastEvent | None:
+    """The event in ``raw`` decoded and validated by msgspec, or ``None`` when msgspec refuses
+    it or a cross-field rule fails (then ``EVENT_ADAPTER`` decides, and names why). An accepted
+    event has the attributes of its pydantic model, with the same values."""
+    if _SUB_MICROSECOND.search(raw):
+        return None
+    try:
+        event = _FAST_DECODER.decode(raw)
+    except (msgspec.MsgspecError, UnicodeDecodeError):  # invalid UTF-8 raises the latter
+        return None
+    return event if event.well_formed() else None
 
 
 def parse_event(raw: bytes) -> Completion | EditPersistence | Followup | Feedback:

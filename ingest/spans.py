@@ -2,12 +2,16 @@
 
 Layout under ``output_root``::
 
-    spans/date=YYYY-MM-DD/hour=HH/<span_id>.parquet       validated reward rows (hive layout)
-    quarantine/date=YYYY-MM-DD/hour=HH/<span_id>.parquet  rows of spans that failed validation
+    spans/date=YYYY-MM-DD/hour=HH/<span_id>/part-NNNN.parquet       validated reward rows
+    quarantine/date=YYYY-MM-DD/hour=HH/<span_id>/part-NNNN.parquet  rows of spans that failed
 
-Each span is ONE Parquet file, partitioned by the UTC date and hour at which it was ingested
-(ingestion-time partitioning: a span never straddles partitions, so one file is the unit the
-trainer reads and ``pq.read_table(span_file)`` gives exactly ``REWARD_SCHEMA``).
+A span is ONE folder of Parquet parts, partitioned by the UTC date and hour at which it was
+ingested (ingestion-time partitioning: a span never straddles partitions). Each part was sorted
+by ``SORT_KEYS``, checked and written by the worker that computed its rows; the manifest lists
+the parts (``files``), and ``pq.read_table(span_folder)`` gives exactly ``REWARD_SCHEMA`` (the
+rows of all parts; each part is sorted, the folder as a whole is not). Spans written before
+the commit in parts are one file, ``<span_id>.parquet``, and are read the same way
+(``span_location``, ``read_spans``).
 ``pyarrow.dataset.dataset(root / "spans", partitioning="hive")`` reads them all, with ``date``
 and ``hour`` as columns.
     _manifests/<span_id>/manifest.json                    the commit record of a span
@@ -16,11 +20,13 @@ and ``hour`` as columns.
     _staging/<span_id>/                                   the Beam pipeline's scratch output
 
 A span exists once its manifest directory has been renamed into ``_manifests`` (one atomic
-rename, after its Parquet files were written, each via temp + fsync + rename). The manifest holds
+rename, after its Parquet parts were written, each via temp + fsync + rename, and renamed into
+the span's folder). The manifest holds
 the offset range per topic partition, schema version, row counts, state for the next span and
 validation results. Offsets are committed to Kafka only after that; ``recover`` finishes the
-after-commit steps of a span whose process died, and deletes Parquet files of spans that never
-got a manifest. Readers use ``span_files`` / ``read_spans``, which list manifested files only.
+after-commit steps of a span whose process died, and deletes Parquet files (and folders of
+parts) of spans that never got a manifest. Readers use ``span_files`` / ``read_spans``, which
+list manifested files only.
 A quarantined span keeps all its rows (its offsets are committed like any other span's), and
 ``release`` re-admits it after review (``ratchet spans release ID``).
 
@@ -148,6 +154,12 @@ def _rows_upto(t: pa.Table, key: tuple[Any, str]) -> int:
     return int(pc.sum(pc.cast(pc.or_(before, tie), pa.int64())).as_py() or 0)
 
 
+def _remove_if_empty(folder: Path) -> None:
+    """Remove a span's folder of parts once it holds nothing (never a partition folder)."""
+    if folder.name.startswith("span-") and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+
+
 def span_id_for(seq: int) -> str:
     return f"span-{seq:06d}"
 
@@ -237,6 +249,32 @@ class SpanStore:
         write_merged_atomic(parts, self.root / rel)
         return rel
 
+    def move_parts(
+        self, span_id: str, parts: list[Path], quarantined: bool, at: datetime | None = None
+    ) -> list[str]:
+        """Rename the span's sorted parts (written and fsynced by the workers) into the span's
+        folder, ``<base>/date=…/hour=…/<span_id>/part-NNNN.parquet``, in the given order; a span
+        without rows gets one empty part, so its folder always reads as ``REWARD_SCHEMA``.
+        Returns the paths relative to the root. Nothing is visible before the manifest names
+        them: ``remove_orphans`` deletes a folder of a span that has none."""
+        at = at or datetime.now(UTC)
+        base = QUARANTINE if quarantined else SPANS
+        rel = f"{base}/date={at:%Y-%m-%d}/hour={at:%H}/{span_id}"
+        folder = self.root / rel
+        if folder.exists():  # a crashed earlier attempt of this span
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        out = []
+        if not parts:
+            write_parquet_atomic(REWARD_SCHEMA.empty_table(), folder / "part-0000.parquet")
+            out.append(f"{rel}/part-0000.parquet")
+        for i, src in enumerate(parts):
+            os.replace(src, folder / f"part-{i:04d}.parquet")
+            out.append(f"{rel}/part-{i:04d}.parquet")
+        fsync_dir(folder)
+        fsync_dir(folder.parent)
+        return out
+
     def commit_manifest(
         self,
         manifest: dict[str, Any],
@@ -317,12 +355,16 @@ class SpanStore:
         known = {d.name for d in self.manifest_dirs()}
         removed = []
         for base in (SPANS, QUARANTINE):
-            for path in (
-                (self.root / base).rglob("*.parquet") if (self.root / base).exists() else []
-            ):
-                if path.name.startswith(".tmp-") or path.stem not in known:
+            top = self.root / base
+            paths = list(top.rglob("*.parquet")) if top.exists() else []
+            for path in paths:
+                # a span is one file (span-N.parquet) or a folder of parts (span-N/part-M.parquet)
+                span = path.parent.name if path.parent.name.startswith("span-") else path.stem
+                if path.name.startswith(".tmp-") or span not in known:
                     path.unlink()
                     removed.append(str(path.relative_to(self.root)))
+            for folder in {p.parent for p in paths}:
+                _remove_if_empty(folder)
         shutil.rmtree(self.root / STAGING, ignore_errors=True)
         return removed
 
@@ -350,6 +392,7 @@ class SpanStore:
         for rel in m["files"]:
             if rel not in moved:
                 (self.root / rel).unlink(missing_ok=True)
+                _remove_if_empty((self.root / rel).parent)
         return new
 
     def span_files(self, status: str = "ok") -> list[Path]:
@@ -359,6 +402,14 @@ class SpanStore:
             if m["status"] == status:
                 out += [self.root / f for f in m["files"]]
         return out
+
+
+def span_location(files: list[Path]) -> Path:
+    """Where a span's rows are, from its manifest's files: its one file (spans written before
+    the commit in parts), or the folder of its parts (``pq.read_table`` reads either)."""
+    if len(files) == 1 and not files[0].parent.name.startswith("span-"):
+        return files[0]
+    return files[0].parent
 
 
 def read_spans(output_root: Path, status: str = "ok") -> pa.Table:

@@ -328,6 +328,57 @@ class JoinSignals(beam.DoFn):
         side["dead"].extend(d.to_json() for d in out.dead)
 
 
+PARTS = "parts"
+"""Folder of a chunk's staging where ``WriteParts`` puts its parts."""
+PART_ROWS = 131_072
+"""Most rows of one part (``WriteParts``): bounds what a worker holds to sort and check."""
+
+
+class WriteParts(beam.DoFn):
+    """Reward-row tables -> sorted, checked Parquet parts, written by the worker that made them.
+
+    A bundle's rows (up to ``PART_ROWS`` at a time) are sorted by ``SORT_KEYS``, checked with
+    the row-level expectations (``ingest.validate.check_part``), and written as one part
+    (temp file, fsync, rename) with its ``narrow`` rows next to it (``part-ID.narrow.parquet``).
+    Output: one JSON line per part, ``{"part", "narrow", "rows", "evaluated", "failed"}``; the
+    commit takes exactly the parts these lines name (a retried bundle's files are not named).
+    """
+
+    def __init__(self, folder: Path, row_checks: dict[str, Any]) -> None:
+        self.folder = folder
+        self.row_checks = row_checks
+
+    def start_bundle(self) -> None:
+        self.tables: list[pa.Table] = []
+        self.held = 0
+
+    def process(self, table: pa.Table) -> Iterator[list[str]]:
+        self.tables.append(table)
+        self.held += table.num_rows
+        if self.held >= PART_ROWS:
+            yield self._flush()
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        if self.held:
+            yield WindowedValue(self._flush(), MIN_TIMESTAMP, [GlobalWindow()])
+
+    def _flush(self) -> list[str]:
+        import uuid
+
+        from ingest.spans import SORT_KEYS, write_parquet_atomic
+        from ingest.validate import check_part, narrow
+
+        table = pa.concat_tables(self.tables).sort_by(SORT_KEYS)
+        self.tables, self.held = [], 0
+        name = f"part-{uuid.uuid4().hex}"
+        checked = check_part(table, **self.row_checks)
+        write_parquet_atomic(table, self.folder / f"{name}.parquet")
+        write_parquet_atomic(narrow(table), self.folder / f"{name}.narrow.parquet")
+        line = {"part": f"{name}.parquet", "narrow": f"{name}.narrow.parquet",
+                "rows": table.num_rows, **checked}
+        return [json.dumps(line, default=str)]
+
+
 def _item_json(item: EventItem) -> dict[str, Any]:
     d = item._asdict()
     d["value"] = item.value.decode("utf-8")
@@ -367,6 +418,9 @@ class PipelineSpec:
     (they hold the watermark back: ``_WatermarkFn``)."""
     partition_max: dict[str, int] = field(default_factory=dict)
     """Largest event time per ``topic:partition`` read by the span's earlier chunks."""
+    row_checks: dict[str, Any] = field(default_factory=dict)
+    """Limits of the row-level expectations (``ingest.validate.check_part``), checked by the
+    workers that write the parts."""
 
 
 def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
@@ -419,12 +473,8 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
             watermark=beam.pvalue.AsSingleton(watermark),
         ).with_outputs("pending", "late", "dead", "finalized", main="rows")
     )
-    _ = joined.rows | "WriteRows" >> beam.io.WriteToParquetBatched(
-        str(spec.staging / "rows"),
-        schema=REWARD_SCHEMA,
-        num_shards=1,
-        shard_name_template="",
-        file_name_suffix=".parquet",
+    parts = joined.rows | "WriteParts" >> beam.ParDo(
+        WriteParts(spec.staging / PARTS, spec.row_checks)
     )
     side = [
         pcoll | f"Tag_{label}" >> beam.Map(_tag_lines, name)
@@ -435,6 +485,7 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
             ("late", "late", joined.late),
             ("finalized", "finalized", joined.finalized),
             ("watermark", "watermark", watermark | "WatermarkJson" >> beam.Map(_json_line)),
+            ("parts", "part", parts),
         )
     ]
     _ = (

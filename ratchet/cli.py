@@ -246,7 +246,7 @@ def _ui(workdir: Path) -> int:
 
 
 def _spans(args: argparse.Namespace) -> int:
-    from ingest.spans import SpanStore
+    from ingest.spans import SpanStore, span_location
 
     store = SpanStore(args.workdir / "spans")
     if args.spans_command == "show":
@@ -267,7 +267,8 @@ def _spans(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"ratchet: error: cannot release {args.span_id}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"{m['span_id']}: released, {m['rows']} rows now in {m['files'][0]}")
+    where = span_location([Path(f) for f in m["files"]])
+    print(f"{m['span_id']}: released, {m['rows']} rows now in {where}")
     return 0
 
 

@@ -432,7 +432,9 @@ class Cycle:
         return order_by_content(rows)
 
     def _span_paths(self, span_id: str) -> tuple[Path, Path]:
-        [path] = self.store.span_files([span_id])
+        from ingest.spans import span_location
+
+        path = span_location(self.store.span_files([span_id]))
         return path, self.store.spans.manifests / span_id
 
     def _gate(self, state: CycleState, result: CycleResult) -> None:
