@@ -58,7 +58,8 @@ def main() -> None:
     args = p.parse_args()
     import torch
 
-    from policy.config import HFPolicyConfig, load_policy
+    from policy.config import HFPolicyConfig
+    from policy.loader import load_policy
     from tasks.pyfuncs import HELD_OUT, TEMPLATES, grade, instances
 
     torch.set_num_threads(args.threads)

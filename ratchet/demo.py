@@ -247,7 +247,7 @@ def champion_gain(tracking_uri: str, model_name: str, first: int, final: int, wo
 
     from gating.gates import paired_bootstrap
     from gating.stats import cluster_ids
-    from policy.config import load_policy
+    from policy.loader import load_policy
     from runtime import registry
     from tasks.toy import fresh_tasks
     from trainer.evaluate import evaluate
