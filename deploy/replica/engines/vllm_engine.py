@@ -294,6 +294,15 @@ class VllmEngine:
             return "\n".join(content for _, content in messages)
         return routes.chat_prompt(messages)
 
+    def tool_format(self) -> None:
+        """Tools are not rendered for the external engine yet (its tool parsers are not wired to
+        the behaviour log): a tool request is refused."""
+        return None
+
+    def tool_prompt(self, messages: list[dict], tools: list[dict] | None) -> str:
+        raise EngineInputError("tool calls are not served through the vLLM engine", "tools",
+                               "unsupported_parameter")
+
     async def generate(
         self, requests: Sequence[SamplingRequest], on_delta: DeltaCallback | None = None
     ) -> list[EngineResult]:
