@@ -298,7 +298,8 @@ class GateRunner:
                 expected=self.champion_version,
             )
         log.info("gate %s: candidate v%s vs champion %s", PASS if verdict.passed else FAIL,
-                 verdict.candidate_version, verdict.champion_version)
+                 verdict.candidate_version, verdict.champion_version,
+                 extra={"terminal": False})  # the cycle's summary repeats the verdict
         log.debug("gate %s", format_table(verdict))
         return verdict
 

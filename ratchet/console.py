@@ -4,7 +4,9 @@ log file in the workdir.
 Library chatter — Beam's type-hint notices, MLflow's run links and warnings, kafka-python's
 connection errors at shutdown, Ray and DeepSpeed start-up lines — goes to the log file only.
 The terminal gets INFO from ratchet's packages, and WARNING or worse from anything that is not
-on the chatter list. Python ``warnings`` are captured into the log file.
+on the chatter list. Python ``warnings`` are captured into the log file. A record logged with
+``extra={"terminal": False}`` (a detail a summary line repeats: a stage's seconds, the gate's
+verdict before the cycle's row) goes to the log file only.
 
 Deliberately left out: progress bars (runtime/progress.py draws them on stderr).
 """
@@ -37,6 +39,8 @@ class TerminalFilter(logging.Filter):
         self.verbose = verbose
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "terminal", True) is False:
+            return self.verbose
         name = record.name
         if _under(name, CHATTER) or "apache_beam" in record.pathname:  # Beam logs via root too
             return self.verbose

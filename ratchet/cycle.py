@@ -210,7 +210,8 @@ class Cycle:
             return fn()
         finally:
             result.seconds[stage] = round(time.perf_counter() - start, 2)
-            log.info("stage %s took %.1f s", stage, result.seconds[stage])
+            log.info("stage %s took %.1f s", stage, result.seconds[stage],
+                     extra={"terminal": False})  # the cycle's summary line gives them all
 
     def _guard(self) -> None:
         """Raise ``LeaseLost`` unless this cycle still holds the model's lease with its fencing

@@ -2,10 +2,12 @@
 
 ``with Progress("warm start", total=300) as p: ... p.update()`` draws a ``tqdm`` bar on stderr
 when stderr is a terminal. Without a terminal (CI, a log file, ``make demo | tee``) it logs a
-line at each quarter of the work once the step has run 10 s, or after 20 s without one, with
-the rate and the time left, and one when done. A heartbeat thread keeps that promise even while
-one unit of work runs for minutes (a training step on a loaded machine): it logs the status, or
-redraws the bar with its elapsed time, whenever 20 s passed without a line.
+line at each quarter of the work once the step has run 10 s (but not within 10 s of its previous
+line), or after 20 s without one, with the rate and the time left, and one when done (a step
+that showed no line before puts its done line in the log file only: the caller's summary gives
+its time). A heartbeat thread keeps that promise even while one unit of work runs for minutes (a
+training step on a loaded machine): it logs the status, or redraws the bar with its elapsed
+time, whenever 20 s passed without a line.
 
 Deliberately left out: nesting and multi-process bars.
 """
@@ -26,7 +28,7 @@ STEP = 0.25
 
 SHORT_S = 10.0
 """A step is only reported by its quarters once it has run this long (a step of seconds prints
-just its "done" line)."""
+just its "done" line), and a quarter only this long after the step's previous line."""
 
 QUIET_S = 20.0
 """...or when this many seconds passed since the last line (also while no update comes)."""
@@ -41,6 +43,8 @@ class Progress:
         self._t0 = time.monotonic()
         self._next_line = STEP
         self._last_line = self._t0
+        self._reported = False
+        """Whether a line (or the bar) has shown this step's progress on the terminal."""
         use_bar = sys.stderr.isatty() if bar is None else bar
         self._bar = None
         if use_bar and self.total:
@@ -64,21 +68,23 @@ class Progress:
                     self._bar.refresh()  # the bar's elapsed time moves
                 else:
                     log.info("%s: %s (still working)", self.desc, self.status())
+                self._reported = True
 
     def update(self, n: int = 1) -> None:
         with self._lock:
             self.done += n
             if self._bar is not None:
                 self._bar.update(n)
-                self._last_line = time.monotonic()
+                self._last_line, self._reported = time.monotonic(), True
                 return
             if not self.total or self.done >= self.total:
                 return
             now = time.monotonic()
-            quarter = self.done / self.total >= self._next_line and now - self._t0 >= SHORT_S
+            quarter = (self.done / self.total >= self._next_line and now - self._t0 >= SHORT_S
+                       and now - self._last_line >= SHORT_S)
             if quarter or now - self._last_line >= QUIET_S:
                 log.info("%s: %s", self.desc, self.status())
-                self._last_line = now
+                self._last_line, self._reported = now, True
                 while self._next_line <= self.done / self.total:
                     self._next_line += STEP
 
@@ -102,6 +108,6 @@ class Progress:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
-        if exc_type is None:
+        if exc_type is None:  # a step of seconds: its done line is for the log file only
             log.info("%s: done, %d %s in %.1f s", self.desc, self.done, self.unit,
-                     time.monotonic() - self._t0)
+                     time.monotonic() - self._t0, extra={"terminal": self._reported})

@@ -164,14 +164,34 @@ def test_progress_without_a_terminal_logs_lines_with_time_left(caplog, monkeypat
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         with Progress("warm start", total=20, unit="step", bar=False) as p:
             for i in range(20):
-                now[0] = 11.0 + 0.5 * i  # a step that has run longer than SHORT_S
+                now[0] = 11.0 + 2.5 * i  # quarters 12.5 s apart, past SHORT_S
                 p.update()
     lines = [r.getMessage() for r in caplog.records]
     assert [line.split(",")[0] for line in lines[:3]] == [
         "warm start: 5/20 step", "warm start: 10/20 step", "warm start: 15/20 step"]
     assert all("left" in line for line in lines[:3])
     assert lines[-1].startswith("warm start: done, 20 step in")
+    assert caplog.records[-1].terminal is True  # closes the lines the terminal showed
     assert len(lines) == 4
+
+
+def test_quarters_close_behind_the_previous_line_are_skipped(caplog, monkeypatch):
+    """A quarter reached within SHORT_S of the last line (a heartbeat, or the previous quarter)
+    adds no line: at most one every 10 s, at least one every 20 s."""
+    import runtime.progress
+    from runtime.progress import Progress
+
+    now = [0.0]
+    monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+        p = Progress("training", total=40, unit="step", bar=False)
+        for now[0], steps in ((21.0, 5), (25.0, 5), (40.0, 10), (44.0, 5), (70.0, 5)):
+            p.update(steps)
+        p.close()
+    lines = [r.getMessage().split(",")[0] for r in caplog.records]
+    # 21 s: 5/40 (20 s quiet); 25 s: the first quarter 4 s later, skipped; 40 s: 20/40 (a
+    # quarter 19 s later); 44 s: 25/40, skipped; 70 s: 30/40 (a quarter and 26 s quiet)
+    assert lines == ["training: 5/40 step", "training: 20/40 step", "training: 30/40 step"]
 
 
 def test_a_step_of_seconds_prints_only_its_done_line(caplog):
@@ -183,6 +203,7 @@ def test_a_step_of_seconds_prints_only_its_done_line(caplog):
                 p.update()
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and lines[0].startswith("gate suite: done, 400 task in")
+    assert caplog.records[0].terminal is False  # the log file's, not the terminal's
 
 
 def test_progress_without_a_terminal_is_never_silent_for_20_s(caplog, monkeypatch):
@@ -262,6 +283,39 @@ def test_demo_table_names_the_versions_it_compared():
     assert " 300/600 " in lines[1]  # the span's rows / all trained on, carried rows included
     assert "detect" in lines[0] and " 0.88 " in lines[1]  # detector vs simulator agreement
     assert max(len(line) for line in lines) <= 120
+
+
+def test_demo_cycle_report_is_one_line_and_a_row_with_the_header_once():
+    from ratchet.demo import cycle_report
+
+    seconds = {"traffic": 5.1, "ingest": 11.6, "train": 53.6, "gate": 42.6, "deploy": 0.3}
+    first = cycle_report(_row(1, 1, 2, True), 0, 5, seconds).splitlines()
+    later = cycle_report(_row(2, 2, 3, False), 1, 5, seconds).splitlines()
+    assert first[0] == ("cycle 1 (1 of 5): promoted; traffic 5 s, ingest 12 s, train 54 s, "
+                        "gate 43 s, deploy 0 s")
+    assert len(first) == 3 and "gated" in first[1] and "v2/v1" in first[2]
+    assert len(later) == 2 and later[0].startswith("cycle 2 (2 of 5): rejected;")
+    assert "v3/v2" in later[1] and "gated" not in later[1]
+
+
+def test_details_a_summary_repeats_go_to_the_log_file_only(tmp_path, capsys):
+    from ratchet import console
+
+    console.setup(tmp_path / "r.log")
+    try:
+        log = logging.getLogger("ratchet.cycle")
+        log.info("stage gate took 4.0 s", extra={"terminal": False})
+        log.info("cycle 1 (1 of 1): rejected")
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+    finally:
+        for handler in list(logging.getLogger().handlers):
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+    err = capsys.readouterr().err
+    assert "cycle 1 (1 of 1): rejected" in err and "stage gate took" not in err
+    written = (tmp_path / "r.log").read_text()
+    assert "stage gate took 4.0 s" in written and "cycle 1 (1 of 1)" in written
 
 
 def test_demo_plot_shows_intervals_and_one_scale_for_the_rates():
