@@ -18,6 +18,8 @@ import os
 import sys
 from pathlib import Path
 
+from runtime.progress import note_terminal_line
+
 OWN = ("ratchet", "ingest", "rewards", "trainer", "gating", "deploy", "policy", "tasks", "runtime")
 """Loggers whose INFO lines are ratchet's own narrative."""
 
@@ -49,6 +51,15 @@ class TerminalFilter(logging.Filter):
         return record.levelno >= logging.WARNING
 
 
+class _Terminal(logging.StreamHandler):
+    """The terminal's handler: tells runtime/progress.py when it showed a line, so heartbeats
+    fill only real silences."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        note_terminal_line()
+
+
 def _under(name: str, roots: tuple[str, ...]) -> bool:
     return any(name == r or name.startswith(r + ".") for r in roots)
 
@@ -63,7 +74,7 @@ def setup(log_file: Path | None, *, verbose: bool = False) -> None:
     for handler in list(root.handlers):
         root.removeHandler(handler)
     root.setLevel(logging.DEBUG)
-    terminal = logging.StreamHandler(sys.stderr)
+    terminal = _Terminal(sys.stderr)
     terminal.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
     terminal.addFilter(TerminalFilter(verbose))
     root.addHandler(terminal)

@@ -205,9 +205,12 @@ class Cycle:
         _fill(result, state)
 
     def _timed(self, result: CycleResult, stage: str, fn):
+        from runtime.progress import Heartbeat
+
         start = time.perf_counter()
         try:
-            return fn()
+            with Heartbeat(f"cycle {result.seq}: {stage}"):
+                return fn()
         finally:
             result.seconds[stage] = round(time.perf_counter() - start, 2)
             log.info("stage %s took %.1f s", stage, result.seconds[stage],

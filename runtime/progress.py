@@ -9,6 +9,10 @@ its time). A heartbeat thread keeps that promise even while one unit of work run
 training step on a loaded machine): it logs the status, or redraws the bar with its elapsed
 time, whenever 20 s passed without a line.
 
+The 20-s promise holds for the terminal as a whole: a heartbeat is due only when nothing at all
+was shown for 20 s (ratchet/console.py reports each line it shows), and :class:`Heartbeat` keeps
+it across steps that have no progress of their own.
+
 Deliberately left out: nesting and multi-process bars.
 """
 
@@ -32,6 +36,54 @@ just its "done" line), and a quarter only this long after the step's previous li
 
 QUIET_S = 20.0
 """...or when this many seconds passed since the last line (also while no update comes)."""
+
+
+_terminal = {"last": time.monotonic()}
+_terminal_lock = threading.Lock()
+
+
+def note_terminal_line() -> None:
+    """The terminal just showed a line (ratchet/console.py calls this for every line it shows)."""
+    with _terminal_lock:
+        _terminal["last"] = time.monotonic()
+
+
+def _claim_quiet(own_last: float) -> bool:
+    """True (and the terminal's clock reset) when neither the caller (its last line at
+    ``own_last``) nor anything else has shown a line for ``QUIET_S``: one heartbeat per silence,
+    however many steps are watching."""
+    with _terminal_lock:
+        now = time.monotonic()
+        if now - max(own_last, _terminal["last"]) < QUIET_S:
+            return False
+        _terminal["last"] = now
+        return True
+
+
+class Heartbeat:
+    """``with Heartbeat("cycle 3: ingest"):`` logs "cycle 3: ingest running, 40 s" whenever the
+    terminal showed no line for ``QUIET_S`` while the block runs: a step without its own
+    :class:`Progress` (or a chain of short ones) is never silent for longer."""
+
+    def __init__(self, desc: str) -> None:
+        self.desc = desc
+        self._t0 = self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{desc}", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(1.0):
+            if _claim_quiet(self._last):
+                self._last = time.monotonic()
+                log.info("%s running, %.0f s", self.desc, self._last - self._t0)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
 
 
 class Progress:
@@ -61,7 +113,7 @@ class Progress:
     def _beat(self) -> None:
         while not self._stop.wait(1.0):
             with self._lock:
-                if time.monotonic() - self._last_line < QUIET_S or self.done >= self.total > 0:
+                if self.done >= self.total > 0 or not _claim_quiet(self._last_line):
                     continue
                 self._last_line = time.monotonic()
                 if self._bar is not None:
@@ -82,7 +134,7 @@ class Progress:
             now = time.monotonic()
             quarter = (self.done / self.total >= self._next_line and now - self._t0 >= SHORT_S
                        and now - self._last_line >= SHORT_S)
-            if quarter or now - self._last_line >= QUIET_S:
+            if quarter or _claim_quiet(self._last_line):
                 log.info("%s: %s", self.desc, self.status())
                 self._last_line, self._reported = now, True
                 while self._next_line <= self.done / self.total:

@@ -161,6 +161,7 @@ def test_progress_without_a_terminal_logs_lines_with_time_left(caplog, monkeypat
 
     now = [0.0]
     monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setitem(runtime.progress._terminal, "last", -1e9)  # no line yet
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         with Progress("warm start", total=20, unit="step", bar=False) as p:
             for i in range(20):
@@ -183,6 +184,7 @@ def test_quarters_close_behind_the_previous_line_are_skipped(caplog, monkeypatch
 
     now = [0.0]
     monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setitem(runtime.progress._terminal, "last", -1e9)  # no line yet
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         p = Progress("training", total=40, unit="step", bar=False)
         for now[0], steps in ((21.0, 5), (25.0, 5), (40.0, 10), (44.0, 5), (70.0, 5)):
@@ -213,6 +215,7 @@ def test_progress_without_a_terminal_is_never_silent_for_20_s(caplog, monkeypatc
 
     now = [0.0]
     monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setitem(runtime.progress._terminal, "last", -1e9)  # no line yet
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         p = Progress("warm start", total=1000, unit="step", bar=False)
         for now[0] in (10.0, 21.0, 22.0, 50.0):  # 4 steps, far from a quarter
@@ -285,6 +288,47 @@ def test_demo_table_names_the_versions_it_compared():
     assert max(len(line) for line in lines) <= 120
 
 
+def test_one_heartbeat_per_silence_whoever_watches(monkeypatch):
+    import runtime.progress
+    from runtime.progress import _claim_quiet, note_terminal_line
+
+    now = [100.0]
+    monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setitem(runtime.progress._terminal, "last", -1e9)  # no line yet
+    note_terminal_line()
+    now[0] = 110.0
+    assert not _claim_quiet(own_last=90.0)  # the terminal showed a line 10 s ago
+    now[0] = 121.0
+    assert _claim_quiet(own_last=90.0)
+    assert not _claim_quiet(own_last=90.0)  # a second watcher of the same silence stays quiet
+    now[0] = 141.0
+    assert not _claim_quiet(own_last=130.0)  # its own line 11 s ago
+
+
+def test_a_stage_without_progress_is_never_silent_for_20_s(caplog, monkeypatch):
+    import time as real_time
+
+    import runtime.progress
+    from runtime.progress import Heartbeat, note_terminal_line
+
+    sleep = real_time.sleep
+    now = [100.0]
+    monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setitem(runtime.progress._terminal, "last", -1e9)  # no line yet
+    note_terminal_line()
+    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+        with Heartbeat("cycle 3: ingest"):
+            now[0] = 115.0
+            sleep(1.5)  # the thread looks once a second
+            now[0] = 121.0
+            sleep(1.5)
+            now[0] = 130.0
+            note_terminal_line()  # another step showed a line
+            now[0] = 145.0
+            sleep(1.5)
+    assert [r.getMessage() for r in caplog.records] == ["cycle 3: ingest running, 21 s"]
+
+
 def test_demo_cycle_report_is_one_line_and_a_row_with_the_header_once():
     from ratchet.demo import cycle_report
 
@@ -314,6 +358,9 @@ def test_details_a_summary_repeats_go_to_the_log_file_only(tmp_path, capsys):
             handler.close()
     err = capsys.readouterr().err
     assert "cycle 1 (1 of 1): rejected" in err and "stage gate took" not in err
+    import runtime.progress
+
+    assert runtime.progress.time.monotonic() - runtime.progress._terminal["last"] < 5  # noted
     written = (tmp_path / "r.log").read_text()
     assert "stage gate took 4.0 s" in written and "cycle 1 (1 of 1)" in written
 
