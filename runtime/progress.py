@@ -67,7 +67,8 @@ class Heartbeat:
 
     def __init__(self, desc: str) -> None:
         self.desc = desc
-        self._t0 = self._last = time.monotonic()
+        self._t0 = time.monotonic()
+        self._last = float("-inf")  # quiet since the terminal's last line, not since the start
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{desc}", daemon=True)
 
@@ -113,7 +114,7 @@ class Progress:
     def _beat(self) -> None:
         while not self._stop.wait(1.0):
             with self._lock:
-                if self.done >= self.total > 0 or not _claim_quiet(self._last_line):
+                if self.done >= self.total > 0 or not _claim_quiet(self._own_last()):
                     continue
                 self._last_line = time.monotonic()
                 if self._bar is not None:
@@ -134,11 +135,15 @@ class Progress:
             now = time.monotonic()
             quarter = (self.done / self.total >= self._next_line and now - self._t0 >= SHORT_S
                        and now - self._last_line >= SHORT_S)
-            if quarter or _claim_quiet(self._last_line):
+            if quarter or _claim_quiet(self._own_last()):
                 log.info("%s: %s", self.desc, self.status())
                 self._last_line, self._reported = now, True
                 while self._next_line <= self.done / self.total:
                     self._next_line += STEP
+
+    def _own_last(self) -> float:
+        """This step's last line; before its first, the terminal's last line is what counts."""
+        return self._last_line if self._reported else float("-inf")
 
     def status(self) -> str:
         """'120/300 it, 4.1 it/s, ~44 s left'."""

@@ -161,7 +161,7 @@ def test_progress_without_a_terminal_logs_lines_with_time_left(caplog, monkeypat
 
     now = [0.0]
     monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
-    monkeypatch.setitem(runtime.progress._terminal, "last", -1e9)  # no line yet
+    monkeypatch.setitem(runtime.progress._terminal, "last", 0.0)  # a line as the step starts
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         with Progress("warm start", total=20, unit="step", bar=False) as p:
             for i in range(20):
@@ -184,7 +184,7 @@ def test_quarters_close_behind_the_previous_line_are_skipped(caplog, monkeypatch
 
     now = [0.0]
     monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
-    monkeypatch.setitem(runtime.progress._terminal, "last", -1e9)  # no line yet
+    monkeypatch.setitem(runtime.progress._terminal, "last", 0.0)  # a line as the step starts
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         p = Progress("training", total=40, unit="step", bar=False)
         for now[0], steps in ((21.0, 5), (25.0, 5), (40.0, 10), (44.0, 5), (70.0, 5)):
@@ -215,7 +215,7 @@ def test_progress_without_a_terminal_is_never_silent_for_20_s(caplog, monkeypatc
 
     now = [0.0]
     monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
-    monkeypatch.setitem(runtime.progress._terminal, "last", -1e9)  # no line yet
+    monkeypatch.setitem(runtime.progress._terminal, "last", 0.0)  # a line as the step starts
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         p = Progress("warm start", total=1000, unit="step", bar=False)
         for now[0] in (10.0, 21.0, 22.0, 50.0):  # 4 steps, far from a quarter
@@ -294,7 +294,7 @@ def test_one_heartbeat_per_silence_whoever_watches(monkeypatch):
 
     now = [100.0]
     monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
-    monkeypatch.setitem(runtime.progress._terminal, "last", -1e9)  # no line yet
+    monkeypatch.setitem(runtime.progress._terminal, "last", 0.0)  # a line as the step starts
     note_terminal_line()
     now[0] = 110.0
     assert not _claim_quiet(own_last=90.0)  # the terminal showed a line 10 s ago
@@ -314,7 +314,7 @@ def test_a_stage_without_progress_is_never_silent_for_20_s(caplog, monkeypatch):
     sleep = real_time.sleep
     now = [100.0]
     monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
-    monkeypatch.setitem(runtime.progress._terminal, "last", -1e9)  # no line yet
+    monkeypatch.setitem(runtime.progress._terminal, "last", 0.0)  # a line as the step starts
     note_terminal_line()
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         with Heartbeat("cycle 3: ingest"):
@@ -327,6 +327,25 @@ def test_a_stage_without_progress_is_never_silent_for_20_s(caplog, monkeypatch):
             now[0] = 145.0
             sleep(1.5)
     assert [r.getMessage() for r in caplog.records] == ["cycle 3: ingest running, 21 s"]
+
+
+def test_a_step_started_late_in_a_silence_speaks_20_s_after_the_last_line(caplog, monkeypatch):
+    """Quiet time counts from the terminal's last line, not from the step's start: a step that
+    starts 16 s into a silence speaks 4 s later."""
+    import time as real_time
+
+    import runtime.progress
+    from runtime.progress import Heartbeat, note_terminal_line
+
+    now = [100.0]
+    monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    note_terminal_line()
+    now[0] = 116.0
+    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+        with Heartbeat("cycle 1: train"):
+            now[0] = 120.5
+            real_time.sleep(1.5)
+    assert [r.getMessage() for r in caplog.records] == ["cycle 1: train running, 4 s"]
 
 
 def test_demo_cycle_report_is_one_line_and_a_row_with_the_header_once():
