@@ -38,7 +38,9 @@ QUIET_S = 20.0
 """...or when this many seconds passed since the last line (also while no update comes)."""
 
 
-_terminal = {"last": time.monotonic()}
+_terminal = {"last": time.monotonic(), "progress": 0}
+"""When the terminal last showed a line, and how many :class:`Progress` are open (a
+:class:`Heartbeat` leaves a silence to them: their lines say more)."""
 _terminal_lock = threading.Lock()
 
 
@@ -74,7 +76,7 @@ class Heartbeat:
 
     def _beat(self) -> None:
         while not self._stop.wait(1.0):
-            if _claim_quiet(self._last):
+            if not _terminal["progress"] and _claim_quiet(self._last):
                 self._last = time.monotonic()
                 log.info("%s running, %.0f s", self.desc, self._last - self._t0)
 
@@ -109,6 +111,8 @@ class Progress:
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name=f"progress-{desc}",
                                            daemon=True)
+        with _terminal_lock:
+            _terminal["progress"] += 1
         self._heartbeat.start()
 
     def _beat(self) -> None:
@@ -154,6 +158,9 @@ class Progress:
         return f"{self.done}/{self.total} {self.unit}, {rate:.1f} {self.unit}/s, {eta}"
 
     def close(self) -> None:
+        if not self._stop.is_set():
+            with _terminal_lock:
+                _terminal["progress"] -= 1
         self._stop.set()
         if self._bar is not None:
             self._bar.close()

@@ -403,17 +403,19 @@ class RLRecipe:
         t0 = time.perf_counter()
         progress = Progress("training", total=self.config.steps, unit="step",
                             bar=False if self.rank else None)
-        for step in range(self.config.steps):
-            progress.update()
-            if len(order) < self.config.batch_size:
-                order += torch.randperm(len(self.samples), generator=self.gen).tolist()
-            idx, order = order[: self.config.batch_size], order[self.config.batch_size:]
-            idx = idx[self.rank::self.world_size]  # data parallel: each rank its share
-            metrics = self.train_step(idx, measure_mismatch=self._mismatch_due(step))
-            self.history.append(metrics)
-            if mlflow is not None:
-                mlflow.log_metrics(metrics, step=step)
-        progress.close()
+        try:
+            for step in range(self.config.steps):
+                progress.update()
+                if len(order) < self.config.batch_size:
+                    order += torch.randperm(len(self.samples), generator=self.gen).tolist()
+                idx, order = order[: self.config.batch_size], order[self.config.batch_size:]
+                idx = idx[self.rank::self.world_size]  # data parallel: each rank its share
+                metrics = self.train_step(idx, measure_mismatch=self._mismatch_due(step))
+                self.history.append(metrics)
+                if mlflow is not None:
+                    mlflow.log_metrics(metrics, step=step)
+        finally:
+            progress.close()  # its heartbeat stops with the step, even a failed one
         summary = {**self.counts, **self.history[-1], "train_seconds": time.perf_counter() - t0}
         return {k: float(v) for k, v in summary.items()}
 

@@ -329,6 +329,25 @@ def test_a_stage_without_progress_is_never_silent_for_20_s(caplog, monkeypatch):
     assert [r.getMessage() for r in caplog.records] == ["cycle 3: ingest running, 21 s"]
 
 
+def test_a_stage_heartbeat_leaves_a_silence_to_an_open_progress(caplog, monkeypatch):
+    import time as real_time
+
+    import runtime.progress
+    from runtime.progress import Heartbeat, Progress, note_terminal_line
+
+    now = [100.0]
+    monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    note_terminal_line()
+    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+        with Heartbeat("cycle 2: train"):
+            p = Progress("training", total=60, unit="step", bar=False)
+            now[0] = 121.0
+            real_time.sleep(1.5)
+            p.close()
+    assert [r.getMessage().split(",")[0] for r in caplog.records] == ["training: 0/60 step"]
+    assert runtime.progress._terminal["progress"] == 0
+
+
 def test_a_step_started_late_in_a_silence_speaks_20_s_after_the_last_line(caplog, monkeypatch):
     """Quiet time counts from the terminal's last line, not from the step's start: a step that
     starts 16 s into a silence speaks 4 s later."""
