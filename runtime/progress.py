@@ -37,6 +37,10 @@ just its "done" line), and a quarter only this long after the step's previous li
 QUIET_S = 20.0
 """...or when this many seconds passed since the last line (also while no update comes)."""
 
+RATE_AFTER_S = 2.0
+"""A step younger than this shows no rate or time left (a first batch done in milliseconds
+would claim thousands per second)."""
+
 
 _terminal = {"last": time.monotonic(), "progress": 0}
 """When the terminal last showed a line, and how many :class:`Progress` are open (a
@@ -150,8 +154,10 @@ class Progress:
         return self._last_line if self._reported else float("-inf")
 
     def status(self) -> str:
-        """'120/300 it, 4.1 it/s, ~44 s left'."""
+        """'120/300 it, 4.1 it/s, ~44 s left'; 'just started' before a rate means anything."""
         elapsed = max(time.monotonic() - self._t0, 1e-9)
+        if elapsed < RATE_AFTER_S:
+            return f"{self.done}/{self.total} {self.unit}, just started"
         rate = self.done / elapsed
         left = (self.total - self.done) / rate if rate > 0 else float("inf")
         eta = f"~{left:.0f} s left" if left != float("inf") else "time left unknown"

@@ -348,6 +348,23 @@ def test_a_stage_heartbeat_leaves_a_silence_to_an_open_progress(caplog, monkeypa
     assert runtime.progress._terminal["progress"] == 0
 
 
+def test_a_step_opened_late_in_a_silence_shows_no_rate_yet(caplog, monkeypatch):
+    import runtime.progress
+    from runtime.progress import Progress, note_terminal_line
+
+    now = [100.0]
+    monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    note_terminal_line()
+    now[0] = 125.0
+    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+        p = Progress("gate suite (400 tasks)", total=400, unit="task", bar=False)
+        now[0] = 125.001
+        p.update(64)  # the terminal has been quiet 25 s: a line, but no rate from 1 ms
+        p.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        "gate suite (400 tasks): 64/400 task, just started"]
+
+
 def test_a_step_started_late_in_a_silence_speaks_20_s_after_the_last_line(caplog, monkeypatch):
     """Quiet time counts from the terminal's last line, not from the step's start: a step that
     starts 16 s into a silence speaks 4 s later."""
