@@ -14,17 +14,17 @@ export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
 	lint lock clean gpu-kit gpu-check-smoke
 
 # The installer's output goes to .venv/bootstrap.log; the terminal gets one line (or the log's
-# tail when it fails).
+# tail when it fails, after a newline).
 $(BIN)/.bootstrapped: requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@echo "setting up $(VENV) from requirements.lock (log: $(VENV)/bootstrap.log) ..."
+	@printf "setting up $(VENV) from requirements.lock (log: $(VENV)/bootstrap.log) ... "
 	@( $(BIN)/pip install -q --disable-pip-version-check uv==0.13.9 \
 	  && ( $(BIN)/uv pip sync --python $(BIN)/python --find-links $(FIND_LINKS) requirements.lock \
 	       || $(BIN)/pip install -q -r requirements.lock ) \
 	  && ( $(BIN)/uv pip install --python $(BIN)/python --no-deps -e . \
 	       || $(BIN)/pip install -q --no-deps -e . ) ) > $(VENV)/bootstrap.log 2>&1 \
-	  || { tail -n 30 $(VENV)/bootstrap.log; exit 1; }
-	@echo "$(VENV) ready: $$($(BIN)/python -m pip list --disable-pip-version-check 2>/dev/null | tail -n +3 | wc -l) packages"
+	  || { echo; tail -n 30 $(VENV)/bootstrap.log; exit 1; }
+	@echo "ready: $$($(BIN)/python -m pip list --disable-pip-version-check 2>/dev/null | tail -n +3 | wc -l) packages"
 	@touch $@
 
 demo: $(BIN)/.bootstrapped

@@ -68,7 +68,8 @@ def main() -> None:
     sys.path.insert(0, str(args.code.resolve()))
     import torch
 
-    from policy.config import HFPolicyConfig, UpcycleSpec, load_policy
+    from policy.config import HFPolicyConfig, UpcycleSpec
+    from policy.loader import load_policy
     from tasks.humaneval import chat_prompt, load_problems, reply_complete
 
     torch.set_num_threads(args.threads)

@@ -95,7 +95,8 @@ TINY_QWEN3_MOE = dict(family="qwen3_moe", hidden=128, layers=2, heads=4, kv_head
 def _tiny_champion(work: Path):
     import pyarrow as pa
 
-    from policy.config import HFPolicyConfig, TinyHFSpec, load_policy
+    from policy.config import HFPolicyConfig, TinyHFSpec
+    from policy.loader import load_policy
     from tasks.toy import generate_tasks
     from trainer.rollout import policy_rows
 

@@ -41,7 +41,8 @@ def main() -> None:
 
     from gating.config import SuiteConfig
     from gating.suite import build_suite, run_suite, uses_chat
-    from policy.config import HFPolicyConfig, UpcycleSpec, load_policy
+    from policy.config import HFPolicyConfig, UpcycleSpec
+    from policy.loader import load_policy
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=["dense", "upcycled"], default="dense")

@@ -437,7 +437,7 @@ def kl_to_start(after: Path, start: Path, rows) -> float:
     replay on either side."""
     import torch
 
-    from policy.config import load_policy
+    from policy.loader import load_policy
     from trainer import rl
     from trainer.data import collate, rows_to_samples
 

@@ -94,7 +94,8 @@ def score_sealed(checkpoint: Path, tasks: list[dict], *, max_new_tokens: int, ba
                  ) -> list[bool]:
     """Greedy replies of ``checkpoint`` (through its chat template when the tokenizer has one, as
     a replica serves a one-message chat) graded by each task's hidden asserts."""
-    from policy.config import HFPolicyConfig, load_policy
+    from policy.config import HFPolicyConfig
+    from policy.loader import load_policy
     from tasks.humaneval import reply_complete
     from tasks.pyfuncs import grade
 
@@ -115,7 +116,7 @@ def score_humaneval(checkpoint: Path, n: int) -> float | None:
         return None
     from gating.config import SuiteConfig
     from gating.suite import build_suite, run_suite
-    from policy.config import load_policy
+    from policy.loader import load_policy
 
     policy = load_policy(checkpoint)
     config = SuiteConfig(kind="humaneval", size=n, max_new_tokens=160, batch_size=16)

@@ -62,7 +62,8 @@ def main() -> None:
     args = p.parse_args()
     import torch
 
-    from policy.config import HFPolicyConfig, load_policy
+    from policy.config import HFPolicyConfig
+    from policy.loader import load_policy
     from tasks.pyfuncs import HELD_OUT, TEMPLATES, TEMPLATES_2, grade, instances
 
     templates = TEMPLATES_2 if args.batch_of_templates == "2" else TEMPLATES[:-len(TEMPLATES_2)]

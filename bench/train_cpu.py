@@ -82,9 +82,9 @@ def rl_recipes(batch_size: int, steps: int, workdir: Path) -> dict:
     """name -> (RLRecipe set up on its own rows, batches of sample indices), toy and HF."""
     import torch
 
-    from policy.base import as_policy
     from policy.config import TinyHFSpec
     from policy.hf import HFPolicy
+    from policy.loader import as_policy
     from policy.tiny import build_model, build_tokenizer
     from policy.toy.checkpoint import save_checkpoint
     from policy.toy.model import MoEConfig, MoETransformer

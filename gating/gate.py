@@ -1,7 +1,7 @@
 """The promotion gate: benchmark a candidate against the champion and record the verdict.
 
 :func:`run_gate` downloads both checkpoints from the registry, loads each through the policy plug
-(``policy.config.load_policy``: the toy or a Hugging Face directory, whichever the checkpoint
+(``policy.loader.load_policy``: the toy or a Hugging Face directory, whichever the checkpoint
 is; a candidate that does not load fails the ``loads`` gate), runs the held-out suite on each,
 measures health (finite weights, expert-load entropy, KL to the champion), evaluates every gate
 (gating/gates.py) and records ONE MLflow run — nested under the caller's active run if there is
@@ -93,7 +93,7 @@ class GateRunner:
 
     # -- setup -----------------------------------------------------------------------------------
     def setup(self) -> None:
-        from policy.config import load_policy
+        from policy.loader import load_policy
 
         clock = _Clock()
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -298,7 +298,8 @@ class GateRunner:
                 expected=self.champion_version,
             )
         log.info("gate %s: candidate v%s vs champion %s", PASS if verdict.passed else FAIL,
-                 verdict.candidate_version, verdict.champion_version)
+                 verdict.candidate_version, verdict.champion_version,
+                 extra={"terminal": False})  # the cycle's summary repeats the verdict
         log.debug("gate %s", format_table(verdict))
         return verdict
 

@@ -87,25 +87,6 @@ def paired_bootstrap(
                              high_q=1.0 - alpha, seed=seed)
 
 
-def normalised_load_entropy(load: list[list[int]]) -> float:
-    """Lowest per-layer entropy of the expert-load distribution, divided by log(n_experts).
-
-    ``load`` is ``(layers, n_experts)`` token counts. 1.0 means every expert got the same share;
-    0.0 means one expert took every token (collapse). A layer with no tokens counts as 0.
-    """
-    worst = 1.0
-    for counts in load:
-        c = np.asarray(counts, dtype=np.float64)
-        if c.size < 2:
-            raise ValueError(f"expert load needs >= 2 experts per layer, got {c.size}")
-        total = c.sum()
-        if total <= 0:
-            return 0.0
-        p = c[c > 0] / total
-        worst = min(worst, float(-(p * np.log(p)).sum() / math.log(c.size)))
-    return worst
-
-
 def absolute_gate(name: str, value: float, threshold: float, *, at_least: bool) -> GateResult:
     passed = value >= threshold if at_least else value <= threshold
     return GateResult(

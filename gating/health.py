@@ -6,7 +6,7 @@
   greedy suite completions: a big value means the update moved the policy far from what was
   served, which the trainer's KL penalty should have prevented.
 
-Expert collapse is measured from the suite's routing (gating/gates.normalised_load_entropy).
+Expert collapse is measured from the suite's routing (gating/stats.normalised_load_entropy).
 Deliberately left out: thresholds (gating/config.py) and verdicts (gating/gates.py).
 """
 
@@ -58,7 +58,8 @@ def kl_to_champion(
     only at those positions, ``chunk`` at a time (a large vocabulary fits). Both policies must
     share a tokenizer (a candidate is trained from its champion). Bare toy models are wrapped.
     """
-    from policy.base import as_policy, output_head
+    from policy.base import output_head
+    from policy.loader import as_policy
 
     candidate, champion = as_policy(candidate), as_policy(champion)
     pad = candidate.tokenizer_info.pad_id

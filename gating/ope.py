@@ -114,7 +114,7 @@ def sequence_log_ratios(model: Policy, rows: pa.Table, *, batch_size: int = 32) 
     policy's tokenizer. ``model``: a policy (a bare toy ``MoETransformer`` is wrapped)."""
     import torch
 
-    from policy.base import as_policy
+    from policy.loader import as_policy
 
     policy = as_policy(model)
     prompts = rows["prompt"].to_pylist()

@@ -91,7 +91,7 @@ class SuiteResult(BaseModel):
 
     @property
     def load_entropy(self) -> float | None:
-        from gating.gates import normalised_load_entropy
+        from gating.stats import normalised_load_entropy
 
         return normalised_load_entropy(self.expert_load) if self.expert_load else None
 

@@ -13,6 +13,8 @@ Everything here is a pure function of numpy arrays or plain numbers:
 - :class:`AlphaSpending`: the per-decision level ``alpha_k`` that spends a lifetime budget over a
   model's gate decisions: LORD++ (online FDR; under the global null it bounds the chance of any
   false promotion by ``alpha``) or ``6 alpha / (pi^2 k^2)`` (family-wise).
+- :func:`normalised_load_entropy`: the worst layer's expert-load entropy over ``log(n_experts)``
+  (the expert-collapse figure of a suite's routing).
 
 Deliberately left out: which figures are compared (gating/gates.py) and where the spending state
 is stored (runtime/registry.py, gating/gate.py).
@@ -272,3 +274,22 @@ class AlphaSpending:
             promotions=[int(x) for x in proms.split(",") if x],
             spent=float(tags.get("ratchet.alpha.spent", "0")),
         )
+
+
+def normalised_load_entropy(load: list[list[int]]) -> float:
+    """Lowest per-layer entropy of the expert-load distribution, divided by log(n_experts).
+
+    ``load`` is ``(layers, n_experts)`` token counts. 1.0 means every expert got the same share;
+    0.0 means one expert took every token (collapse). A layer with no tokens counts as 0.
+    """
+    worst = 1.0
+    for counts in load:
+        c = np.asarray(counts, dtype=np.float64)
+        if c.size < 2:
+            raise ValueError(f"expert load needs >= 2 experts per layer, got {c.size}")
+        total = c.sum()
+        if total <= 0:
+            return 0.0
+        p = c[c > 0] / total
+        worst = min(worst, float(-(p * np.log(p)).sum() / math.log(c.size)))
+    return worst

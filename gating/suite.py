@@ -161,7 +161,7 @@ def run_suite(
     a policy (a bare toy ``MoETransformer`` is wrapped). ``chat``: prompts go in as chat turns
     (:func:`task_prompt_ids`), a reply stops once its code block is closed and the checker is
     called with ``chat=True``."""
-    from policy.base import as_policy
+    from policy.loader import as_policy
 
     start = time.perf_counter()
     policy = as_policy(model)

@@ -221,16 +221,6 @@ def teacher_forced_routes(policy: Policy, prompt_ids: list[int], response_ids: l
     return routes[:p], routes[p - 1:p - 1 + r]
 
 
-def as_policy(model_or_policy) -> Policy:
-    """``model_or_policy`` as a :class:`Policy`: a bare toy ``MoETransformer`` is wrapped in
-    ``policy.toy.adapter.ToyPolicy``; a policy is returned as it is."""
-    if hasattr(model_or_policy, "tokenizer_info"):
-        return model_or_policy
-    from policy.toy.adapter import ToyPolicy
-
-    return ToyPolicy(model_or_policy)
-
-
 def output_head(policy: Policy) -> nn.Module:
     """The module mapping final hidden states to logits (the input of ``return_hidden``)."""
     get = getattr(policy.module, "get_output_embeddings", None)
@@ -238,7 +228,7 @@ def output_head(policy: Policy) -> nn.Module:
 
 
 __all__ = ["GateNorm", "MoESpec", "Policy", "Sampled", "TokenLogprobs", "TokenizerInfo",
-           "as_policy", "chunked_logprobs", "fp32_logits", "output_head", "teacher_forced_routes"]
+           "chunked_logprobs", "fp32_logits", "output_head", "teacher_forced_routes"]
 
 
 def left_pad(rows: list[list[int]], pad_id: int,

@@ -1,11 +1,12 @@
-"""Which policy the loop runs: a tagged union on ``type`` (``toy`` | ``hf``), and the loader.
+"""Which policy the loop runs: a tagged union on ``type`` (``toy`` | ``hf``), and a checkpoint
+directory's format.
 
-``load_policy(config_or_dir)`` takes a :data:`PolicyConfig` or a checkpoint directory and returns a
-:class:`policy.base.Policy`; a directory's format is detected from its files (toy:
-``model.safetensors`` + ``config.json`` without ``model_type`` + ``metadata.json``; hf:
-``config.json`` with ``model_type``, or a ``*.gguf`` file). Importing this module imports neither
-torch nor transformers. Left out: downloading anything (no hub: ``build`` makes a tiny random model
-from a config class, ``path`` points at a local directory).
+:func:`checkpoint_format` tells a directory's format from its files (toy: ``model.safetensors`` +
+``config.json`` without ``model_type`` + ``metadata.json``; hf: ``config.json`` with
+``model_type``, or a ``*.gguf`` file). Importing this module imports neither torch nor
+transformers, and no implementation: turning a config into a policy is ``policy.loader``'s job.
+Left out: downloading anything (no hub: ``build`` makes a tiny random model from a config class,
+``path`` points at a local directory).
 """
 
 from __future__ import annotations
@@ -175,33 +176,5 @@ def checkpoint_format(directory: Path) -> Literal["toy", "hf", "gguf"]:
     raise PolicyLoadError(f"{directory}: no config.json and no *.gguf file")
 
 
-def load_policy(config_or_dir: ToyPolicyConfig | HFPolicyConfig | Path | str, *,
-                workdir: Path | None = None, dtype: str | None = None):
-    """A :class:`policy.base.Policy` from a config or a checkpoint directory.
-
-    ``workdir`` is where an HF ``build`` spec materialises its directory (default: a temporary
-    folder); the policy's ``source_dir`` attribute names the directory it was loaded from.
-    ``dtype`` overrides :attr:`HFPolicyConfig.dtype` (the trainer asks for "float32": fp32
-    master weights under bf16 autocast); the toy is always fp32.
-    """
-    over = {} if dtype is None else {"dtype": dtype}
-    if isinstance(config_or_dir, (str, Path)):
-        directory = Path(config_or_dir)
-        fmt = checkpoint_format(directory)
-        if fmt == "toy":
-            from policy.toy.adapter import ToyPolicy
-
-            return ToyPolicy.load(directory)
-        gguf = sorted(directory.glob("*.gguf"))[0].name if fmt == "gguf" else None
-        config_or_dir = HFPolicyConfig(path=directory, gguf_file=gguf, **over)
-    if isinstance(config_or_dir, ToyPolicyConfig):
-        if config_or_dir.path is None:
-            raise PolicyLoadError("toy policy: field 'path' is required to load a checkpoint")
-        return load_policy(config_or_dir.path)
-    from policy.hf import HFPolicy
-
-    return HFPolicy.from_config(config_or_dir.model_copy(update=over), workdir=workdir)
-
-
 __all__ = ["HFPolicyConfig", "PolicyConfig", "PolicyLoadError", "TinyHFSpec", "ToyPolicyConfig",
-           "UpcycleSpec", "checkpoint_format", "load_policy", "packaged_file", "resolve_dtype"]
+           "UpcycleSpec", "checkpoint_format", "packaged_file", "resolve_dtype"]

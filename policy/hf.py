@@ -35,9 +35,8 @@ from policy.base import (
     fp32_logits,
 )
 from policy.config import HFPolicyConfig, PolicyLoadError
+from policy.hf_checks import MOE_FAMILIES
 
-MOE_FAMILIES = {"qwen3_moe": "softmax_topk", "qwen2_moe": "softmax_topk", "olmoe": "softmax_topk",
-                "mixtral": "topk_softmax"}
 METADATA = "metadata.json"
 
 

@@ -14,6 +14,10 @@ from pathlib import Path
 
 from policy.config import PolicyLoadError
 
+MOE_FAMILIES = {"qwen3_moe": "softmax_topk", "qwen2_moe": "softmax_topk", "olmoe": "softmax_topk",
+                "mixtral": "topk_softmax"}
+"""The MoE families whose routers policy/hf.py can hook and replay, with their gate norm
+(:data:`policy.base.GateNorm`)."""
 EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 
@@ -33,8 +37,6 @@ def check_dir(directory: Path) -> None:
 
 def check_config_dict(raw: dict, where: Path | str) -> None:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    from policy.hf import MOE_FAMILIES
 
     model_type = raw.get("model_type")
     if not model_type:

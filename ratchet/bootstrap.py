@@ -157,7 +157,7 @@ def _hf_champion_cached(policy_config, *, seed: int, steps: int, workdir: Path
     """The HF directory of the warm-started policy, built and trained at most once."""
     import tempfile
 
-    from policy.config import load_policy
+    from policy.loader import load_policy
     from trainer.sft_policy import warm_start_policy
 
     key = hf_champion_key(policy_config, seed=seed, steps=steps)
@@ -184,7 +184,7 @@ def _hf_champion_cached(policy_config, *, seed: int, steps: int, workdir: Path
 
 def describe_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) -> dict:
     """``Policy.describe()`` of the registry's champion (downloaded and loaded)."""
-    from policy.config import load_policy
+    from policy.loader import load_policy
 
     version = registry.resolve_alias(tracking_uri, config.model_name, registry.CHAMPION)
     if version is None:

@@ -4,7 +4,9 @@ log file in the workdir.
 Library chatter — Beam's type-hint notices, MLflow's run links and warnings, kafka-python's
 connection errors at shutdown, Ray and DeepSpeed start-up lines — goes to the log file only.
 The terminal gets INFO from ratchet's packages, and WARNING or worse from anything that is not
-on the chatter list. Python ``warnings`` are captured into the log file.
+on the chatter list. Python ``warnings`` are captured into the log file. A record logged with
+``extra={"terminal": False}`` (a detail a summary line repeats: a stage's seconds, the gate's
+verdict before the cycle's row) goes to the log file only.
 
 Deliberately left out: progress bars (runtime/progress.py draws them on stderr).
 """
@@ -15,6 +17,8 @@ import logging
 import os
 import sys
 from pathlib import Path
+
+from runtime.progress import note_terminal_line
 
 OWN = ("ratchet", "ingest", "rewards", "trainer", "gating", "deploy", "policy", "tasks", "runtime")
 """Loggers whose INFO lines are ratchet's own narrative."""
@@ -37,12 +41,23 @@ class TerminalFilter(logging.Filter):
         self.verbose = verbose
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "terminal", True) is False:
+            return self.verbose
         name = record.name
         if _under(name, CHATTER) or "apache_beam" in record.pathname:  # Beam logs via root too
             return self.verbose
         if _under(name, OWN):
             return record.levelno >= (logging.DEBUG if self.verbose else logging.INFO)
         return record.levelno >= logging.WARNING
+
+
+class _Terminal(logging.StreamHandler):
+    """The terminal's handler: tells runtime/progress.py when it showed a line, so heartbeats
+    fill only real silences."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        note_terminal_line()
 
 
 def _under(name: str, roots: tuple[str, ...]) -> bool:
@@ -59,7 +74,7 @@ def setup(log_file: Path | None, *, verbose: bool = False) -> None:
     for handler in list(root.handlers):
         root.removeHandler(handler)
     root.setLevel(logging.DEBUG)
-    terminal = logging.StreamHandler(sys.stderr)
+    terminal = _Terminal(sys.stderr)
     terminal.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
     terminal.addFilter(TerminalFilter(verbose))
     root.addHandler(terminal)

@@ -209,12 +209,16 @@ class Cycle:
         _fill(result, state)
 
     def _timed(self, result: CycleResult, stage: str, fn):
+        from runtime.progress import Heartbeat
+
         start = time.perf_counter()
         try:
-            return fn()
+            with Heartbeat(f"cycle {result.seq}: {stage}"):
+                return fn()
         finally:
             result.seconds[stage] = round(time.perf_counter() - start, 2)
-            log.info("stage %s took %.1f s", stage, result.seconds[stage])
+            log.info("stage %s took %.1f s", stage, result.seconds[stage],
+                     extra={"terminal": False})  # the cycle's summary line gives them all
 
     def _guard(self) -> None:
         """Raise ``LeaseLost`` unless this cycle still holds the model's lease with its fencing

@@ -146,6 +146,16 @@ def format_table(rows: list[CycleRow]) -> str:
     return "\n".join(lines)
 
 
+def cycle_report(row: CycleRow, index: int, cycles: int, seconds: dict[str, float]) -> str:
+    """What the terminal shows after a cycle: its outcome and stage seconds on one line, then its
+    table row (the header only with the first cycle's row)."""
+    stages = ", ".join(f"{stage} {s:.0f} s" for stage, s in seconds.items())
+    table = format_table([row])
+    if index > 0:
+        table = table.split("\n", 1)[1]
+    return f"cycle {row.cycle} ({index + 1} of {cycles}): {row.outcome}; {stages}\n{table}"
+
+
 def outcome_of(result) -> str:
     if result.skipped:
         return "skipped"
@@ -260,7 +270,7 @@ def champion_gain(tracking_uri: str, model_name: str, first: int, final: int, wo
 
     from gating.gates import paired_bootstrap
     from gating.stats import cluster_ids
-    from policy.config import load_policy
+    from policy.loader import load_policy
     from runtime import registry
     from tasks.toy import fresh_tasks
     from trainer.evaluate import evaluate
@@ -429,8 +439,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                     cycle_run_id=result.run_id, gate_run_id=result.gate_run_id,
                     train_run_id=result.train_run_id, live_se=stats.standard_errors,
                 ))
-                log.info("cycle %d (%d of %d): %s\n%s", result.seq, i + 1, cycles, rows[-1].outcome,
-                         format_table(rows[-1:]))
+                log.info("%s", cycle_report(rows[-1], i, cycles, stage_seconds[-1]))
         finally:
             fleet.stop()
         final = registry.resolve_alias(ep.tracking_uri, config.model_name, registry.CHAMPION)
@@ -453,9 +462,9 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
             "cycles": [asdict(r) for r in rows],
         }
         (workdir / "demo_summary.json").write_text(json.dumps(summary, indent=2))
-        log.info("full log: %s", workdir / "ratchet.log")
         print(f"demo took {total_s:.0f} s (bootstrap {bootstrap_s:.0f} s); "
-              f"{summary['promotions']} promotion(s); plot: {png}")
+              f"{summary['promotions']} promotion(s); plot: {png}; full log: "
+              f"{workdir / 'ratchet.log'}")
         print(f"MLflow UI: {registry.runs_page(ep.tracking_uri, config.experiment)}  "
               f"(after the demo: ratchet ui --workdir {workdir})")
         if keep_running:

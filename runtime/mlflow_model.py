@@ -2,7 +2,7 @@
 
 MLflow stores this file beside the checkpoint directory (the toy's safetensors + JSON config, or an
 HF directory: safetensors + config + tokenizer); loading the logged model runs this code, which
-hands the directory to ``policy.config.load_policy`` (the format is detected from its files) —
+hands the directory to ``policy.loader.load_policy`` (the format is detected from its files) —
 nothing is unpickled. ``predict`` takes a list of prompts (or a DataFrame with a ``prompt`` column)
 and returns greedy completions, so the model can be tried from the MLflow UI or
 ``mlflow.pyfunc.load_model``. The serving fleet does not go through pyfunc: it downloads the
@@ -17,7 +17,7 @@ from mlflow.pyfunc import PythonModel
 
 class RatchetCheckpoint(PythonModel):
     def load_context(self, context):
-        from policy.config import load_policy
+        from policy.loader import load_policy
 
         self.policy = load_policy(context.artifacts["checkpoint"])
 

@@ -2,7 +2,7 @@
 
 A checkpoint is a directory in its policy's own format: the toy's (``model.safetensors`` +
 ``config.json`` + ``metadata.json``, policy/toy/checkpoint.py) or a Hugging Face directory
-(safetensors + ``config.json`` + tokenizer files, policy/hf.py); policy.config.load_policy tells
+(safetensors + ``config.json`` + tokenizer files, policy/hf.py); policy.loader.load_policy tells
 them apart. It is logged as an MLflow "model from code" (runtime/mlflow_model.py) so
 that loading it never unpickles, registered as a new version of one registered model, and
 addressed by alias: ``champion`` serves, ``candidate`` waits for the gate, ``previous-champion``

@@ -25,7 +25,7 @@ as k3 estimates (``kl_theta_ref_k3``, ``kl_theta_anchor_k3``). Broken or malform
 stay in the data as negative examples.
 
 The champion, the reference and the anchor are loaded through the Policy plug
-(``policy.config.load_policy``: the toy or a Hugging Face model, by the directory's format); the
+(``policy.loader.load_policy``: the toy or a Hugging Face model, by the directory's format); the
 value head reads the plug's final hidden states (``return_hidden``), and so does the top-p
 nucleus: its truncated log-probs are made from them chunk by chunk over the response positions of
 top-p rows (trainer/nucleus.py), so any vocabulary fits (the champion's nucleus is kept per token
@@ -53,7 +53,7 @@ import torch
 from torch import Tensor
 
 from policy.base import Policy, TokenLogprobs
-from policy.config import load_policy
+from policy.loader import load_policy
 from policy.toy.checkpoint import load_metadata, save_checkpoint
 from policy.toy.model import MoETransformer
 from runtime.progress import Progress
@@ -403,17 +403,19 @@ class RLRecipe:
         t0 = time.perf_counter()
         progress = Progress("training", total=self.config.steps, unit="step",
                             bar=False if self.rank else None)
-        for step in range(self.config.steps):
-            progress.update()
-            if len(order) < self.config.batch_size:
-                order += torch.randperm(len(self.samples), generator=self.gen).tolist()
-            idx, order = order[: self.config.batch_size], order[self.config.batch_size:]
-            idx = idx[self.rank::self.world_size]  # data parallel: each rank its share
-            metrics = self.train_step(idx, measure_mismatch=self._mismatch_due(step))
-            self.history.append(metrics)
-            if mlflow is not None:
-                mlflow.log_metrics(metrics, step=step)
-        progress.close()
+        try:
+            for step in range(self.config.steps):
+                progress.update()
+                if len(order) < self.config.batch_size:
+                    order += torch.randperm(len(self.samples), generator=self.gen).tolist()
+                idx, order = order[: self.config.batch_size], order[self.config.batch_size:]
+                idx = idx[self.rank::self.world_size]  # data parallel: each rank its share
+                metrics = self.train_step(idx, measure_mismatch=self._mismatch_due(step))
+                self.history.append(metrics)
+                if mlflow is not None:
+                    mlflow.log_metrics(metrics, step=step)
+        finally:
+            progress.close()  # its heartbeat stops with the step, even a failed one
         summary = {**self.counts, **self.history[-1], "train_seconds": time.perf_counter() - t0}
         return {k: float(v) for k, v in summary.items()}
 

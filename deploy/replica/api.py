@@ -3,12 +3,13 @@
 The public API is OpenAI's: ``POST /v1/completions``, ``POST /v1/chat/completions`` and
 ``GET /v1/models`` (and ``/v1/models/{id}``) take and return OpenAI's shapes, so the official
 clients work unchanged. Every request parameter is honoured or refused: a parameter OpenAI defines
-that ratchet does not implement (``UNSUPPORTED_AT_DEFAULT``: ``tools``, ``response_format``,
-``suffix``, ``echo``, ``best_of``, ``logit_bias``, penalties, ...) is accepted only at its default
+that ratchet does not implement (``UNSUPPORTED_AT_DEFAULT``: ``response_format``, ``suffix``,
+``echo``, ``best_of``, ``logit_bias``, penalties, ...) is accepted only at its default
 value, whose behaviour is ratchet's; any other value, and any parameter OpenAI does not define, is
 a 400 with code ``unsupported_parameter`` naming it. A supported parameter with a value ratchet
-cannot honour (top-k logprobs, logprobs while streaming) is a 400 ``unsupported_value``. What
-ratchet adds:
+cannot honour (top-k logprobs, logprobs while streaming, a forced tool call) is a 400
+``unsupported_value``. Chat ``tools`` are honoured where the served policy's chat template renders
+them (deploy/replica/tool_calls.py) and refused where it does not. What ratchet adds:
 
 - the conversation id: header ``X-Conversation-Id``, else ``metadata.conversation_id``, else the
   legacy top-level ``conversation_id``; a request without one gets a generated id, returned in the
@@ -31,8 +32,8 @@ The signals API (``/v1/feedback``, ``/v1/edits``, ``/v1/followups``) and the cli
 admin routes have their models at the end of this module.
 
 Deliberately left out: the Kafka events a completion or a signal produces (ingest/schema.py),
-tool calls and JSON mode (refused: no served policy's template is wired to render tools yet),
-images and audio, ``best_of``, ``echo``, ``suffix``, top-k logprobs.
+JSON mode (refused: nothing constrains the output to JSON), forced tool calls, images and audio,
+``best_of``, ``echo``, ``suffix``, top-k logprobs.
 """
 
 from __future__ import annotations
@@ -275,8 +276,9 @@ class TextPart(BaseModel):
 
 class ChatMessage(BaseModel):
     """One message; ``content`` is a string or a list of text parts. Other OpenAI message fields
-    (``tool_call_id``, ``refusal``, ...) are kept aside; an assistant turn's ``tool_calls`` or
-    ``function_call`` is refused by ``ChatCompletionRequest`` (no template renders them)."""
+    (``tool_calls``, ``tool_call_id``, ``refusal``, ...) are kept aside: an assistant turn's
+    ``tool_calls`` and a tool turn's ``tool_call_id`` reach a chat template that renders tools
+    (elsewhere ``tool_calls`` is a 400); ``function_call`` is refused."""
 
     model_config = ConfigDict(extra="allow", json_schema_extra={"additionalProperties": False})
 
@@ -290,6 +292,48 @@ class ChatMessage(BaseModel):
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
+
+
+class FunctionDefinition(BaseModel):
+    """OpenAI's ``tools[i].function``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="The function's name.")
+    description: Text | None = Field(default=None, max_length=4096)
+    parameters: dict[str, Any] | None = Field(
+        default=None, description="JSON Schema of the arguments (rendered, not enforced)."
+    )
+    strict: bool | None = Field(
+        default=None, description="false or omitted: the arguments are not schema-checked."
+    )
+
+    @field_validator("strict")
+    @classmethod
+    def _not_strict(cls, value: bool | None) -> bool | None:
+        if value:
+            raise PydanticCustomError(
+                "unsupported_value", "schema-conforming arguments cannot be guaranteed (no "
+                "engine here constrains decoding); omit strict or set it to false")
+        return value
+
+
+class ToolDefinition(BaseModel):
+    """OpenAI's ``tools[i]``: only ``function`` tools."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedToolChoice(BaseModel):
+    """``{"type": "function", "function": {"name": ...}}``: refused (a call cannot be forced)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"] = "function"
+    function: dict[str, Any]
 
 
 class ChatCompletionRequest(_OpenAIRequest):
@@ -313,15 +357,56 @@ class ChatCompletionRequest(_OpenAIRequest):
         description="0 (or omitted) only: top-k alternatives are a 400 ``unsupported_value``.",
     )
 
+    tools: list[ToolDefinition] | None = Field(
+        default=None,
+        max_length=64,
+        description="Functions the model may call. Rendered through the served policy's chat "
+        "template when it renders tools (Qwen3's does); otherwise a 400 "
+        "``unsupported_parameter``. Calls come back as ``message.tool_calls`` with "
+        "``finish_reason`` ``tool_calls``.",
+    )
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
+        default=None,
+        description="``auto`` (the default with tools) lets the model choose; ``none`` renders "
+        "no tools. ``required`` and a named function are a 400 ``unsupported_value``: no "
+        "engine here constrains decoding, so a call cannot be forced.",
+    )
+    parallel_tool_calls: bool | None = Field(
+        default=None, description="false: at most the first call of a reply is returned."
+    )
+
     @model_validator(mode="after")
-    def _no_tool_call_turns(self):
+    def _no_function_call_turns(self):
         for i, message in enumerate(self.messages):
-            for key in ("tool_calls", "function_call"):
-                if (message.model_extra or {}).get(key):
-                    raise _unsupported(
-                        f"messages.{i}.{key}", "tool calls are not supported by this server"
-                    )
+            if (message.model_extra or {}).get("function_call"):
+                raise _unsupported(
+                    f"messages.{i}.function_call", "the deprecated function_call turn is not "
+                    "supported; send tool_calls"
+                )
         return self
+
+    @model_validator(mode="after")
+    def _tool_choice_served(self):
+        if self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice):
+            raise _unsupported(
+                "tool_choice", "a tool call cannot be forced (no engine here constrains "
+                "decoding); use \"auto\" or \"none\"", "unsupported_value",
+            )
+        return self
+
+    def renders_tools(self) -> bool:
+        """Tools go into the prompt: some were given and ``tool_choice`` is not ``none``."""
+        return bool(self.tools) and self.tool_choice != "none"
+
+    def tool_names(self) -> frozenset[str]:
+        return frozenset(t.function.name for t in self.tools or ())
+
+    def history_tool_calls(self) -> int | None:
+        """The index of the first message that carries ``tool_calls``, if any."""
+        for i, message in enumerate(self.messages):
+            if (message.model_extra or {}).get("tool_calls"):
+                return i
+        return None
 
     @model_validator(mode="after")
     def _logprobs_served(self):
@@ -381,16 +466,30 @@ class ChatLogprobs(BaseModel):
     content: list[ChatTokenLogprob] | None
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str = Field(description="The arguments as a JSON object, encoded as a string.")
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    tool_calls: list[ToolCall] | None = Field(
+        default=None, description="Calls the model wrote (a request with tools only)."
+    )
 
 
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
     logprobs: ChatLogprobs | None = None
-    finish_reason: Literal["stop", "length"] | None
+    finish_reason: Literal["stop", "length", "tool_calls"] | None
 
 
 class ChatCompletionResponse(BaseModel):

@@ -106,8 +106,10 @@ def plan(
     replica_id: str,
     memory: object | None = None,
     owner: ApiClient | None = None,
+    templated: bool = False,
 ) -> Call:
-    """The sequences to sample: ``n`` choices of each prompt, choice k seeded ``seed + k``."""
+    """The sequences to sample: ``n`` choices of each prompt, choice k seeded ``seed + k``;
+    ``templated``: the prompts are already rendered through the chat template (tool requests)."""
     requests = []
     for p in prompts:
         for _ in range(n):
@@ -121,6 +123,7 @@ def plan(
                     top_p=body.top_p,
                     seed=seed,
                     stop=body.stop_strings(),
+                    templated=templated,
                 )
             )
     return Call(

@@ -2,7 +2,7 @@
 
 ``ModelHost.load(version)`` checks that the version exists (LookupError if not), downloads the
 checkpoint directory from MLflow (runtime.registry.download_checkpoint), loads it through the
-policy plug (``policy.config.load_policy``: the toy or a Hugging Face directory, detected from its
+policy plug (``policy.loader.load_policy``: the toy or a Hugging Face directory, detected from its
 files; safetensors only, never unpickled), checks it — every tensor the shape ``config.json``
 implies and every floating-point weight finite — and only then replaces the served policy.
 A version that fails the checks is refused with ``ModelLoadError``: the previous model keeps
@@ -112,7 +112,8 @@ def load_checked(directory: Path) -> Policy:
     import torch
     from safetensors import SafetensorError
 
-    from policy.config import PolicyLoadError, load_policy
+    from policy.config import PolicyLoadError
+    from policy.loader import load_policy
 
     try:
         policy = load_policy(directory)

@@ -23,7 +23,7 @@ def test_tiny_qwen3moe_preset_runs_a_cycle_and_gates_an_hf_candidate(tmp_path):
     import subprocess
     import sys
 
-    from policy.config import load_policy
+    from policy.loader import load_policy
     from ratchet.config import load_config
     from runtime import registry
 

@@ -25,8 +25,9 @@ def test_hf_and_toy_checkpoints_round_trip(mlflow_server, tmp_path):
     import mlflow
     import torch
 
-    from policy.config import HFPolicyConfig, TinyHFSpec, load_policy
+    from policy.config import HFPolicyConfig, TinyHFSpec
     from policy.hf import HFPolicy
+    from policy.loader import load_policy
     from policy.toy.adapter import ToyPolicy
     from policy.toy.model import MoEConfig, MoETransformer
     from runtime.registry import download_checkpoint, resolve_alias

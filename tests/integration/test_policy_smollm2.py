@@ -30,7 +30,7 @@ except importlib.metadata.PackageNotFoundError:
 
 @pytest.fixture(scope="module")
 def policies():
-    from policy.config import load_policy
+    from policy.loader import load_policy
     from ratchet.config import load_config
 
     moe_cfg = load_config(PRESET).policy

@@ -22,8 +22,9 @@ def test_one_rl_step_on_a_tiny_qwen3_moe(tmp_path):
 
     import torch
 
-    from policy.config import HFPolicyConfig, TinyHFSpec, load_policy
+    from policy.config import HFPolicyConfig, TinyHFSpec
     from policy.hf import HFPolicy
+    from policy.loader import load_policy
     from trainer.config import TrainerConfig
     from trainer.recipe import run_training
 
@@ -51,7 +52,8 @@ def test_one_rl_step_on_a_tiny_qwen3_moe(tmp_path):
 def test_served_logprobs_equal_the_trainers_recomputation(tmp_path):
     import torch
 
-    from policy.config import HFPolicyConfig, TinyHFSpec, load_policy
+    from policy.config import HFPolicyConfig, TinyHFSpec
+    from policy.loader import load_policy
     from trainer.config import TrainerConfig
     from trainer.recipe import RLRecipe
 
@@ -68,7 +70,8 @@ def test_served_logprobs_equal_the_trainers_recomputation(tmp_path):
 
 
 def test_deepspeed_backend_refuses_an_hf_policy(tmp_path):
-    from policy.config import HFPolicyConfig, TinyHFSpec, load_policy
+    from policy.config import HFPolicyConfig, TinyHFSpec
+    from policy.loader import load_policy
     from trainer.config import DeepSpeedBackend, TrainerConfig
     from trainer.recipe import RLRecipe
 
@@ -87,7 +90,8 @@ def test_top_p_rows_and_the_value_head_on_an_hf_policy(tmp_path):
     the value head reads the plug's final hidden states."""
     import math
 
-    from policy.config import HFPolicyConfig, TinyHFSpec, load_policy
+    from policy.config import HFPolicyConfig, TinyHFSpec
+    from policy.loader import load_policy
     from trainer.config import TrainerConfig
     from trainer.recipe import RLRecipe
 

@@ -161,17 +161,39 @@ def test_progress_without_a_terminal_logs_lines_with_time_left(caplog, monkeypat
 
     now = [0.0]
     monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setitem(runtime.progress._terminal, "last", 0.0)  # a line as the step starts
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         with Progress("warm start", total=20, unit="step", bar=False) as p:
             for i in range(20):
-                now[0] = 11.0 + 0.5 * i  # a step that has run longer than SHORT_S
+                now[0] = 11.0 + 2.5 * i  # quarters 12.5 s apart, past SHORT_S
                 p.update()
     lines = [r.getMessage() for r in caplog.records]
     assert [line.split(",")[0] for line in lines[:3]] == [
         "warm start: 5/20 step", "warm start: 10/20 step", "warm start: 15/20 step"]
     assert all("left" in line for line in lines[:3])
     assert lines[-1].startswith("warm start: done, 20 step in")
+    assert caplog.records[-1].terminal is True  # closes the lines the terminal showed
     assert len(lines) == 4
+
+
+def test_quarters_close_behind_the_previous_line_are_skipped(caplog, monkeypatch):
+    """A quarter reached within SHORT_S of the last line (a heartbeat, or the previous quarter)
+    adds no line: at most one every 10 s, at least one every 20 s."""
+    import runtime.progress
+    from runtime.progress import Progress
+
+    now = [0.0]
+    monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setitem(runtime.progress._terminal, "last", 0.0)  # a line as the step starts
+    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+        p = Progress("training", total=40, unit="step", bar=False)
+        for now[0], steps in ((21.0, 5), (25.0, 5), (40.0, 10), (44.0, 5), (70.0, 5)):
+            p.update(steps)
+        p.close()
+    lines = [r.getMessage().split(",")[0] for r in caplog.records]
+    # 21 s: 5/40 (20 s quiet); 25 s: the first quarter 4 s later, skipped; 40 s: 20/40 (a
+    # quarter 19 s later); 44 s: 25/40, skipped; 70 s: 30/40 (a quarter and 26 s quiet)
+    assert lines == ["training: 5/40 step", "training: 20/40 step", "training: 30/40 step"]
 
 
 def test_a_step_of_seconds_prints_only_its_done_line(caplog):
@@ -183,6 +205,7 @@ def test_a_step_of_seconds_prints_only_its_done_line(caplog):
                 p.update()
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and lines[0].startswith("gate suite: done, 400 task in")
+    assert caplog.records[0].terminal is False  # the log file's, not the terminal's
 
 
 def test_progress_without_a_terminal_is_never_silent_for_20_s(caplog, monkeypatch):
@@ -192,6 +215,7 @@ def test_progress_without_a_terminal_is_never_silent_for_20_s(caplog, monkeypatc
 
     now = [0.0]
     monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setitem(runtime.progress._terminal, "last", 0.0)  # a line as the step starts
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         p = Progress("warm start", total=1000, unit="step", bar=False)
         for now[0] in (10.0, 21.0, 22.0, 50.0):  # 4 steps, far from a quarter
@@ -274,6 +298,138 @@ def test_demo_table_shows_the_bound_at_the_level_the_decision_spent():
     lines = format_table([row]).splitlines()
     assert "-0.004 @0.013" in lines[1] and "[+0.010,+0.090]" not in lines[1]
     assert max(len(line) for line in lines) <= 120
+
+
+def test_one_heartbeat_per_silence_whoever_watches(monkeypatch):
+    import runtime.progress
+    from runtime.progress import _claim_quiet, note_terminal_line
+
+    now = [100.0]
+    monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setitem(runtime.progress._terminal, "last", 0.0)  # a line as the step starts
+    note_terminal_line()
+    now[0] = 110.0
+    assert not _claim_quiet(own_last=90.0)  # the terminal showed a line 10 s ago
+    now[0] = 121.0
+    assert _claim_quiet(own_last=90.0)
+    assert not _claim_quiet(own_last=90.0)  # a second watcher of the same silence stays quiet
+    now[0] = 141.0
+    assert not _claim_quiet(own_last=130.0)  # its own line 11 s ago
+
+
+def test_a_stage_without_progress_is_never_silent_for_20_s(caplog, monkeypatch):
+    import time as real_time
+
+    import runtime.progress
+    from runtime.progress import Heartbeat, note_terminal_line
+
+    sleep = real_time.sleep
+    now = [100.0]
+    monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setitem(runtime.progress._terminal, "last", 0.0)  # a line as the step starts
+    note_terminal_line()
+    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+        with Heartbeat("cycle 3: ingest"):
+            now[0] = 115.0
+            sleep(1.5)  # the thread looks once a second
+            now[0] = 121.0
+            sleep(1.5)
+            now[0] = 130.0
+            note_terminal_line()  # another step showed a line
+            now[0] = 145.0
+            sleep(1.5)
+    assert [r.getMessage() for r in caplog.records] == ["cycle 3: ingest running, 21 s"]
+
+
+def test_a_stage_heartbeat_leaves_a_silence_to_an_open_progress(caplog, monkeypatch):
+    import time as real_time
+
+    import runtime.progress
+    from runtime.progress import Heartbeat, Progress, note_terminal_line
+
+    now = [100.0]
+    monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    note_terminal_line()
+    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+        with Heartbeat("cycle 2: train"):
+            p = Progress("training", total=60, unit="step", bar=False)
+            now[0] = 121.0
+            real_time.sleep(1.5)
+            p.close()
+    assert [r.getMessage().split(",")[0] for r in caplog.records] == ["training: 0/60 step"]
+    assert runtime.progress._terminal["progress"] == 0
+
+
+def test_a_step_opened_late_in_a_silence_shows_no_rate_yet(caplog, monkeypatch):
+    import runtime.progress
+    from runtime.progress import Progress, note_terminal_line
+
+    now = [100.0]
+    monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    note_terminal_line()
+    now[0] = 125.0
+    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+        p = Progress("gate suite (400 tasks)", total=400, unit="task", bar=False)
+        now[0] = 125.001
+        p.update(64)  # the terminal has been quiet 25 s: a line, but no rate from 1 ms
+        p.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        "gate suite (400 tasks): 64/400 task, just started"]
+
+
+def test_a_step_started_late_in_a_silence_speaks_20_s_after_the_last_line(caplog, monkeypatch):
+    """Quiet time counts from the terminal's last line, not from the step's start: a step that
+    starts 16 s into a silence speaks 4 s later."""
+    import time as real_time
+
+    import runtime.progress
+    from runtime.progress import Heartbeat, note_terminal_line
+
+    now = [100.0]
+    monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    note_terminal_line()
+    now[0] = 116.0
+    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+        with Heartbeat("cycle 1: train"):
+            now[0] = 120.5
+            real_time.sleep(1.5)
+    assert [r.getMessage() for r in caplog.records] == ["cycle 1: train running, 4 s"]
+
+
+def test_demo_cycle_report_is_one_line_and_a_row_with_the_header_once():
+    from ratchet.demo import cycle_report
+
+    seconds = {"traffic": 5.1, "ingest": 11.6, "train": 53.6, "gate": 42.6, "deploy": 0.3}
+    first = cycle_report(_row(1, 1, 2, True), 0, 5, seconds).splitlines()
+    later = cycle_report(_row(2, 2, 3, False), 1, 5, seconds).splitlines()
+    assert first[0] == ("cycle 1 (1 of 5): promoted; traffic 5 s, ingest 12 s, train 54 s, "
+                        "gate 43 s, deploy 0 s")
+    assert len(first) == 3 and "gated" in first[1] and "v2/v1" in first[2]
+    assert len(later) == 2 and later[0].startswith("cycle 2 (2 of 5): rejected;")
+    assert "v3/v2" in later[1] and "gated" not in later[1]
+
+
+def test_details_a_summary_repeats_go_to_the_log_file_only(tmp_path, capsys):
+    from ratchet import console
+
+    console.setup(tmp_path / "r.log")
+    try:
+        log = logging.getLogger("ratchet.cycle")
+        log.info("stage gate took 4.0 s", extra={"terminal": False})
+        log.info("cycle 1 (1 of 1): rejected")
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+    finally:
+        for handler in list(logging.getLogger().handlers):
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+    err = capsys.readouterr().err
+    assert "cycle 1 (1 of 1): rejected" in err and "stage gate took" not in err
+    import runtime.progress
+
+    assert runtime.progress.time.monotonic() - runtime.progress._terminal["last"] < 5  # noted
+    written = (tmp_path / "r.log").read_text()
+    assert "stage gate took 4.0 s" in written and "cycle 1 (1 of 1)" in written
 
 
 def test_demo_plot_shows_intervals_and_one_scale_for_the_rates():

@@ -169,7 +169,7 @@ def recompute(policy, event, temperature: float) -> list[float]:
 
 @pytest.fixture(scope="module")
 def policy(managed):
-    from policy.config import load_policy
+    from policy.loader import load_policy
 
     return load_policy(managed.server.model_dir)
 
@@ -306,7 +306,7 @@ def test_a_new_champion_restarts_vllm(client, gateway, champion, managed, mlflow
     import httpx
 
     from deploy.replica.settings import DEFAULT_ADMIN_TOKEN
-    from policy.config import load_policy
+    from policy.loader import load_policy
     from runtime.services import _pid_alive
 
     name, version, work = champion

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from deploy.replica.tool_calls import ToolFormat
 
 ExpertsSource = Literal["engine", "teacher_forced", "none"]
 
@@ -48,6 +51,9 @@ class SamplingRequest:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    templated: bool = False
+    """``prompt`` is already rendered through the policy's chat template (a tool request,
+    ``Engine.tool_prompt``): it is tokenised as it stands, not wrapped in a user turn again."""
 
 
 @dataclass
@@ -97,6 +103,15 @@ class Engine(Protocol):
 
     def chat_prompt(self, messages: Sequence[tuple[str, str]]) -> str:
         """The prompt a chat of (role, content) messages is served as (the policy's template)."""
+
+    def tool_format(self) -> ToolFormat | None:
+        """The tool-call format the served policy's chat template renders tools in
+        (deploy/replica/tool_calls.py); None when it renders none (tools are then refused)."""
+
+    def tool_prompt(self, messages: list[dict], tools: list[dict] | None) -> str:
+        """``messages`` (chat-template dicts, tool turns included) and ``tools`` (OpenAI's
+        definitions; None renders none) through the policy's chat template, the assistant turn
+        opened: sample it with ``SamplingRequest(templated=True)``."""
 
     async def generate(
         self, requests: Sequence[SamplingRequest], on_delta: DeltaCallback | None = None

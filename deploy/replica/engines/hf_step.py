@@ -20,6 +20,8 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from deploy.replica.engines.base import EngineInputError
+
 if TYPE_CHECKING:
     from torch import Tensor
 
@@ -97,8 +99,16 @@ class HFStepModel:
         self.eos_ids = tuple(info.eos_ids)
         self.eos_id = self.eos_ids[0]
         self.lock = threading.Lock()
+        from deploy.replica.tool_calls import template_tool_format
 
-    def encode_prompt(self, prompt: str) -> list[int]:
+        self.tool_format = template_tool_format(getattr(policy, "tokenizer", None))
+
+    def encode_prompt(self, prompt: str, *, templated: bool = False) -> list[int]:
+        """The policy's ids for ``prompt``; a ``templated`` prompt (already rendered through the
+        chat template) is tokenised as it stands, no special tokens added, as
+        ``apply_chat_template(..., tokenize=True)`` would."""
+        if templated:
+            return list(self.policy.tokenizer(prompt, add_special_tokens=False)["input_ids"])
         return self.policy.encode_prompt(prompt)
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -109,6 +119,15 @@ class HFStepModel:
         ``chat_template`` wraps the prompt as one user turn when it encodes it (policy/hf.py), so
         a single user message is served exactly as the policy's template says."""
         return "\n".join(content for _, content in messages)
+
+    def tool_prompt(self, messages: list[dict], tools: list[dict] | None) -> str:
+        """The whole conversation, roles and tool turns kept, and ``tools`` through the policy's
+        chat template with the assistant turn opened (only when ``tool_format`` is set)."""
+        if self.tool_format is None:
+            raise EngineInputError("this model's chat template does not render tools", "tools",
+                                   "unsupported_parameter")
+        return self.policy.tokenizer.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=True)
 
     def open(self, rows: list[list[int]]) -> _HFSession:
         return _HFSession(self, rows)

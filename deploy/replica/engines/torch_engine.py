@@ -43,6 +43,8 @@ from deploy.replica.engines.base import (
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from deploy.replica.tool_calls import ToolFormat
+
 log = logging.getLogger(__name__)
 
 
@@ -73,11 +75,16 @@ class StepModel(Protocol):
     eos_ids: tuple[int, ...]
     """Every id that ends a sequence (``eos_id`` is the first of them)."""
 
-    def encode_prompt(self, prompt: str) -> list[int]: ...
+    tool_format: ToolFormat | None
+    """How the policy's chat template renders tools (None: it renders none)."""
+
+    def encode_prompt(self, prompt: str, *, templated: bool = False) -> list[int]: ...
 
     def decode(self, ids: Sequence[int]) -> str: ...
 
     def chat_prompt(self, messages: Sequence[tuple[str, str]]) -> str: ...
+
+    def tool_prompt(self, messages: list[dict], tools: list[dict] | None) -> str: ...
 
     def open(self, rows: list[list[int]]) -> StepSession:
         """Prefill ``rows`` (prompt ids) as one batch."""
@@ -136,7 +143,9 @@ class ToyStepModel:
         self.eos_id = EOS
         self.eos_ids = (EOS,)
 
-    def encode_prompt(self, prompt: str) -> list[int]:
+    tool_format = None  # the byte-level toy has no chat template
+
+    def encode_prompt(self, prompt: str, *, templated: bool = False) -> list[int]:
         from policy.toy.generate import encode_prompt
 
         return encode_prompt(prompt)
@@ -150,6 +159,10 @@ class ToyStepModel:
         """The toy's chat template: the messages' contents joined by newlines, roles dropped
         (the byte-level toy was trained on bare prompts; one user message is served verbatim)."""
         return "\n".join(content for _, content in messages)
+
+    def tool_prompt(self, messages: list[dict], tools: list[dict] | None) -> str:
+        raise EngineInputError("the toy model has no chat template to render tools", "tools",
+                               "unsupported_parameter")
 
     def open(self, rows: list[list[int]]) -> StepSession:
         return _ToySession(self.model, rows)
@@ -221,6 +234,18 @@ class TorchEngine:
             raise EngineUnavailable("model is loading")
         return model.chat_prompt(messages)
 
+    def tool_format(self) -> ToolFormat | None:
+        model = self.model_source()
+        if model is None:
+            raise EngineUnavailable("model is loading")
+        return model.tool_format
+
+    def tool_prompt(self, messages: list[dict], tools: list[dict] | None) -> str:
+        model = self.model_source()
+        if model is None:
+            raise EngineUnavailable("model is loading")
+        return model.tool_prompt(messages, tools)
+
     async def generate(
         self, requests: Sequence[SamplingRequest], on_delta: DeltaCallback | None = None
     ) -> list[EngineResult]:
@@ -232,7 +257,7 @@ class TorchEngine:
         loop = asyncio.get_running_loop()
         jobs = []
         for i, req in enumerate(requests):
-            ids = _encode(model, req.prompt)
+            ids = _encode(model, req.prompt, req.templated)
             jobs.append(_Job(req, ids, i, loop, loop.create_future(), on_delta))
         for job in jobs:
             self._queue.put(job)
@@ -280,9 +305,9 @@ class TorchEngine:
         return batch
 
 
-def _encode(model: StepModel, prompt: str) -> list[int]:
+def _encode(model: StepModel, prompt: str, templated: bool = False) -> list[int]:
     try:
-        ids = model.encode_prompt(prompt)
+        ids = model.encode_prompt(prompt, templated=templated)
     except UnicodeError as exc:
         raise EngineInputError(f"prompt is not valid Unicode text: {exc}", "prompt") from exc
     if len(ids) >= model.max_seq_len:

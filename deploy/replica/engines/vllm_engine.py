@@ -158,8 +158,8 @@ def registry_champion(
 
 class ManagedVllm:
     """A vLLM child process on the checkpoint ``source()`` names, plus that checkpoint loaded as
-    a policy (``policy.load_policy``) for the router pass. ``reload()`` switches to a new version
-    (start new, switch, drain and stop old); a failure leaves the old one serving."""
+    a policy (``policy.loader.load_policy``) for the router pass. ``reload()`` switches to a new
+    version (start new, switch, drain and stop old); a failure leaves the old one serving."""
 
     def __init__(
         self,
@@ -181,7 +181,7 @@ class ManagedVllm:
 
     def reload(self) -> int:
         """Serve the version ``source()`` names now (no-op if served already); returns it."""
-        from policy.config import load_policy
+        from policy.loader import load_policy
         from runtime.vllm_server import VllmServer
 
         with self._lock:
@@ -293,6 +293,15 @@ class VllmEngine:
         if routes is None:
             return "\n".join(content for _, content in messages)
         return routes.chat_prompt(messages)
+
+    def tool_format(self) -> None:
+        """Tools are not rendered for the external engine yet (its tool parsers are not wired to
+        the behaviour log): a tool request is refused."""
+        return None
+
+    def tool_prompt(self, messages: list[dict], tools: list[dict] | None) -> str:
+        raise EngineInputError("tool calls are not served through the vLLM engine", "tools",
+                               "unsupported_parameter")
 
     async def generate(
         self, requests: Sequence[SamplingRequest], on_delta: DeltaCallback | None = None

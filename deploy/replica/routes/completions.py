@@ -8,7 +8,10 @@ replica's limits, plans the sequences (deploy/replica/gateway.py), and either aw
 answers JSON or streams server-sent events. Every choice is logged as a behaviour event
 (deploy/replica/completion_log.py) without blocking.
 
-Deliberately left out: tools/function calling and JSON mode (refused), multimodal content.
+Chat ``tools`` go through the policy's chat template where it renders them
+(deploy/replica/tool_calls.py): the calls the model writes come back as ``tool_calls``.
+
+Deliberately left out: forced tool calls and JSON mode (refused), multimodal content.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from deploy.replica.deps import (
     SettingsDep,
 )
 from deploy.replica.errors import APIError
+from deploy.replica.tool_calls import ToolTurnError, parse_tool_calls, template_messages
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -199,7 +203,11 @@ async def create_chat_completion(
 
     _check_model(body.model, settings)
     try:
-        prompt = engine.chat_prompt([(m.role, m.text()) for m in body.messages])
+        templated = _tool_template(body, engine)
+        if templated:
+            prompt = _tool_prompt(body, engine)
+        else:
+            prompt = engine.chat_prompt([(m.role, m.text()) for m in body.messages])
     except EngineUnavailable as exc:
         raise APIError(503, str(exc), code="model_not_ready") from exc
     _check_prompt(prompt, settings.max_prompt_chars, "messages")
@@ -216,21 +224,68 @@ async def create_chat_completion(
         replica_id=settings.replica_id,
         memory=getattr(request.app.state, "responses", None),
         owner=client,
+        templated=templated,
     )
+    if body.stream and body.renders_tools():
+        return await _stream_tool_chat(call, body, engine, logger, metrics)
     if body.stream:
         return await _stream_chat(call, body, engine, logger, metrics)
     results = await gateway.run(call, engine, logger, metrics)
     await _test_extra_latency(settings, results[0].model_version)
-    choices = [
-        {
+    choices = []
+    for i, r in enumerate(results):
+        message, finish = _assistant(r, body)
+        choices.append({
             "index": i,
-            "message": {"role": "assistant", "content": r.text},
+            "message": message,
             "logprobs": _chat_logprobs(r) if body.logprobs else None,
-            "finish_reason": r.finish_reason,
-        }
-        for i, r in enumerate(results)
-    ]
+            "finish_reason": finish,
+        })
     return _response(call, settings, results, "chat.completion", choices)
+
+
+def _tool_template(body: ChatCompletionRequest, engine) -> bool:
+    """Whether the chat goes through the policy's tool template (tools rendered, or tool turns in
+    the history); a 400 ``unsupported_parameter`` when the template renders no tools."""
+    history = body.history_tool_calls()
+    if not body.renders_tools() and history is None:
+        return False
+    if engine.tool_format() is None:
+        param = "tools" if body.renders_tools() else f"messages.{history}.tool_calls"
+        raise APIError(
+            400, f"{param}: this model's chat template does not render tools", param,
+            "unsupported_parameter",
+        )
+    return True
+
+
+def _tool_prompt(body: ChatCompletionRequest, engine) -> str:
+    from jinja2 import TemplateError
+
+    try:
+        messages = template_messages(body.messages)
+    except ToolTurnError as exc:
+        raise APIError(400, str(exc), exc.param, "invalid_value") from exc
+    tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.renders_tools() else None
+    try:
+        return engine.tool_prompt(messages, tools)
+    except TemplateError as exc:
+        raise APIError(
+            400, f"messages: the model's chat template cannot render this conversation ({exc})",
+            "messages", "invalid_value",
+        ) from exc
+
+
+def _assistant(result, body: ChatCompletionRequest) -> tuple[dict, str]:
+    """The assistant message and finish reason of one choice: with tools rendered, the calls
+    the model wrote (hermes blocks naming an offered tool) become ``tool_calls``."""
+    if not body.renders_tools():
+        return {"role": "assistant", "content": result.text}, result.finish_reason
+    parsed = parse_tool_calls(result.text, body.tool_names())
+    if not parsed.tool_calls:
+        return {"role": "assistant", "content": result.text}, result.finish_reason
+    calls = parsed.tool_calls if body.parallel_tool_calls is not False else parsed.tool_calls[:1]
+    return {"role": "assistant", "content": parsed.content, "tool_calls": calls}, "tool_calls"
 
 
 def _chat_logprobs(r) -> dict:
@@ -268,6 +323,39 @@ async def _stream_chat(call, body, engine, logger, metrics) -> StreamingResponse
         call, engine, logger, metrics, chunk, usage_chunk if body.include_usage() else None
     )
     return StreamingResponse(events, media_type="text/event-stream", headers=call.headers())
+
+
+async def _stream_tool_chat(call, body, engine, logger, metrics) -> StreamingResponse:
+    """A streamed request with tools: the calls are read from the whole completion, so each
+    choice is sent as one delta (content and/or ``tool_calls``) once it is complete."""
+    results = await gateway.run(call, engine, logger, metrics)
+    base = {
+        "id": call.response_id,
+        "object": "chat.completion.chunk",
+        "created": call.created_unix,
+        "model": call.ctx.model_name,
+        "system_fingerprint": _fingerprint(results[0].model_version),
+    }
+
+    def chunk(index: int, delta: dict, finish: str | None) -> dict:
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {**base, "choices": [choice]}
+
+    def events():
+        for i, r in enumerate(results):
+            message, finish = _assistant(r, body)
+            delta = {"role": "assistant", "content": message["content"]}
+            if message.get("tool_calls"):
+                delta["tool_calls"] = [
+                    {"index": j, **c} for j, c in enumerate(message["tool_calls"])
+                ]
+            yield gateway.sse(chunk(i, delta, None))
+            yield gateway.sse(chunk(i, {}, finish))
+        if body.include_usage():
+            yield gateway.sse({**base, "choices": [], "usage": gateway.usage(call, results)})
+        yield gateway.sse("[DONE]")
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers=call.headers())
 
 
 def _card(model_id: str, engine, host, request: Request):

@@ -182,9 +182,7 @@ TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "
 @pytest.mark.parametrize(
     ("kw", "param"),
     [
-        ({"tools": [TOOL]}, "tools"),
-        ({"tool_choice": "required"}, "tool_choice"),
-        ({"tool_choice": {"type": "function", "function": {"name": "add"}}}, "tool_choice"),
+        ({"tools": [TOOL]}, "tools"),  # the toy has no chat template to render them
         ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
          "response_format"),
@@ -216,6 +214,9 @@ def test_a_tool_call_turn_in_the_history_is_refused(client):
         (_complete, {"logprobs": 0, "stream": True}, "logprobs"),
         (_chat, {"logprobs": True, "top_logprobs": 3}, "top_logprobs"),
         (_chat, {"logprobs": True, "stream": True}, "logprobs"),
+        (_chat, {"tool_choice": "required"}, "tool_choice"),  # a call cannot be forced
+        (_chat, {"tool_choice": {"type": "function", "function": {"name": "add"}}},
+         "tool_choice"),
     ],
 )
 def test_values_it_cannot_honour_are_refused(client, call, kw, param):

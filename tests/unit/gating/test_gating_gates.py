@@ -11,12 +11,12 @@ from gating.gates import (
     HealthFigures,
     change_gate,
     evaluate_gates,
-    normalised_load_entropy,
     paired_bootstrap,
     token_budget_gate,
 )
 from gating.records import GateVerdict, SuiteResult, TaskOutcome
 from gating.report import format_table, render_html
+from gating.stats import normalised_load_entropy
 from gating.suite import task_score
 
 BALANCED = [[10, 10, 10, 10], [10, 10, 10, 10]]

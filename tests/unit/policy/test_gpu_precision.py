@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from policy.base import chunked_logprobs, fp32_logits
-from policy.config import HFPolicyConfig, load_policy, resolve_dtype
+from policy.config import HFPolicyConfig, resolve_dtype
+from policy.loader import load_policy
 from policy.toy.model import MoEConfig, MoETransformer, grouped_mm_supported
 
 # -- HFPolicyConfig.dtype ---------------------------------------------------------------------

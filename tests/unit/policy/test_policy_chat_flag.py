@@ -1,8 +1,8 @@
 """An HF checkpoint remembers whether its policy feeds prompts through the chat template, so the
 replicas, gate and trainer that load it from a directory encode prompts the same way."""
 
-from policy.config import load_policy
 from policy.hf import HFPolicy
+from policy.loader import load_policy
 
 
 def test_chat_template_setting_travels_with_the_checkpoint(tiny_hf, tmp_path):

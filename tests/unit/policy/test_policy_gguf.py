@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from policy.config import TinyHFSpec, checkpoint_format, load_policy
+from policy.config import TinyHFSpec, checkpoint_format
+from policy.loader import load_policy
 from policy.tiny import build_model
 
 

@@ -159,7 +159,8 @@ def test_replayed_forward_trains_the_router(tiny_hf):
 
 
 def test_save_and_load_roundtrip(tiny_hf, tmp_path):
-    from policy.config import checkpoint_format, load_policy
+    from policy.config import checkpoint_format
+    from policy.loader import load_policy
 
     policy = tiny_hf("qwen3_moe", layers=3, mlp_only_layers=(1,))
     policy.save(tmp_path / "ck", metadata={"model_version": 2})

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from policy.config import HFPolicyConfig, PolicyLoadError, TinyHFSpec, load_policy
+from policy.config import HFPolicyConfig, PolicyLoadError, TinyHFSpec
+from policy.loader import load_policy
 from policy.tiny import build_model
 
 

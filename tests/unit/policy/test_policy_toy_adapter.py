@@ -3,7 +3,8 @@
 import torch
 
 from policy.base import Policy
-from policy.config import checkpoint_format, load_policy
+from policy.config import checkpoint_format
+from policy.loader import load_policy
 from policy.toy.adapter import ToyPolicy
 from policy.toy.generate import encode_prompt, generate
 from trainer.data import Sample, collate

@@ -4,7 +4,8 @@ whatever its routers say; it saves as an HF directory that loads as a policy of 
 import pytest
 import torch
 
-from policy.config import PolicyLoadError, TinyHFSpec, load_policy
+from policy.config import PolicyLoadError, TinyHFSpec
+from policy.loader import load_policy
 from policy.tiny import build_model
 from policy.upcycle import main, upcycle_model
 

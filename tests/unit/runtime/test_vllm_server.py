@@ -62,7 +62,8 @@ def test_a_managed_engine_that_cannot_start_answers_unavailable(tmp_path):
 
 def test_router_pass_over_an_hf_policy_matches_a_fresh_forward(tmp_path):
     from policy.base import teacher_forced_routes
-    from policy.config import HFPolicyConfig, TinyHFSpec, load_policy
+    from policy.config import HFPolicyConfig, TinyHFSpec
+    from policy.loader import load_policy
 
     spec = TinyHFSpec(family="qwen3_moe", hidden=32, heads=2, kv_heads=1, experts=4, top_k=2,
                       moe_intermediate=16, vocab=128, seed=3)

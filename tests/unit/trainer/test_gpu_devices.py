@@ -64,7 +64,8 @@ def test_deepspeed_init_binds_the_local_rank_gpu_first(fake_gpus, monkeypatch):
 
 
 def test_recipe_trains_fp32_master_weights_where_hf_auto_means_bf16(tmp_path, monkeypatch):
-    from policy.config import HFPolicyConfig, TinyHFSpec, load_policy
+    from policy.config import HFPolicyConfig, TinyHFSpec
+    from policy.loader import load_policy
     from trainer.rollout import policy_rows
 
     policy = load_policy(HFPolicyConfig(build=TinyHFSpec(family="qwen3_moe")), workdir=tmp_path)
