@@ -153,6 +153,7 @@ def run_arm(args, config, *, placebo: bool, sealed: list[dict], workdir: Path, r
                                 speed=config.simulator.speed, seed=config.simulator.seed,
                                 max_tokens=config.simulator.max_tokens,
                                 temperature=config.simulator.temperature,
+                                request_timeout_s=config.simulator.request_timeout_s,
                                 tasks=config.simulator.load_tasks(),
                                 policy=config.simulator.signal_policy())
             cls = PlaceboCycle if placebo else Cycle

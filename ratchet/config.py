@@ -96,6 +96,10 @@ class SimulatorConfig(_Config):
     )
     max_tokens: int = Field(32, ge=1, le=4096, description="max_tokens of every request.")
     temperature: float = Field(1.0, ge=0.0, le=2.0, description="Temperature of every request.")
+    request_timeout_s: float = Field(
+        60.0, gt=0.0, le=3600.0, description="A simulated user's HTTP timeout per request; a "
+        "reply slower than this is an error and gets no signal (a replica decoding a real "
+        "model on a loaded CPU can need minutes at full concurrency).")
     long_tokens: int = Field(
         24, ge=1, le=4096,
         description="A correct answer longer than this may draw an 'too long' follow-up.",

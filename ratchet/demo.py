@@ -404,6 +404,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                 seed=config.simulator.seed,
                 max_tokens=config.simulator.max_tokens,
                 temperature=config.simulator.temperature,
+                request_timeout_s=config.simulator.request_timeout_s,
                 tasks=config.simulator.load_tasks(),
                 policy=config.simulator.signal_policy(),
             )
