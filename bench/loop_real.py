@@ -26,9 +26,10 @@ pass per scored version), ``rl_last_candidate`` / ``placebo_last_candidate`` (th
 candidate on the sealed set when the gate did not promote it: what training did, apart from what
 the gate let through) and ``complete`` (False while a run is under way or when it stopped early:
 the file is rewritten after every cycle). ``--arm rl`` and ``--arm placebo`` run one arm each (two
-processes side by side); ``--merge RL PLACEBO`` joins their files; ``--humaneval-after FILE
---workdir DIR`` scores HumanEval on the first and final champions of a finished run. Left out: the
-canary rollout (one replica, the champion alias moves on promotion) and several seeds.
+processes side by side); ``--merge RL PLACEBO`` joins their files (a placebo run cut short counts
+for the cycles it finished, when none of them promoted); ``--humaneval-after FILE --workdir DIR``
+scores HumanEval on the first and final champions of a finished run.
+Left out: the canary rollout (one replica, the champion alias moves on promotion) and several seeds.
 """
 
 from __future__ import annotations
@@ -328,11 +329,22 @@ def _merge(args) -> None:
     from tasks.pyfuncs import read_jsonl
 
     rl, pl = (json.loads(Path(f).read_text()) for f in args.merge)
-    if not (rl.get("complete") and pl.get("complete")):
-        raise SystemExit("both runs must be complete")
+    if not rl.get("complete"):
+        raise SystemExit("the rl run must be complete")
     if rl["scores"]["first"]["passed"] != pl["scores"]["first"]["passed"]:
         raise SystemExit("the arms scored their first champion differently")
     scores = {**pl["scores"], **rl["scores"]}
+    placebo_note = None
+    if not pl.get("complete"):
+        # A placebo arm cut short (killed) counts for the cycles it finished. If none of them
+        # promoted, its champion was still the first one: its sealed score is the first's.
+        done = [r for r in pl["per_cycle"] if r["arm"] == "placebo"]
+        if not done or any(r["promoted"] for r in done):
+            raise SystemExit("the placebo run stopped early after a promotion (or before any "
+                             "cycle): its final champion was never scored")
+        scores["placebo-final"] = {**scores["first"], "humaneval": None}
+        placebo_note = (f"the placebo run stopped after {len(done)} of {rl['cycles']} cycles "
+                        "without a promotion: its final champion is the first one")
     sealed = read_jsonl(args.sealed_file)
     sealed = sealed[:args.sealed] if args.sealed else sealed
     args.cycles, args.requests, args.humaneval = rl["cycles"], rl["requests_per_cycle"], rl[
@@ -340,7 +352,8 @@ def _merge(args) -> None:
     rows = rl["per_cycle"] + pl["per_cycle"]
     summary = summarise(args, rows, scores, sealed, max(rl["seconds"], pl["seconds"]))
     summary.update(complete=True, arms_side_by_side=True, load1=max(rl["load1"], pl["load1"]),
-                   date=rl["date"])
+                   date=rl["date"], placebo_complete=bool(pl.get("complete")),
+                   placebo_note=placebo_note)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     report(summary, args.out)
 

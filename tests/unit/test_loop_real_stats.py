@@ -46,15 +46,16 @@ def test_summary_has_every_key_and_counts_promotions_per_arm():
     assert out["sealed_prompts"] == 3 and out["complete"] is False
 
 
-def _arm_file(path, arm, first, final, cycles=1):
+def _arm_file(path, arm, first, final, cycles=1, complete=True, promoted=True):
     import json
 
-    scores = {"first": {"version": 1, "passed": first, "humaneval": None},
-              f"{arm}-final": {"version": 2, "passed": final, "humaneval": None}}
-    row = {"arm": arm, "cycle": 0, "promoted": True, "outcome": "promoted",
+    scores = {"first": {"version": 1, "passed": first, "humaneval": None}}
+    if final is not None:
+        scores[f"{arm}-final"] = {"version": 2, "passed": final, "humaneval": None}
+    row = {"arm": arm, "cycle": 0, "promoted": promoted, "outcome": "promoted",
            "live_pass_rate": 0.5, "edit_persistence": 0.5, "dissatisfied_rate": 0.1,
            "gate_candidate": 0.6, "gate_champion": 0.4}
-    path.write_text(json.dumps({"complete": True, "cycles": cycles, "requests_per_cycle": 8,
+    path.write_text(json.dumps({"complete": complete, "cycles": cycles, "requests_per_cycle": 8,
                                 "humaneval_problems": 0, "seconds": 10.0, "load1": 1.0,
                                 "date": "2026-11-26 02:00 UTC", "scores": scores,
                                 "per_cycle": [row]}))
@@ -94,3 +95,25 @@ def test_merge_refuses_arms_that_scored_the_first_champion_differently(tmp_path)
     with pytest.raises(SystemExit, match="differently"):
         main(["--merge", str(rl), str(pl), "--sealed-file", str(sealed),
               "--out", str(tmp_path / "m.json")])
+
+
+def test_merge_counts_a_placebo_cut_short_by_the_cycles_it_finished(tmp_path):
+    import json
+
+    import pytest
+
+    from bench.loop_real import main
+    from tasks.pyfuncs import BY_FAMILY, instances, write_jsonl
+
+    sealed = write_jsonl(instances(BY_FAMILY["reverse_str"], 2, seed=3), tmp_path / "s.jsonl")
+    rl = _arm_file(tmp_path / "rl.json", "rl", [True, False], [True, True], cycles=3)
+    cut = _arm_file(tmp_path / "pl.json", "placebo", [True, False], None, complete=False,
+                    promoted=False)
+    out = tmp_path / "m.json"
+    main(["--merge", str(rl), str(cut), "--sealed-file", str(sealed), "--out", str(out)])
+    merged = json.loads(out.read_text())
+    assert merged["placebo_delta"] == 0.0 and merged["placebo_complete"] is False
+    assert "1 of 3 cycles" in merged["placebo_note"]
+    promoted = _arm_file(tmp_path / "pl2.json", "placebo", [True, False], None, complete=False)
+    with pytest.raises(SystemExit, match="never scored"):
+        main(["--merge", str(rl), str(promoted), "--sealed-file", str(sealed), "--out", str(out)])
