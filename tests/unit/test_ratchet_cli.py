@@ -196,9 +196,13 @@ def test_quarters_close_behind_the_previous_line_are_skipped(caplog, monkeypatch
     assert lines == ["training: 5/40 step", "training: 20/40 step", "training: 30/40 step"]
 
 
-def test_a_step_of_seconds_prints_only_its_done_line(caplog):
+def test_a_step_of_seconds_prints_only_its_done_line(caplog, monkeypatch):
+    import runtime.progress
     from runtime.progress import Progress
 
+    # The terminal spoke just now (a suite that ran for minutes without a terminal line would
+    # otherwise make the step's first update a due heartbeat).
+    monkeypatch.setitem(runtime.progress._terminal, "last", runtime.progress.time.monotonic())
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         with Progress("gate suite", total=400, unit="task", bar=False) as p:
             for _ in range(400):
