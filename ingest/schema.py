@@ -241,9 +241,14 @@ class _FastCompletion(
         )
 
 
-class _FastEditPersistence(
-    msgspec.Struct, forbid_unknown_fields=True, tag_field="kind", tag="edit_persistence"
-):
+class _FastSignal(msgspec.Struct, forbid_unknown_fields=True):
+    """A signal event: what msgspec decodes is well formed (no cross-field rule to check)."""
+
+    def well_formed(self) -> bool:
+        return True
+
+
+class _FastEditPersistence(_FastSignal, tag_field="kind", tag="edit_persistence"):
     kind: ClassVar[str] = "edit_persistence"
     event_id: _Id
     response_id: _Id
@@ -252,11 +257,8 @@ class _FastEditPersistence(
     score: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
     schema_version: Literal[1, 2] = SCHEMA_VERSION
 
-    def well_formed(self) -> bool:
-        return True
 
-
-class _FastFollowup(msgspec.Struct, forbid_unknown_fields=True, tag_field="kind", tag="followup"):
+class _FastFollowup(_FastSignal, tag_field="kind", tag="followup"):
     kind: ClassVar[str] = "followup"
     event_id: _Id
     response_id: _Id
@@ -265,11 +267,8 @@ class _FastFollowup(msgspec.Struct, forbid_unknown_fields=True, tag_field="kind"
     dissatisfied: bool | None = None
     schema_version: Literal[1, 2] = SCHEMA_VERSION
 
-    def well_formed(self) -> bool:
-        return True
 
-
-class _FastFeedback(msgspec.Struct, forbid_unknown_fields=True, tag_field="kind", tag="feedback"):
+class _FastFeedback(_FastSignal, tag_field="kind", tag="feedback"):
     kind: ClassVar[str] = "feedback"
     event_id: _Id
     response_id: _Id
@@ -278,9 +277,6 @@ class _FastFeedback(msgspec.Struct, forbid_unknown_fields=True, tag_field="kind"
     rating: Annotated[int, msgspec.Meta(ge=1, le=5)] | None = None
     comment: Annotated[str, msgspec.Meta(max_length=2000)] | None = None
     schema_version: Literal[1, 2] = SCHEMA_VERSION
-
-    def well_formed(self) -> bool:
-        return True
 
 
 FastEvent = _FastCompletion | _FastEditPersistence | _FastFollowup | _FastFeedback
