@@ -53,6 +53,7 @@ from ratchet.cycle import Cycle  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "loop_real.json"
 CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 SEALED = ROOT / "tasks" / "data" / "pyfuncs_sealed.jsonl"
+TRANSFER = ROOT / "tasks" / "data" / "pyfuncs_transfer.jsonl"
 BOOTSTRAP = 2000
 
 
@@ -182,7 +183,8 @@ def run_arm(args, config, *, placebo: bool, sealed: list[dict], workdir: Path, r
                     "gate_candidate": result.candidate_pass_rate,
                     "gate_champion": result.champion_pass_rate,
                     "gate_ci_low": result.gate_ci_low, "gate_ci_high": result.gate_ci_high,
-                    "gate_tasks": result.gate_tasks,
+                    "gate_tasks": result.gate_tasks, "gate_failed": result.gate_failed,
+                    "gate_guards": result.gate_guards,
                     "seconds": {"traffic": round(traffic_s, 1), **result.seconds},
                 })
                 say(f"[{arm}] cycle {i + 1}: {rows[-1]['outcome']}; live pass "
@@ -212,10 +214,14 @@ def _score(args, uri, name, version, key, sealed, workdir, scores, *, humaneval:
     say(f"scoring v{version} ({key}) on {len(sealed)} sealed tasks")
     ckpt = registry.download_checkpoint(uri, name, version, workdir / "scored" / f"v{version}")
     passed = score_sealed(ckpt, sealed, max_new_tokens=args.max_new_tokens, batch=args.batch)
+    transfer = args.transfer_tasks
     scores[key] = {"version": version, "passed": passed,
+                   "transfer": score_sealed(ckpt, transfer, max_new_tokens=args.max_new_tokens,
+                                            batch=args.batch) if transfer else None,
                    "humaneval": score_humaneval(ckpt, args.humaneval) if humaneval else None}
-    say(f"  {key}: sealed pass {sum(passed) / len(passed):.3f}, humaneval "
-        f"{scores[key]['humaneval']}")
+    t = scores[key]["transfer"]
+    say(f"  {key}: sealed pass {sum(passed) / len(passed):.3f}, transfer "
+        f"{'-' if not t else f'{sum(t) / len(t):.3f}'}, humaneval {scores[key]['humaneval']}")
 
 
 # -- summary --------------------------------------------------------------------------------------
@@ -256,6 +262,30 @@ def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds:
         pl = scores["placebo-final"]
         out["placebo_delta"], lo, hi = paired_delta(base, by_prompt(prompts, pl["passed"]))
         out["placebo_ci"] = [lo, hi]
+    if first.get("transfer") and getattr(args, "transfer_tasks", None):
+        out["transfer"] = transfer_summary(args.transfer_tasks, scores)
+    return out
+
+
+def transfer_summary(tasks: list[dict], scores: dict) -> dict:
+    """The held-out families (never in traffic, gate or sealed pools) on the first champion and
+    every later scored checkpoint: pass rates, the prompt-clustered change and per-family counts."""
+    prompts = [t["prompt"] for t in tasks]
+    first = scores["first"]["transfer"]
+    base = by_prompt(prompts, first)
+    families = sorted({t["family"] for t in tasks})
+    out: dict = {"tasks": len(tasks), "families": families, "pass_first": statistics.fmean(first),
+                 "first_version": scores["first"]["version"]}
+    for key, entry in scores.items():
+        if key == "first" or not entry.get("transfer"):
+            continue
+        d, lo, hi = paired_delta(base, by_prompt(prompts, entry["transfer"]))
+        out[key] = {"version": entry["version"], "pass": statistics.fmean(entry["transfer"]),
+                    "delta": d, "ci": [lo, hi], "per_family": {
+                        f: {"tasks": sum(t["family"] == f for t in tasks),
+                            "first": sum(p for t, p in zip(tasks, first) if t["family"] == f),
+                            "then": sum(p for t, p in zip(tasks, entry["transfer"])
+                                        if t["family"] == f)} for f in families}}
     return out
 
 
@@ -266,6 +296,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--sealed", type=int, default=0, help="first N sealed tasks (0 = all)")
     p.add_argument("--sealed-file", type=Path, default=SEALED)
+    p.add_argument("--transfer-file", type=Path, default=TRANSFER,
+                   help="held-out families scored beside the sealed set")
+    p.add_argument("--no-transfer", action="store_true")
     p.add_argument("--humaneval", type=int, default=164)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--batch", type=int, default=32)
@@ -289,6 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     from ratchet.config import load_config
     from tasks.pyfuncs import read_jsonl
 
+    args.transfer_tasks = [] if args.no_transfer else read_jsonl(args.transfer_file)
     if args.merge:
         _merge(args)
         return
@@ -365,6 +399,9 @@ def _humaneval_after(args) -> None:
         raise SystemExit("--humaneval-after needs the run's --workdir")
     summary = json.loads(args.humaneval_after.read_text())
     for key, field in (("first", "humaneval_first"), ("rl-final", "humaneval_final")):
+        if summary["scores"][key].get("humaneval") is not None:
+            summary[field] = summary["scores"][key]["humaneval"]
+            continue  # scored already
         version = summary["scores"][key]["version"]
         ckpt = next((args.workdir / "rl" / "scored" / f"v{version}").rglob("config.json")).parent
         say(f"HumanEval ({args.humaneval} problems, chat, greedy) on v{version} ({key})")

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gating.config import GateConfig
+from gating.config import GateConfig, SuiteConfig
 from gating.gates import HealthFigures, evaluate_gates
 from gating.records import FAIL, PASS, GateResult, GateVerdict, SuiteResult
 from gating.report import format_table, render_html
@@ -149,6 +149,8 @@ class GateRunner:
         clock.lap("seconds.health")
         gates = evaluate_gates(cand, champ, self.config, health=health, alpha=alpha_k)
         clock.lap("seconds.gates")
+        gates += self._guards(extras)
+        clock.lap("seconds.guards")
         extras["candidate.suite_seconds"] = cand.seconds
         if alpha_k is not None:
             extras["alpha_k"] = alpha_k
@@ -206,29 +208,51 @@ class GateRunner:
 
         return build_suite(self.config.suite, self.decision)
 
-    def _run_suite(self, model: Policy, tasks, checker) -> SuiteResult:
+    def _run_suite(self, model: Policy, tasks, checker, suite: SuiteConfig | None = None
+                   ) -> SuiteResult:
         from gating.suite import run_suite, uses_chat
 
-        s = self.config.suite
+        s = suite or self.config.suite
         return run_suite(
             model, tasks, max_new_tokens=s.max_new_tokens, seed=s.seed, checker=checker,
             token_penalty=s.token_penalty, batch_size=s.batch_size, chat=uses_chat(model, s),
         )
 
-    def _cached_suite(self, ckpt: Path, model: Policy, tasks, checker, part: str = ""
-                      ) -> SuiteResult:
+    def _cached_suite(self, ckpt: Path, model: Policy, tasks, checker, part: str = "", *,
+                      suite: SuiteConfig | None = None) -> SuiteResult:
         """Greedy decoding is deterministic: a suite result is reused for the same weights and
         suite config (keyed by their hashes, so a re-created registry cannot hit a stale one);
-        ``part`` names a look of a sequential gate."""
-        key = suite_cache_key(self.config, ckpt, self.decision) + (
+        ``part`` names a look of a sequential gate; ``suite``: another suite than the target one
+        (a guard)."""
+        key = suite_cache_key(self.config, ckpt, self.decision, suite=suite) + (
             f"-{part}-{len(tasks)}" if part else "")
         path = self.workdir / "suite-cache" / f"{key}.json"
         if path.exists():
             return SuiteResult.model_validate_json(path.read_text())
-        result = self._run_suite(model, tasks, checker)
+        result = self._run_suite(model, tasks, checker, suite)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(result.model_dump_json())
         return result
+
+    def _guards(self, extras: dict[str, float]) -> list[GateResult]:
+        """The regression-guard suites (``config.guards``), each drawn for this decision and run
+        by both models; none without a champion."""
+        from gating.gates import guard_gate
+        from gating.suite import build_suite
+
+        if self.champion is None:
+            return []
+        gates = []
+        for guard in self.config.guards:
+            tasks, checker = build_suite(guard.suite, self.decision)
+            results = [self._cached_suite(ckpt, model, tasks, checker, suite=guard.suite)
+                       for ckpt, model in ((self.candidate_dir, self.candidate),
+                                           (self.champion_dir, self.champion))]
+            gates.append(guard_gate(guard, *results, self.config.bootstrap))
+            extras[f"guard.{guard.name}.candidate_pass_rate"] = results[0].pass_rate
+            extras[f"guard.{guard.name}.champion_pass_rate"] = results[1].pass_rate
+            extras[f"guard.{guard.name}.tasks"] = float(len(tasks))
+        return gates
 
     def _kl(self, tasks, cand: SuiteResult) -> float | None:
         """KL on the candidate's own completions (of the first ``health.kl_max_tasks`` tasks),
@@ -419,11 +443,14 @@ def checkpoint_hash(ckpt: Path) -> str:
     return h.hexdigest()
 
 
-def suite_cache_key(config: GateConfig, ckpt: Path, decision: int = 0) -> str:
-    """Cache key of a suite result: the suite config, the draw and the whole checkpoint
-    (config.json too: the same weights under another architecture config decode differently)."""
-    h = hashlib.sha256(config.suite.model_dump_json().encode())
-    h.update(f"/draw-seed/{draw_seed(config.suite, decision)}".encode())
+def suite_cache_key(config: GateConfig, ckpt: Path, decision: int = 0, *,
+                    suite: SuiteConfig | None = None) -> str:
+    """Cache key of a suite result: the suite config (``suite``, else the gate's target suite),
+    the draw and the whole checkpoint (config.json too: the same weights under another
+    architecture config decode differently)."""
+    suite = suite or config.suite
+    h = hashlib.sha256(suite.model_dump_json().encode())
+    h.update(f"/draw-seed/{draw_seed(suite, decision)}".encode())
     h.update(checkpoint_hash(ckpt).encode())
     return h.hexdigest()[:24]
 

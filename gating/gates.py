@@ -17,6 +17,8 @@ Gates:
 
 Every CI resamples distinct prompts (``bootstrap.cluster``), not rows: greedy answers to a
 repeated prompt are identical, so its rows are one observation.
+- ``guard.<name>``: on a regression-guard suite (``GateConfig.guards``), the paired CI of the
+  pass-rate change must not lie entirely below ``-max_drop``.
 - ``no_edit_rate`` / ``malformed_rate`` (hack monitors): may rise at most a set amount.
 - ``finite_weights``, ``expert_load_entropy``, ``kl_to_champion`` (health).
 
@@ -35,6 +37,7 @@ from gating.config import (
     BootstrapConfig,
     ChangeThreshold,
     GateConfig,
+    GuardSuite,
     ImprovementEvidence,
     TokenBudget,
 )
@@ -281,6 +284,20 @@ def _champion_gates(
         rate_jump_gate("malformed_rate", candidate.malformed_rate, champion.malformed_rate,
                        config.hack.max_malformed_increase),
     ]
+
+
+def guard_gate(guard: GuardSuite, candidate: SuiteResult, champion: SuiteResult,
+               b: BootstrapConfig) -> GateResult:
+    """``guard.<name>``: fails iff the candidate is surely worse than the champion on the guard
+    suite (the whole prompt-clustered CI of the pass-rate change below ``-guard.max_drop``)."""
+    _check_paired(candidate, champion)
+    ci = _paired_ci([t.passed for t in candidate.tasks], [t.passed for t in champion.tasks], b,
+                    _clusters(candidate, b))
+    gate = no_regression_gate(f"guard.{guard.name}", ci, worse_is_lower=True,
+                              tolerance=guard.max_drop)
+    return gate.model_copy(update={"detail": (
+        f"candidate {candidate.pass_rate:.3f} vs champion {champion.pass_rate:.3f} on "
+        f"{len(candidate.tasks)} guard tasks")})
 
 
 def evaluate_gates(

@@ -86,6 +86,10 @@ class CycleResult:
     """The level this gate decision spent (gating/stats.py alpha spending)."""
     gate_evidence_low: float | None = None
     """Lower bound of the pass-rate change at level alpha_k: the figure the promotion hangs on."""
+    gate_failed: str | None = None
+    """The gates the candidate failed, comma-separated (``none`` when it passed every one)."""
+    gate_guards: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    """Per regression guard: candidate and champion pass rates and the change's CI."""
     gate_run_id: str | None = None
     train_run_id: str | None = None
     rolled_back: bool = False
@@ -468,11 +472,18 @@ class Cycle:
             if evidence is not None:
                 result.gate_evidence_low = evidence.value
             result.gate_alpha_k = verdict.extras.get("alpha_k")
+            result.gate_guards = {
+                g.name.removeprefix("guard."): {
+                    "candidate": verdict.extras.get(f"{g.name}.candidate_pass_rate"),
+                    "champion": verdict.extras.get(f"{g.name}.champion_pass_rate"),
+                    "ci_low": g.ci_low, "ci_high": g.ci_high, "passed": float(g.passed)}
+                for g in verdict.gates if g.name.startswith("guard.")}
             result.candidate_pass_rate = verdict.candidate.pass_rate
             result.candidate_tokens = verdict.candidate.mean_completion_tokens
             result.candidate_score = verdict.candidate.score
             if verdict.champion is not None:
                 result.champion_pass_rate = verdict.champion.pass_rate
+        result.gate_failed = state.verdict.get("failed")
         state.stage = "gated"
         self._save(state)
 

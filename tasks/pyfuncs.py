@@ -11,7 +11,8 @@ reply) plus the asserts run in the sandbox (tasks/sandbox.py); a task passes iff
 passes. :func:`write_jsonl` / :func:`read_jsonl` use the shared suite format (one JSON object per
 line: ``task_id``, ``prompt``, ``messages``, ``entry_point``, ``tests``, ``family``).
 :func:`split_pools` cuts the draw into a train-traffic pool, a gate pool and a sealed set that
-share no prompt text, and keeps held-out families out of all but a transfer set.
+share no prompt text, keeps held-out families out of all but a transfer set, and families the
+model already solves in a guard pool for the gate's regression guard.
 
 Left out: multi-function tasks, tasks that need imports, stdin/stdout tasks.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tasks.toy import CheckResult
@@ -485,29 +486,40 @@ def read_jsonl(path: Path) -> list[dict]:
 
 @dataclass(frozen=True)
 class Pools:
-    """Disjoint by prompt text: ``train`` (traffic), ``gate``, ``sealed`` (kept families) and
-    ``transfer`` (held-out families only, never in traffic)."""
+    """Disjoint by prompt text: ``train`` (traffic), ``gate``, ``sealed`` (kept families),
+    ``transfer`` (held-out families only, never in traffic) and ``guard`` (families the model
+    already solves, for the gate's regression guard; never in traffic)."""
 
     train: list[PyTask]
     gate: list[PyTask]
     sealed: list[PyTask]
     transfer: list[PyTask]
+    guard: list[PyTask] = field(default_factory=list)
 
 
 def split_pools(families: Sequence[str], held_out: Sequence[str], *, per_family: int,
                 fractions: tuple[float, float, float] = (0.5, 0.25, 0.25), seed: int = 0,
-                exclude: Sequence[str] = ()) -> Pools:
+                exclude: Sequence[str] = (), guard_families: Sequence[str] = (),
+                guard_per_family: int = 8) -> Pools:
     """Draw ``per_family`` tasks of each family (prompts in ``exclude``, e.g. the calibration
     draw, are skipped) and cut kept families into train/gate/sealed by ``fractions``; held-out
-    families go to ``transfer`` only."""
-    if set(families) & set(held_out):
-        raise ValueError(f"families and held_out overlap: {sorted(set(families) & set(held_out))}")
+    families go to ``transfer`` only, ``guard_families`` (``guard_per_family`` each) to ``guard``
+    only."""
+    groups = {"families": set(families), "held_out": set(held_out),
+              "guard_families": set(guard_families)}
+    for a, b in (("families", "held_out"), ("families", "guard_families"),
+                 ("held_out", "guard_families")):
+        if groups[a] & groups[b]:
+            raise ValueError(f"{a} and {b} overlap: {sorted(groups[a] & groups[b])}")
     skip = set(exclude)
+
+    def draw(fam: str, n: int) -> list[PyTask]:
+        return [t for t in instances(BY_FAMILY[fam], 3 * n, seed=seed) if t.prompt not in skip][:n]
+
     train, gate, sealed, transfer = [], [], [], []
     for fam in (*families, *held_out):
-        drawn = [t for t in instances(BY_FAMILY[fam], 3 * per_family, seed=seed)
-                 if t.prompt not in skip][:per_family]
-        if fam in held_out:
+        drawn = draw(fam, per_family)
+        if fam in groups["held_out"]:
             transfer += drawn
             continue
         a = round(len(drawn) * fractions[0])
@@ -515,30 +527,49 @@ def split_pools(families: Sequence[str], held_out: Sequence[str], *, per_family:
         train += drawn[:a]
         gate += drawn[a:b]
         sealed += drawn[b:]
-    return Pools(train, gate, sealed, transfer)
+    guard = [t for fam in guard_families for t in draw(fam, guard_per_family)]
+    return Pools(train, gate, sealed, transfer, guard)
+
+
+GUARD_MIN_GREEDY = 0.75
+"""A calibrated family whose greedy pass@1 is at least this (3 of 4 prompts), neither kept nor held
+out, is one the model already solves: it goes to the guard pool (what an update must not break).
+Fixed before any guard was scored."""
+
+
+def guard_families(record: dict) -> list[str]:
+    """The families of a calibration record that the model already solves (greedy pass@1 >=
+    :data:`GUARD_MIN_GREEDY`), neither kept for training nor held out."""
+    return [fam for fam, r in record.get("families", {}).items()
+            if r["pass1_greedy"] >= GUARD_MIN_GREEDY and not r["kept"] and fam not in HELD_OUT]
 
 
 CALIBRATION_SEED = 1000
 """Seed of the calibration draw (bench/pyfuncs_calibrate.py); pools never reuse its prompts."""
 POOL_FILES = {"train": "pyfuncs_train.jsonl", "gate": "pyfuncs_gate.jsonl",
-              "sealed": "pyfuncs_sealed.jsonl", "transfer": "pyfuncs_transfer.jsonl"}
+              "sealed": "pyfuncs_sealed.jsonl", "transfer": "pyfuncs_transfer.jsonl",
+              "guard": "pyfuncs_guard.jsonl"}
 
 
 def write_pools(calibrations: Path | Sequence[Path], out_dir: Path, *, per_family: int = 40,
-                seed: int = 0) -> dict[str, int]:
-    """The four pool files under ``out_dir`` from the ``kept`` and ``held_out_kept`` families of one
-    or more calibration records (every record's calibration draw excluded); returns their sizes."""
+                seed: int = 0, guard_per_family: int = 8) -> dict[str, int]:
+    """The pool files under ``out_dir`` from the ``kept``, ``held_out_kept`` and already-solved
+    (:func:`guard_families`) families of one or more calibration records (every record's
+    calibration draw excluded); returns their sizes."""
     paths = [Path(calibrations)] if isinstance(calibrations, (str, Path)) else list(calibrations)
     kept: list[str] = []
     held: list[str] = []
+    guard: list[str] = []
     calib: list[str] = []
     for path in paths:
         record = json.loads(Path(path).read_text())
         kept += record["kept"]
         held += record["held_out_kept"]
+        guard += guard_families(record)
         calib += [t.prompt for tpl in TEMPLATES
                   for t in instances(tpl, record["per_family"], seed=record["seed"])]
-    pools = split_pools(kept, held, per_family=per_family, seed=seed, exclude=calib)
+    pools = split_pools(kept, held, per_family=per_family, seed=seed, exclude=calib,
+                        guard_families=guard, guard_per_family=guard_per_family)
     sizes = {}
     for name, file in POOL_FILES.items():
         tasks = getattr(pools, name)

@@ -117,3 +117,20 @@ def test_merge_counts_a_placebo_cut_short_by_the_cycles_it_finished(tmp_path):
     promoted = _arm_file(tmp_path / "pl2.json", "placebo", [True, False], None, complete=False)
     with pytest.raises(SystemExit, match="never scored"):
         main(["--merge", str(rl), str(promoted), "--sealed-file", str(sealed), "--out", str(out)])
+
+
+def test_transfer_summary_pairs_each_scored_checkpoint_with_the_first_by_family():
+    from bench.loop_real import transfer_summary
+
+    tasks = [{"prompt": f"p{i}", "family": fam} for i, fam in enumerate(["a", "a", "b", "b"])]
+    scores = {"first": {"version": 1, "passed": [], "transfer": [True, True, False, True]},
+              "rl-final": {"version": 3, "passed": [], "transfer": [False, False, False, True]},
+              "rl-last-candidate": {"version": 4, "passed": [], "transfer": None}}
+    out = transfer_summary(tasks, scores)
+    assert out["tasks"] == 4 and out["families"] == ["a", "b"] and out["pass_first"] == 0.75
+    final = out["rl-final"]
+    assert final["version"] == 3 and final["pass"] == 0.25
+    assert final["delta"] == pytest.approx(-0.5) and final["ci"][0] <= -0.5 <= final["ci"][1]
+    assert final["per_family"] == {"a": {"tasks": 2, "first": 2, "then": 0},
+                                   "b": {"tasks": 2, "first": 1, "then": 1}}
+    assert "rl-last-candidate" not in out  # not scored on the transfer set

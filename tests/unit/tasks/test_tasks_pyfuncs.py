@@ -149,3 +149,27 @@ def test_shipped_pools_are_disjoint_by_prompt_and_skip_the_calibration_draw():
     for name in ("train", "gate", "sealed"):
         assert {r["family"] for r in pools[name]} == kept
     assert {r["family"] for r in pools["transfer"]} <= set(HELD_OUT)
+    guard = {r["family"] for r in pools["guard"]}
+    assert guard and not guard & (kept | set(HELD_OUT))
+
+
+def test_guard_families_are_the_solved_ones_neither_kept_nor_held_out():
+    from tasks.pyfuncs import guard_families
+
+    fam = {"pass1_greedy": 1.0, "kept": False}
+    record = {"families": {
+        "add_const": fam, "digit_sum": {**fam, "pass1_greedy": 0.75},
+        "evens": {**fam, "pass1_greedy": 0.5},          # not solved
+        "reverse_str": {**fam, "kept": True},            # trained on
+        HELD_OUT[0]: fam}}                               # the transfer check's
+    assert guard_families(record) == ["add_const", "digit_sum"]
+
+
+def test_guard_pool_keeps_out_of_the_other_pools():
+    kept, held, guard = ["reverse_str", "clamp"], [HELD_OUT[0]], ["add_const", "evens"]
+    pools = split_pools(kept, held, per_family=8, guard_families=guard, guard_per_family=5)
+    assert {t.family for t in pools.guard} == set(guard) and len(pools.guard) == 10
+    others = {t.prompt for p in (pools.train, pools.gate, pools.sealed, pools.transfer) for t in p}
+    assert not {t.prompt for t in pools.guard} & others
+    with pytest.raises(ValueError, match="guard_families"):
+        split_pools(kept, held, per_family=2, guard_families=["clamp"])
