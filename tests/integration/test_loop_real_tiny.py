@@ -27,6 +27,7 @@ def test_loop_real_runs_both_arms_on_chat_traffic(tmp_path):
                         for t in instances(BY_FAMILY[f], 8, seed=5)], tmp_path / "pool.jsonl")
     sealed = write_jsonl([t for f in ("add_const", "reverse_str")
                           for t in instances(BY_FAMILY[f], 4, seed=6)], tmp_path / "sealed.jsonl")
+    transfer = write_jsonl(instances(BY_FAMILY["sub_const"], 4, seed=7), tmp_path / "transfer.jsonl")
     config = load_config(ROOT / "configs" / "tiny-qwen3moe.json")
     config = config.model_copy(update={
         "model_name": "loop-real-it",
@@ -42,6 +43,7 @@ def test_loop_real_runs_both_arms_on_chat_traffic(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "bench.loop_real", "--config", str(config_file), "--cycles", "1",
          "--requests", "48", "--sealed", "8", "--sealed-file", str(sealed), "--humaneval", "0",
+         "--transfer-file", str(transfer),
          "--max-new-tokens", "24",
          "--workdir", str(tmp_path / "work"), "--out", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
@@ -57,3 +59,6 @@ def test_loop_real_runs_both_arms_on_chat_traffic(tmp_path):
         assert row["rows"] > 0
         assert 0.0 <= row["edit_persistence"] <= 1.0 and 0.0 <= row["dissatisfied_rate"] <= 1.0
     assert "sealed set (8 tasks)" in done.stdout
+    assert result["transfer"]["tasks"] == 4 and result["transfer"]["families"] == ["sub_const"]
+    assert {"rl-final", "placebo-final"} <= set(result["transfer"])
+    assert all("gate_failed" in r and "gate_guards" in r for r in result["per_cycle"])
