@@ -311,6 +311,8 @@ def main(argv: list[str] | None = None) -> None:
                    "of a finished run whose --workdir is given, fill them into JSON and exit")
     p.add_argument("--merge", type=Path, nargs=2, metavar=("RL_JSON", "PLACEBO_JSON"),
                    help="write --out from the files of an rl and a placebo run and exit")
+    p.add_argument("--sequential", action="store_true",
+                   help="with --merge: the two arms ran one after the other, not side by side")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
@@ -385,7 +387,8 @@ def _merge(args) -> None:
         "humaneval_problems"]
     rows = rl["per_cycle"] + pl["per_cycle"]
     summary = summarise(args, rows, scores, sealed, max(rl["seconds"], pl["seconds"]))
-    summary.update(complete=True, arms_side_by_side=True, load1=max(rl["load1"], pl["load1"]),
+    summary.update(complete=True, arms_side_by_side=not args.sequential,
+                   load1=max(rl["load1"], pl["load1"]),
                    date=rl["date"], placebo_complete=bool(pl.get("complete")),
                    placebo_note=placebo_note)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")

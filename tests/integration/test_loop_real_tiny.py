@@ -27,7 +27,8 @@ def test_loop_real_runs_both_arms_on_chat_traffic(tmp_path):
                         for t in instances(BY_FAMILY[f], 8, seed=5)], tmp_path / "pool.jsonl")
     sealed = write_jsonl([t for f in ("add_const", "reverse_str")
                           for t in instances(BY_FAMILY[f], 4, seed=6)], tmp_path / "sealed.jsonl")
-    transfer = write_jsonl(instances(BY_FAMILY["sub_const"], 4, seed=7), tmp_path / "transfer.jsonl")
+    transfer = write_jsonl(instances(BY_FAMILY["sub_const"], 4, seed=7),
+                           tmp_path / "transfer.jsonl")
     config = load_config(ROOT / "configs" / "tiny-qwen3moe.json")
     config = config.model_copy(update={
         "model_name": "loop-real-it",

@@ -81,6 +81,9 @@ def test_merge_joins_an_rl_and_a_placebo_file_run_side_by_side(tmp_path, capsys)
     assert merged["promotions"] == 1 and merged["placebo_promotions"] == 1
     assert [r["arm"] for r in merged["per_cycle"]] == ["rl", "placebo"]
     assert merged["complete"] and merged["arms_side_by_side"]
+    main(["--merge", str(rl), str(pl), "--sealed-file", str(sealed), "--out", str(out),
+          "--sequential"])
+    assert json.loads(out.read_text())["arms_side_by_side"] is False
 
 
 def test_merge_refuses_arms_that_scored_the_first_champion_differently(tmp_path):
