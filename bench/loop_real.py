@@ -211,6 +211,14 @@ def _score(args, uri, name, version, key, sealed, workdir, scores, *, humaneval:
 
     if key in scores:
         return
+    # Greedy scoring is deterministic: a version scored under another key (a final champion that
+    # is still the first one) is not scored twice.
+    same = next((s for s in scores.values() if s["version"] == version), None)
+    needs_humaneval = humaneval and args.humaneval > 0
+    if same is not None and (same["humaneval"] is not None or not needs_humaneval):
+        scores[key] = {**same, "humaneval": same["humaneval"] if humaneval else None}
+        say(f"v{version} ({key}) was scored already as the same weights; figures reused")
+        return
     say(f"scoring v{version} ({key}) on {len(sealed)} sealed tasks")
     ckpt = registry.download_checkpoint(uri, name, version, workdir / "scored" / f"v{version}")
     passed = score_sealed(ckpt, sealed, max_new_tokens=args.max_new_tokens, batch=args.batch)

@@ -137,3 +137,25 @@ def test_transfer_summary_pairs_each_scored_checkpoint_with_the_first_by_family(
     assert final["per_family"] == {"a": {"tasks": 2, "first": 2, "then": 0},
                                    "b": {"tasks": 2, "first": 1, "then": 1}}
     assert "rl-last-candidate" not in out  # not scored on the transfer set
+
+
+def test_a_version_scored_under_another_key_is_not_scored_again(tmp_path, monkeypatch):
+    from bench.loop_real import _score
+
+    class Downloaded(Exception):
+        pass
+
+    def download(*args, **kwargs):
+        raise Downloaded
+
+    monkeypatch.setattr("runtime.registry.download_checkpoint", download)
+
+    args = argparse.Namespace(humaneval=0, transfer_tasks=[], max_new_tokens=8, batch=4)
+    first = {"version": 1, "passed": [True, False], "transfer": None, "humaneval": None}
+    scores = {"first": first}
+    # scoring again would start by downloading the checkpoint
+    _score(args, None, "m", 1, "rl-final", [{"prompt": "a"}, {"prompt": "b"}], tmp_path, scores)
+    assert scores["rl-final"] == first
+    args.humaneval = 164  # the first has no HumanEval figure: the final must be scored
+    with pytest.raises(Downloaded):
+        _score(args, None, "m", 1, "placebo-final", [{"prompt": "a"}], tmp_path, scores)
