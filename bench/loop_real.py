@@ -43,6 +43,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -282,19 +283,24 @@ def transfer_summary(tasks: list[dict], scores: dict) -> dict:
     first = scores["first"]["transfer"]
     base = by_prompt(prompts, first)
     families = sorted({t["family"] for t in tasks})
+    sizes, first_passed = _per_family(tasks, [True] * len(tasks)), _per_family(tasks, first)
     out: dict = {"tasks": len(tasks), "families": families, "pass_first": statistics.fmean(first),
                  "first_version": scores["first"]["version"]}
     for key, entry in scores.items():
         if key == "first" or not entry.get("transfer"):
             continue
         d, lo, hi = paired_delta(base, by_prompt(prompts, entry["transfer"]))
+        then = _per_family(tasks, entry["transfer"])
         out[key] = {"version": entry["version"], "pass": statistics.fmean(entry["transfer"]),
-                    "delta": d, "ci": [lo, hi], "per_family": {
-                        f: {"tasks": sum(t["family"] == f for t in tasks),
-                            "first": sum(p for t, p in zip(tasks, first) if t["family"] == f),
-                            "then": sum(p for t, p in zip(tasks, entry["transfer"])
-                                        if t["family"] == f)} for f in families}}
+                    "delta": d, "ci": [lo, hi],
+                    "per_family": {f: {"tasks": sizes[f], "first": first_passed[f],
+                                       "then": then[f]} for f in families}}
     return out
+
+
+def _per_family(tasks: list[dict], passed: list[bool]) -> Counter:
+    """Passed tasks per family."""
+    return Counter(t["family"] for t, p in zip(tasks, passed, strict=True) if p)
 
 
 def main(argv: list[str] | None = None) -> None:
