@@ -47,8 +47,9 @@ demo-smollm2: real-model
 # SmolLM2-135M-Instruct upcycled, chat traffic from the pyfuncs train pool, 2 cycles, no placebo;
 # prints the per-cycle gate table and the sealed-set gain line (bench/loop_real.py has the full run).
 demo-real: real-model
+	rm -rf .demo-real/run
 	nice -n 10 $(BIN)/python -m bench.loop_real --cycles 2 --requests 32 --no-placebo \
-		--sealed 64 --humaneval 0 --out .demo-real/loop_real_demo.json
+		--sealed 64 --humaneval 0 --workdir .demo-real/run --out .demo-real/loop_real_demo.json
 
 test-unit: $(BIN)/.bootstrapped
 	$(BIN)/python -m pytest -q -m "not integration"

@@ -350,6 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     sealed = read_jsonl(args.sealed_file)
     sealed = sealed[:args.sealed] if args.sealed else sealed
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ratchet-loop-real-"))
+    print(f"loop_real: run folder {workdir} (checkpoints, spans, MLflow store)", flush=True)
     rows: list[dict] = []
     scores: dict = {}
     t0 = time.perf_counter()

@@ -24,9 +24,16 @@ class UsageError(ValueError):
     """Refused input: the message is one line naming the input."""
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+DEMO_WORKDIR = Path(".demo")
+"""The demo's own folder: `ratchet demo` wipes it at start."""
+WORKDIR = Path(".ratchet")
+"""Every other command's default folder (state, spans, logs): never the demo's."""
+
+
+def _common(p: argparse.ArgumentParser, workdir: Path = WORKDIR) -> None:
     p.add_argument("--config", type=Path, help="JSON config file (defaults: the toy setup)")
-    p.add_argument("--workdir", type=Path, default=Path(".demo"), help="state, spans, logs")
+    p.add_argument("--workdir", type=Path, default=workdir,
+                   help=f"state, spans, logs (default {workdir})")
 
 
 def _connected(p: argparse.ArgumentParser) -> None:
@@ -55,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "demo", help="embedded broker + MLflow, toy champion, fleet, simulator, cycles"
     )
-    _common(p)
+    _common(p, DEMO_WORKDIR)
     p.add_argument("--cycles", type=int, default=3)
     p.add_argument("--keep-running", action="store_true", help="keep MLflow up after the cycles")
 
@@ -100,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
                        ("show", "rows, signal coverage and the reward distribution of a span"),
                        ("release", "re-admit a quarantined span after review")):
         q = ssub.add_parser(name, help=text)
-        q.add_argument("--workdir", type=Path, default=Path(".demo"))
+        q.add_argument("--workdir", type=Path, default=WORKDIR)
         if name in ("show", "release"):
             q.add_argument("span_id", help="e.g. span-000003")
         if name == "release":
@@ -111,8 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     show = csub.add_parser("show", help="print the resolved config as JSON")
     show.add_argument("--config", type=Path)
 
-    p = sub.add_parser("ui", help="serve the MLflow UI over a demo workdir's store")
-    p.add_argument("--workdir", type=Path, default=Path(".demo"))
+    p = sub.add_parser("ui", help="serve the MLflow UI over a workdir's store")
+    p.add_argument("--workdir", type=Path, default=WORKDIR, help=f"default {WORKDIR}")
     return parser
 
 

@@ -1,7 +1,8 @@
 """Progress of long steps: a bar on a terminal, a line per quarter with an ETA otherwise.
 
 ``with Progress("warm start", total=300) as p: ... p.update()`` draws a ``tqdm`` bar on stderr
-when stderr is a terminal. Without a terminal (CI, a log file, ``make demo | tee``) it logs a
+when stderr is a terminal at least ``BAR_MIN_COLUMNS`` wide. Without one (or on a terminal that
+reports no width, as some CI logs do) (CI, a log file, ``make demo | tee``) it logs a
 line at each quarter of the work once the step has run 10 s (but not within 10 s of its previous
 line), or after 20 s without one, with the rate and the time left, and one when done (a step
 that showed no line before puts its done line in the log file only: the caller's summary gives
@@ -19,6 +20,7 @@ Deliberately left out: nesting and multi-process bars.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -40,6 +42,18 @@ QUIET_S = 20.0
 RATE_AFTER_S = 2.0
 """A step younger than this shows no rate or time left (a first batch done in milliseconds
 would claim thousands per second)."""
+
+
+BAR_MIN_COLUMNS = 20
+"""Narrower terminals (a width of 0 is what some CI consoles report) get lines, not a bar."""
+
+
+def bar_fits(stream) -> bool:
+    """Whether ``stream`` is a terminal wide enough for a bar."""
+    try:
+        return stream.isatty() and os.get_terminal_size(stream.fileno()).columns >= BAR_MIN_COLUMNS
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 _terminal = {"last": time.monotonic(), "progress": 0}
@@ -104,7 +118,7 @@ class Progress:
         self._last_line = self._t0
         self._reported = False
         """Whether a line (or the bar) has shown this step's progress on the terminal."""
-        use_bar = sys.stderr.isatty() if bar is None else bar
+        use_bar = bar_fits(sys.stderr) if bar is None else bar
         self._bar = None
         if use_bar and self.total:
             from tqdm import tqdm

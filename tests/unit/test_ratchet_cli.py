@@ -491,3 +491,16 @@ def test_cycle_commands_train_with_the_configured_torch_threads(tmp_path, monkey
     finally:
         torch.set_num_threads(before)
     assert seen == [threads]
+
+
+def test_only_the_demo_defaults_to_the_demo_folder():
+    """`make demo` wipes .demo: a production loop must not keep its state there by default."""
+    from pathlib import Path
+
+    from ratchet.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["demo"]).workdir == Path(".demo")
+    for argv in (["loop"], ["cycle"], ["serve"], ["rollout", "3"], ["ui"], ["spans", "list"],
+                 ["replay", "events.jsonl"]):
+        assert parser.parse_args(argv).workdir == Path(".ratchet"), argv
