@@ -137,9 +137,11 @@ class CarryConfig(_Config):
         description="Most carried rows (newest spans first); older ones are left out.",
     )
     scale_steps: bool = Field(
-        True,
+        False,
         description="Optimizer steps grow with the rows: trainer.steps x (all rows / new rows), "
-        "rounded, so every row gets as many passes as a cycle without carry gives it.",
+        "rounded, so every row gets as many passes as a cycle without carry gives it. Off (the "
+        "default): a fixed step budget per cycle, carried rows are sampled into the same "
+        "number of batches, so a run of rejections does not make each update larger.",
     )
 
 

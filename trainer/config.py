@@ -18,7 +18,10 @@ class _Strict(BaseModel):
 
 
 class TokenClip(_Strict):
-    """PPO-style clipped ratio per token against the logged behaviour logprobs; truncated IS."""
+    """PPO-style clipped ratio per token; truncated IS. With ``proximal="champion"`` the bound
+    holds over the whole update: once pi_theta / pi_champion of a token leaves [1 - eps_low,
+    1 + eps_high] in the direction its advantage pushes, that token's gradient is exactly 0 (the
+    clipped branch is constant), so no step moves it further that way."""
 
     type: Literal["token_clip"] = "token_clip"
     clip_eps_low: float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip: ratio >= 1 - eps.")
@@ -44,7 +47,10 @@ class SequenceGSPO(_Strict):
 class CISPO(_Strict):
     """CISPO (MiniMax-M1, 2025): the importance weight is clipped and detached, never the
     gradient: surrogate_t = sg(clip(rho_t, 1 - eps_low, 1 + eps_high)) * A_t * log pi_theta(y_t),
-    so a token past the clip still gets its (bounded) gradient. Token mean."""
+    so a token past the clip still gets its gradient, of size at most (1 + eps_high) * |A_t| per
+    step. That bounds each step's push, not where the update ends: nothing stops a token's
+    probability from rising past (1 + eps_high) x the champion's over many steps. Only the KL
+    penalty (``kl_coef``) and ``kl_budget`` bound the update. Token mean."""
 
     type: Literal["cispo"] = "cispo"
     clip_eps_low: float = Field(
@@ -143,8 +149,10 @@ class TrainerConfig(_Strict):
         "+0.016 at the paper's clip and +0.027 / +0.010 at 3e-3/4e-3; learning_tuning.md).")
     proximal: Literal["champion", "current"] = Field(
         "champion", description="pi_prox, the centre of the clip. champion: the champion this "
-        "update starts from, for every step (one trust region around it for the whole update, "
-        "so a token's probability can rise at most 1 + clip_eps_high times over all steps). "
+        "update starts from, for every step (one trust region around it for the whole update: "
+        "under token_clip a token's probability stops being pushed up once it is 1 + "
+        "clip_eps_high times the champion's; cispo clips only the weight, so there it keeps "
+        "being pushed and only kl_coef / kl_budget bound it). "
         "current: the policy at each step, detached (every batch gets one optimizer step, so "
         "the clip holds within the step and the KL penalties to the champion and the anchor are "
         "what bounds the update); the importance weight is then min(pi_theta / pi_b, C). Measured "
@@ -162,6 +170,10 @@ class TrainerConfig(_Strict):
         0.02, ge=0.0, description="beta: weight of the k1 KL penalty to the trust-region "
         "reference (the previous champion, the one this update starts from)."
     )
+    kl_budget: float | None = Field(
+        None, gt=0.0, description="Early stop: once the KL to the champion measured on a step's "
+        "batch (kl_theta_ref_k3, nats per token) passes this, the update ends after that step "
+        "(summary: steps_done, kl_budget_stopped). None: always run `steps`.")
     anchor_kl_coef: float = Field(
         0.01, ge=0.0, description="Weight of the k1 KL penalty to the fixed anchor, which keeps "
         "many cycles from drifting."

@@ -44,6 +44,7 @@ Parquet and registering the result in MLflow (the cycle does that).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -63,6 +64,8 @@ from trainer.config import CISPO, SequenceGSPO, TokenClip, TrainerConfig
 from trainer.data import Batch, Sample, collate, rows_to_samples
 from trainer.health import moe_health
 from trainer.trainable import select_trainable
+
+log = logging.getLogger("ratchet.trainer")
 
 
 class NoTrainableRows(ValueError):
@@ -414,10 +417,25 @@ class RLRecipe:
                 self.history.append(metrics)
                 if mlflow is not None:
                     mlflow.log_metrics(metrics, step=step)
+                if self._over_kl_budget(metrics):
+                    break
         finally:
             progress.close()  # its heartbeat stops with the step, even a failed one
-        summary = {**self.counts, **self.history[-1], "train_seconds": time.perf_counter() - t0}
+        summary = {**self.counts, **self.history[-1], "train_seconds": time.perf_counter() - t0,
+                   "steps_done": len(self.history),
+                   "kl_budget_stopped": float(len(self.history) < self.config.steps)}
         return {k: float(v) for k, v in summary.items()}
+
+    def _over_kl_budget(self, metrics: dict[str, float]) -> bool:
+        """Whether the KL to the champion measured on this step's batch (k3, nats per token, the
+        policy as it entered the step) passed ``kl_budget``: the update stops before the next."""
+        budget = self.config.kl_budget
+        kl = metrics.get("kl_theta_ref_k3")
+        if budget is None or kl is None or kl <= budget:
+            return False
+        log.info("training: KL to the champion %.4f > budget %.4f after %d of %d steps: stopping",
+                 kl, budget, len(self.history), self.config.steps)
+        return True
 
     def _mismatch_due(self, step: int) -> bool:
         every = self.config.mismatch_every

@@ -114,7 +114,7 @@ def test_pause_point_is_inert_unless_named(tmp_path, monkeypatch):
     assert (tmp_path / "paused-gate").read_text() == str(os.getpid())
 
 
-def test_carried_rows_scale_the_steps_unless_turned_off():
+def test_a_cycle_has_a_fixed_step_budget_unless_scaling_is_asked_for():
     from ratchet.config import RatchetConfig
     from ratchet.cycle import trainer_config
     from ratchet.cycle_state import CycleState
@@ -123,9 +123,9 @@ def test_carried_rows_scale_the_steps_unless_turned_off():
     state = CycleState(cycle_id="c", span_ids=["s3"], span_rows={"s3": 384},
                        carried_rows={"s2": 384, "s1": 200})
     assert state.train_span_ids == ["s3", "s2", "s1"] and state.train_rows == 968
-    assert trainer_config(config, state).steps == round(20 * 968 / 384) == 50
-    off = config.model_copy(update={"carry": config.carry.model_copy(
-        update={"scale_steps": False})})
-    assert trainer_config(off, state).steps == 20
+    assert trainer_config(config, state).steps == 20  # carried rows are sampled, not added
+    scaled = config.model_copy(update={"carry": config.carry.model_copy(
+        update={"scale_steps": True})})
+    assert trainer_config(scaled, state).steps == round(20 * 968 / 384) == 50
     alone = CycleState(cycle_id="d", span_ids=["s4"], span_rows={"s4": 100})
     assert trainer_config(config, alone) is config.trainer
