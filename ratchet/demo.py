@@ -321,7 +321,7 @@ def starting_point(config: RatchetConfig, gain: dict | None,
     log.info("scoring the undamaged warm start on %d fresh tasks", len(tasks))
     warm = evaluate(load_checkpoint(champion_dir(cfg.seed, cfg.sft_steps)), tasks)
     out = {"champion": "lazy_fix", "planted_flaw": "lazy-fix habit (trainer/habit.py): the warm "
-           "start fine-tuned on off_by_one demonstrations left half unfixed, damaged on purpose",
+           "start fine-tuned on off_by_one demonstrations left half unfixed",
            "warm_start_pass": warm.pass_rate, "warm_start_tokens": warm.mean_tokens,
            "tasks": len(tasks), "split": "fresh"}
     if gain is not None:
