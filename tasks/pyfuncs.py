@@ -2,17 +2,22 @@
 
 Each :class:`Template` is a family of requests like "Write a Python function add_7(x) that returns
 x plus 7": a name, a one-line description with drawn constants, a reference implementation and a
-drawer of test inputs. :func:`instances` draws distinct prompts of one family (seeded, stable ids
-``pyfunc/<family>/<nnnn>``); the hidden asserts (3–5) are the reference's outputs on drawn inputs,
-so a task's tests are right by construction. Answers fit in 64 tokens for a small instruct model.
+drawer of test inputs. An independent function is a family with its constants (``count_above/k=3``,
+:func:`function_id`); every task carries it in ``function``. :func:`instances` draws distinct
+prompts of one family (seeded, stable ids ``pyfunc/<family>/<nnnn>``); the hidden asserts (3–5)
+are the reference's outputs on drawn inputs, so a task's tests are right by construction. Answers
+fit in 64 tokens for a small instruct model.
 
 :func:`grade` is the one checker: the code of the reply (its first fenced block, or the whole
 reply) plus the asserts run in the sandbox (tasks/sandbox.py); a task passes iff every assert
 passes. :func:`write_jsonl` / :func:`read_jsonl` use the shared suite format (one JSON object per
-line: ``task_id``, ``prompt``, ``messages``, ``entry_point``, ``tests``, ``family``).
-:func:`split_pools` cuts the draw into a train-traffic pool, a gate pool and a sealed set that
-share no prompt text, keeps held-out families out of all but a transfer set, and families the
-model already solves in a guard pool for the gate's regression guard.
+line: ``task_id``, ``prompt``, ``messages``, ``entry_point``, ``tests``, ``family``,
+``function``). :func:`split_pools` cuts the trained families' functions into a train-traffic pool,
+a gate pool and a sealed set that share no function (the sealed set uses no name alias of
+training), keeps held-out families out of all but a transfer set, and gives families the model
+already solves to a guard pool for the gate's regression guard (their other functions to a retain
+set). ``python -m tasks.pyfuncs`` writes the pools under tasks/data (deterministic) with a
+``pools.json`` manifest and prints tasks, independent functions and families per pool.
 
 Left out: multi-function tasks, tasks that need imports, stdin/stdout tasks.
 """
@@ -792,8 +797,8 @@ DATA = Path(__file__).resolve().parent / "data"
 CALIBRATION_DRAW = DATA / "pyfuncs_calibration_draw.json"
 """The prompts the two calibrations decoded (drawn with the constant ranges of that time, before
 :data:`WIDENED`), frozen so that later changes to the templates cannot move them."""
-CALIBRATIONS = (Path("bench/results/pyfuncs_calibration.json"),
-                Path("bench/results/pyfuncs_calibration_2.json"))
+CALIBRATIONS = (DATA.parents[1] / "bench" / "results" / "pyfuncs_calibration.json",
+                DATA.parents[1] / "bench" / "results" / "pyfuncs_calibration_2.json")
 POOL_FILES = {"train": "pyfuncs_train.jsonl", "gate": "pyfuncs_gate.jsonl",
               "sealed": "pyfuncs_sealed.jsonl", "transfer": "pyfuncs_transfer.jsonl",
               "guard": "pyfuncs_guard.jsonl", "retain": "pyfuncs_retain.jsonl"}
@@ -838,10 +843,10 @@ def write_pools(calibrations: Path | Sequence[Path] = CALIBRATIONS, out_dir: Pat
         stats[name] = {"file": file, **pool_stats(tasks), "per_family": {
             f: pool_stats([t for t in tasks if t.family == f])["functions"]
             for f in sorted({t.family for t in tasks})}}
-    manifest = {"command": COMMAND, "seed": seed, "calibrations": [str(p) for p in paths],
+    manifest = {"command": COMMAND, "seed": seed, "calibrations": [Path(p).name for p in paths],
                 "roles": role, "pools": stats,
                 "rule": "pools share no independent function (family + constants); the sealed "
-                        "and guard pools use no function name of the train and retain pools; "
+                        "pool uses no function name alias of the train and retain pools; "
                         "transfer families appear in no other pool"}
     (Path(out_dir) / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return stats

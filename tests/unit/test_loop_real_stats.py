@@ -1,5 +1,6 @@
 """bench/loop_real.py's statistics: pass rates grouped by independent function (prompt text when a
-task has none), the paired final-minus-first delta resampling those clusters, a summary carrying every documented key, and the merge of two arms."""
+task has none), the paired final-minus-first delta resampling those clusters, a summary carrying
+every documented key, and the merge of two arms."""
 
 import argparse
 from pathlib import Path
