@@ -733,7 +733,8 @@ def split_pools(families: Sequence[str], held_out: Sequence[str], *, seed: int =
     """Split by function. Each trained family's constants (:func:`constants`, shuffled with
     ``seed``, at most ``max_functions``) are cut into train / gate / sealed by ``fractions``;
     held-out families go whole to ``transfer``; each guard family gives ``guard_functions``
-    functions (at least ``guard_per_family`` tasks) to ``guard`` and up to ``max_functions`` of
+    functions (more prompts of them, up to ``guard_per_family`` tasks, where the prompts allow)
+    to ``guard`` and up to ``max_functions`` of
     the rest to ``retain``. Prompts in ``exclude`` (the calibration draw) are never used."""
     groups = {"families": set(families), "held_out": set(held_out),
               "guard_families": set(guard_families)}
