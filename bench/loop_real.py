@@ -10,11 +10,13 @@ cycle: one round of traffic served by the live champion (signals in compressed e
 of rows with their rewards shuffled (seeded per cycle) and must not improve.
 
 The champion is scored greedily, as chat turns, on the sealed set (tasks/data/pyfuncs_sealed.jsonl:
-no prompt shared with the traffic pool, the gate pool or the calibration draw; ``--sealed N`` takes
-its first N) before the first cycle and after the last, and on ``--humaneval N`` HumanEval
+no independent function, family + constants, shared with the traffic pool or the gate pool, no
+function name of the traffic pool, no prompt of the calibration draw; ``--sealed N`` takes its
+first N) before the first cycle and after the last, and on ``--humaneval N`` HumanEval
 problems (164 = all, chat; 0 skips it). ``ci_low``/``ci_high``: 95% paired bootstrap of final minus
-first, resampling prompts (tasks are grouped by prompt text, so a prompt repeated under two ids
-counts once).
+first, resampling independent functions (tasks are grouped by their ``function``, family and
+constants, or by prompt text when a task has none: two prompts asking for the same function count
+once).
 
     .venv/bin/python -m bench.loop_real [--cycles 3] [--requests 64] [--sealed 0]
         [--humaneval 164] [--no-placebo] [--out bench/results/loop_real.json]
@@ -72,20 +74,28 @@ class PlaceboCycle(Cycle):
 
 
 # -- statistics (pure) ----------------------------------------------------------------------------
-def by_prompt(prompts: list[str], passed: list[bool]) -> dict[str, float]:
-    """Pass rate per distinct prompt (the independent unit)."""
+def by_cluster(keys: list[str], passed: list[bool]) -> dict[str, float]:
+    """Pass rate per cluster (the independent unit: a task's function, ``cluster_key``)."""
     groups: dict[str, list[bool]] = {}
-    for p, ok in zip(prompts, passed, strict=True):
+    for p, ok in zip(keys, passed, strict=True):
         groups.setdefault(p, []).append(ok)
     return {p: sum(v) / len(v) for p, v in groups.items()}
 
 
+def clusters(tasks: list[dict]) -> list[str]:
+    """Each task's cluster: its ``function`` (family + constants), or its prompt when it has
+    none."""
+    from tasks.jsonl_suite import cluster_key
+
+    return [cluster_key(t) for t in tasks]
+
+
 def paired_delta(first: dict[str, float], final: dict[str, float], *, seed: int = 0,
                  n_boot: int = BOOTSTRAP) -> tuple[float, float, float]:
-    """(mean of final - first over prompts, 95% bootstrap low, high), prompts resampled."""
+    """(mean of final - first over clusters, 95% bootstrap low, high), clusters resampled."""
     keys = sorted(first)
     if sorted(final) != keys:
-        raise ValueError("first and final were scored on different prompts")
+        raise ValueError("first and final were scored on different clusters")
     d = [final[k] - first[k] for k in keys]
     rng = random.Random(seed)
     means = sorted(statistics.fmean(d[rng.randrange(len(d))] for _ in d) for _ in range(n_boot))
@@ -235,14 +245,15 @@ def _score(args, uri, name, version, key, sealed, workdir, scores, *, humaneval:
 
 # -- summary --------------------------------------------------------------------------------------
 def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds: float) -> dict:
-    prompts = [t["prompt"] for t in sealed]
+    keys = clusters(sealed)
     first = scores.get("first")
     out: dict = {
         "cycles": args.cycles, "requests_per_cycle": args.requests, "config": str(args.config),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": "2-core CPU box, shared", "load1": round(os.getloadavg()[0], 2),
         "seconds": round(seconds, 1), "sealed_tasks": len(sealed),
-        "sealed_prompts": len(set(prompts)), "complete": False,
+        "sealed_prompts": len({t["prompt"] for t in sealed}),
+        "sealed_functions": len(set(keys)), "complete": False,
         "pass_first": None, "pass_final": None, "ci_low": None, "ci_high": None,
         "placebo_delta": None, "placebo_ci": None, "humaneval_first": None,
         "humaneval_final": None, "humaneval_problems": args.humaneval,
@@ -253,23 +264,23 @@ def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds:
     }
     if first is None:
         return out
-    base = by_prompt(prompts, first["passed"])
+    base = by_cluster(keys, first["passed"])
     out["pass_first"] = statistics.fmean(first["passed"])
     out["humaneval_first"] = first["humaneval"]
     if "rl-final" in scores:
         final = scores["rl-final"]
         out["pass_final"] = statistics.fmean(final["passed"])
-        _, out["ci_low"], out["ci_high"] = paired_delta(base, by_prompt(prompts, final["passed"]))
+        _, out["ci_low"], out["ci_high"] = paired_delta(base, by_cluster(keys, final["passed"]))
         out["humaneval_final"] = final["humaneval"]
     for arm in ("rl", "placebo"):
         if f"{arm}-last-candidate" in scores:
-            d, lo, hi = paired_delta(base, by_prompt(prompts,
-                                                     scores[f"{arm}-last-candidate"]["passed"]))
+            d, lo, hi = paired_delta(base, by_cluster(keys,
+                                                  scores[f"{arm}-last-candidate"]["passed"]))
             out[f"{arm}_last_candidate"] = {"version": scores[f"{arm}-last-candidate"]["version"],
                                             "delta": d, "ci": [lo, hi]}
     if "placebo-final" in scores:
         pl = scores["placebo-final"]
-        out["placebo_delta"], lo, hi = paired_delta(base, by_prompt(prompts, pl["passed"]))
+        out["placebo_delta"], lo, hi = paired_delta(base, by_cluster(keys, pl["passed"]))
         out["placebo_ci"] = [lo, hi]
     if first.get("transfer") and getattr(args, "transfer_tasks", None):
         out["transfer"] = transfer_summary(args.transfer_tasks, scores)
@@ -278,23 +289,27 @@ def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds:
 
 def transfer_summary(tasks: list[dict], scores: dict) -> dict:
     """The held-out families (never in traffic, gate or sealed pools) on the first champion and
-    every later scored checkpoint: pass rates, the prompt-clustered change and per-family counts."""
-    prompts = [t["prompt"] for t in tasks]
+    every later scored checkpoint: pass rates, the function-clustered change and per-family counts
+    (tasks, independent functions, passed)."""
+    keys = clusters(tasks)
     first = scores["first"]["transfer"]
-    base = by_prompt(prompts, first)
+    base = by_cluster(keys, first)
     families = sorted({t["family"] for t in tasks})
     sizes, first_passed = _per_family(tasks, [True] * len(tasks)), _per_family(tasks, first)
-    out: dict = {"tasks": len(tasks), "families": families, "pass_first": statistics.fmean(first),
+    functions = Counter(t["family"] for t in {c: t for c, t in zip(keys, tasks)}.values())
+    out: dict = {"tasks": len(tasks), "functions": len(set(keys)), "families": families,
+                 "pass_first": statistics.fmean(first),
                  "first_version": scores["first"]["version"]}
     for key, entry in scores.items():
         if key == "first" or not entry.get("transfer"):
             continue
-        d, lo, hi = paired_delta(base, by_prompt(prompts, entry["transfer"]))
+        d, lo, hi = paired_delta(base, by_cluster(keys, entry["transfer"]))
         then = _per_family(tasks, entry["transfer"])
         out[key] = {"version": entry["version"], "pass": statistics.fmean(entry["transfer"]),
                     "delta": d, "ci": [lo, hi],
-                    "per_family": {f: {"tasks": sizes[f], "first": first_passed[f],
-                                       "then": then[f]} for f in families}}
+                    "per_family": {f: {"tasks": sizes[f], "functions": functions[f],
+                                       "first": first_passed[f], "then": then[f]}
+                                   for f in families}}
     return out
 
 

@@ -12,7 +12,10 @@ passes; averaged over the family's prompts). The rule is fixed before the run. S
 for families whose greedy pass@1 is inside the band (the others fail the rule whatever pass@k
 is; their pass@k is recorded as null). A fixed list of families is held out as a transfer check.
 ``--batch-of-templates 2`` calibrates the second batch (tasks.pyfuncs.TEMPLATES_2) under the same
-rule and writes pyfuncs_calibration_2.json. Writes bench/results/pyfuncs_calibration.json.
+rule and writes pyfuncs_calibration_2.json; ``3`` the third (TEMPLATES_3, not calibrated yet:
+pyfuncs_calibration_3.json). Writes bench/results/pyfuncs_calibration.json. The templates now
+draw some constants from wider ranges than the first two runs did (tasks.pyfuncs.WIDENED); the
+prompts those runs decoded are kept in tasks/data/pyfuncs_calibration_draw.json.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 from tasks.pyfuncs import CALIBRATION_SEED  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "pyfuncs_calibration.json"
-BATCH_OUT = {"1": OUT, "2": ROOT / "bench" / "results" / "pyfuncs_calibration_2.json"}
+BATCH_OUT = {"1": OUT, "2": ROOT / "bench" / "results" / "pyfuncs_calibration_2.json",
+             "3": ROOT / "bench" / "results" / "pyfuncs_calibration_3.json"}
 PASS1_BAND = (0.15, 0.6)
 PASSK_MARGIN = 0.15
 
@@ -58,15 +62,16 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=CALIBRATION_SEED)
     p.add_argument("--batch-of-templates", choices=sorted(BATCH_OUT), default="1",
-                   help="1: tasks.pyfuncs' first batch of templates; 2: TEMPLATES_2")
+                   help="1: tasks.pyfuncs' first batch of templates; 2: TEMPLATES_2; "
+                   "3: TEMPLATES_3")
     args = p.parse_args()
     import torch
 
     from policy.config import HFPolicyConfig
     from policy.loader import load_policy
-    from tasks.pyfuncs import HELD_OUT, TEMPLATES, TEMPLATES_2, grade, instances
+    from tasks.pyfuncs import HELD_OUT, TEMPLATES_1, TEMPLATES_2, TEMPLATES_3, grade, instances
 
-    templates = TEMPLATES_2 if args.batch_of_templates == "2" else TEMPLATES[:-len(TEMPLATES_2)]
+    templates = {"1": TEMPLATES_1, "2": TEMPLATES_2, "3": TEMPLATES_3}[args.batch_of_templates]
 
     torch.set_num_threads(args.threads)
     cache = ROOT / ".cache" / "smollm2-135m-instruct"

@@ -7,11 +7,13 @@ One task per line (UTF-8; lines are split on ``"\\n"`` only)::
      "messages": [{"role": "user", "content": "..."}],
      "entry_point": "clamp",
      "tests": ["assert clamp(5, 0, 3) == 3"],
-     "family": "clamp"}
+     "family": "clamp", "function": "clamp/hi=12,lo=3"}
 
 ``task_id``, ``prompt`` and ``tests`` are required; ``messages`` (the chat turns, default one user
 turn holding ``prompt``), ``entry_point`` (the function the tests call) and ``family`` (a template
-id, for transfer splits; the statistics cluster on the prompt text) are optional. Write files with
+id, for transfer splits) and ``function`` (the independent function asked for: family and
+constants; :func:`cluster_key`) are optional. Statistics over a suite cluster by ``function``
+when a task has one, by prompt text otherwise. Write files with
 ``json.dumps(task, ensure_ascii=True)`` per line (:func:`dump_tasks`).
 
 Grading (:func:`grade`): the code is the first fenced block of the reply (the whole reply when it
@@ -36,7 +38,7 @@ from tasks.sandbox import run_sandboxed
 from tasks.toy import CheckResult, Task
 
 REQUIRED = ("task_id", "prompt", "tests")
-OPTIONAL = ("messages", "entry_point", "family")
+OPTIONAL = ("messages", "entry_point", "family", "function")
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,9 @@ class JsonlTask(Task):
     tests: tuple[str, ...] = ()
     entry_point: str | None = None
     family: str | None = None
+    function: str | None = None
+    """The independent function the task asks for (family + constants, e.g. ``count_above/k=3``):
+    tasks asking for the same function are one cluster for the statistics."""
 
     def chat(self) -> list[dict[str, str]]:
         return [{"role": r, "content": c} for r, c in self.messages]
@@ -87,11 +92,23 @@ def parse_line(raw: str, *, path: Path = Path("<jsonl>"), line: int = 1) -> Json
     if entry is not None and (not isinstance(entry, str) or not entry.isidentifier()):
         raise _field_error(path, line, f"entry_point must be an identifier, got {entry!r}")
     family = d.get("family")
+    function = d.get("function")
+    if function is not None and (not isinstance(function, str) or not function):
+        raise _field_error(path, line, f"function must be a non-empty string, got {function!r}")
     return JsonlTask(
         task_id=d["task_id"], kind=str(family) if family else "jsonl", prompt=d["prompt"],
         reference="", cases=(), messages=tuple((m["role"], m["content"]) for m in messages),
         tests=tuple(tests), entry_point=entry, family=None if family is None else str(family),
+        function=function,
     )
+
+
+def cluster_key(task: Task | dict) -> str:
+    """The independent unit a task belongs to for the statistics: its ``function`` when it has
+    one, else its prompt text (a task record or a task)."""
+    if isinstance(task, dict):
+        return task.get("function") or task["prompt"]
+    return getattr(task, "function", None) or task.prompt
 
 
 def load_tasks(path: str | Path) -> list[JsonlTask]:

@@ -2,17 +2,22 @@
 
 Each :class:`Template` is a family of requests like "Write a Python function add_7(x) that returns
 x plus 7": a name, a one-line description with drawn constants, a reference implementation and a
-drawer of test inputs. :func:`instances` draws distinct prompts of one family (seeded, stable ids
-``pyfunc/<family>/<nnnn>``); the hidden asserts (3–5) are the reference's outputs on drawn inputs,
-so a task's tests are right by construction. Answers fit in 64 tokens for a small instruct model.
+drawer of test inputs. An independent function is a family with its constants (``count_above/k=3``,
+:func:`function_id`); every task carries it in ``function``. :func:`instances` draws distinct
+prompts of one family (seeded, stable ids ``pyfunc/<family>/<nnnn>``); the hidden asserts (3–5)
+are the reference's outputs on drawn inputs, so a task's tests are right by construction. Answers
+fit in 64 tokens for a small instruct model.
 
 :func:`grade` is the one checker: the code of the reply (its first fenced block, or the whole
 reply) plus the asserts run in the sandbox (tasks/sandbox.py); a task passes iff every assert
 passes. :func:`write_jsonl` / :func:`read_jsonl` use the shared suite format (one JSON object per
-line: ``task_id``, ``prompt``, ``messages``, ``entry_point``, ``tests``, ``family``).
-:func:`split_pools` cuts the draw into a train-traffic pool, a gate pool and a sealed set that
-share no prompt text, keeps held-out families out of all but a transfer set, and families the
-model already solves in a guard pool for the gate's regression guard.
+line: ``task_id``, ``prompt``, ``messages``, ``entry_point``, ``tests``, ``family``,
+``function``). :func:`split_pools` cuts the trained families' functions into a train-traffic pool,
+a gate pool and a sealed set that share no function (the sealed set uses no name alias of
+training), keeps held-out families out of all but a transfer set, and gives families the model
+already solves to a guard pool for the gate's regression guard (their other functions to a retain
+set). ``python -m tasks.pyfuncs`` writes the pools under tasks/data (deterministic) with a
+``pools.json`` manifest and prints tasks, independent functions and families per pool.
 
 Left out: multi-function tasks, tasks that need imports, stdin/stdout tasks.
 """
@@ -22,7 +27,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tasks.toy import CheckResult
@@ -56,15 +61,20 @@ class PyTask:
     entry_point: str
     tests: tuple[str, ...]
     family: str
+    function: str = ""
+    """The independent function asked for: the family and its drawn constants
+    (:func:`function_id`)."""
 
     @property
     def messages(self) -> list[dict]:
         return [{"role": "user", "content": self.prompt}]
 
     def to_json(self) -> dict:
-        return {"task_id": self.task_id, "prompt": self.prompt, "messages": self.messages,
-                "entry_point": self.entry_point, "tests": list(self.tests),
-                "family": self.family}
+        out = {"task_id": self.task_id, "prompt": self.prompt, "messages": self.messages,
+               "entry_point": self.entry_point, "tests": list(self.tests), "family": self.family}
+        if self.function:
+            out["function"] = self.function
+        return out
 
 
 def _ints(rng: random.Random, n: int, lo: int = -9, hi: int = 20) -> list[int]:
@@ -122,7 +132,7 @@ def _product(xs: list[int]) -> int:
 
 
 T = Template
-TEMPLATES: tuple[Template, ...] = (
+TEMPLATES_1: tuple[Template, ...] = (
     T("add_const", ("add_{k}", "plus_{k}"), "x", lambda k: f"returns x plus {k['k']}",
       _k(2, 60), lambda k: lambda x: x + k["k"], _one_int),
     T("mul_const", ("times_{k}", "multiply_by_{k}"), "x",
@@ -405,18 +415,162 @@ TEMPLATES_2: tuple[Template, ...] = (
       "doubled and the others are unchanged", _k(0, 9),
       lambda k: lambda xs: [2 * x if x > k["k"] else x for x in xs], _int_list),
 )
-TEMPLATES = TEMPLATES + TEMPLATES_2
+
+
+def _lo_hi(lo: tuple[int, int], width: tuple[int, int]) -> Callable[[random.Random], dict]:
+    return lambda rng: (lambda a: {"lo": a, "hi": a + rng.randint(*width)})(rng.randint(*lo))
+
+
+def _a_b(a: tuple[int, int], b: tuple[int, int]) -> Callable[[random.Random], dict]:
+    return lambda rng: {"a": rng.randint(*a), "b": rng.randint(*b)}
+
+
+def _near_k(rng: random.Random, k: dict) -> tuple:
+    return (rng.randint(k["k"] - 10, k["k"] + 10),)
+
+
+def _maybe_empty(rng: random.Random, k: dict) -> tuple:
+    xs = _ints(rng, rng.randint(1, 5))
+    return ([] if rng.random() < 0.3 else xs,)
+
+
+def _words(rng: random.Random, k: dict) -> tuple:
+    return ([_word(rng) for _ in range(rng.randint(0, 6))],)
+
+
+# The third batch, written so that the gate and sealed pools hold enough independent functions
+# (family + constants) to resolve a gain: counts, sums, filters and tests against one or two
+# drawn constants, in the spirit of the families the first two calibrations found in the band.
+# Not calibrated on the model: every family of this batch is trained (split by function into
+# train, gate and sealed) except the four in NEW_HELD_OUT, each a near relative of a trained
+# family, declared here with the templates before any model answered them.
+TEMPLATES_3: tuple[Template, ...] = (
+    T("count_between", ("count_between_{lo}_{hi}", "num_between_{lo}_{hi}",
+                        "count_in_range_{lo}_{hi}"), "xs",
+      lambda k: f"returns how many numbers in the list xs are between {k['lo']} and {k['hi']} "
+      "(inclusive)", _lo_hi((-5, 10), (2, 12)),
+      lambda k: lambda xs: sum(1 for x in xs if k["lo"] <= x <= k["hi"]), _int_list),
+    T("sum_between", ("sum_between_{lo}_{hi}", "total_between_{lo}_{hi}",
+                      "sum_in_range_{lo}_{hi}"), "xs",
+      lambda k: f"returns the sum of the numbers in the list xs that are between {k['lo']} and "
+      f"{k['hi']} (inclusive)", _lo_hi((-5, 10), (2, 12)),
+      lambda k: lambda xs: sum(x for x in xs if k["lo"] <= x <= k["hi"]), _int_list),
+    T("filter_between", ("keep_between_{lo}_{hi}", "filter_range_{lo}_{hi}",
+                         "only_between_{lo}_{hi}"), "xs",
+      lambda k: f"returns a list of the numbers in the list xs that are between {k['lo']} and "
+      f"{k['hi']} (inclusive), in their original order", _lo_hi((-5, 10), (2, 12)),
+      lambda k: lambda xs: [x for x in xs if k["lo"] <= x <= k["hi"]], _int_list),
+    T("count_outside", ("count_outside_{lo}_{hi}", "num_outside_{lo}_{hi}",
+                        "count_not_between_{lo}_{hi}"), "xs",
+      lambda k: f"returns how many numbers in the list xs are not between {k['lo']} and "
+      f"{k['hi']} (inclusive)", _lo_hi((-5, 10), (2, 12)),
+      lambda k: lambda xs: sum(1 for x in xs if not k["lo"] <= x <= k["hi"]), _int_list),
+    T("affine_each", ("affine_{a}_{b}", "scale_shift_{a}_{b}", "map_linear_{a}_{b}"), "xs",
+      lambda k: f"returns a new list with every number in the list xs multiplied by {k['a']}, "
+      f"plus {k['b']}", _a_b((2, 9), (1, 20)),
+      lambda k: lambda xs: [x * k["a"] + k["b"] for x in xs], _int_list),
+    T("times_minus", ("h_{a}_{b}", "times_minus_{a}_{b}", "scale_sub_{a}_{b}"), "x",
+      lambda k: f"returns x multiplied by {k['a']}, minus {k['b']}", _a_b((2, 9), (1, 20)),
+      lambda k: lambda x: x * k["a"] - k["b"], _one_int),
+    T("is_greater", ("is_greater_{k}", "above_{k}", "exceeds_{k}"), "x",
+      lambda k: f"returns True if x is greater than {k['k']} and False otherwise", _k(-10, 30),
+      lambda k: lambda x: x > k["k"], _near_k),
+    T("max_with", ("largest_or_{k}", "max_including_{k}", "top_with_{k}"), "xs",
+      lambda k: f"returns the largest of {k['k']} and the numbers in the list xs", _k(-10, 30),
+      lambda k: lambda xs: max([k["k"], *xs]), _maybe_empty),
+    T("min_with", ("smallest_or_{k}", "min_including_{k}", "bottom_with_{k}"), "xs",
+      lambda k: f"returns the smallest of {k['k']} and the numbers in the list xs", _k(-10, 30),
+      lambda k: lambda xs: min([k["k"], *xs]), _maybe_empty),
+    T("first_or", ("first_or_{k}", "head_or_{k}", "first_else_{k}"), "xs",
+      lambda k: f"returns the first element of the list xs, or {k['k']} if xs is empty",
+      _k(-10, 30), lambda k: lambda xs: xs[0] if xs else k["k"], _maybe_empty),
+    T("last_or", ("last_or_{k}", "tail_or_{k}", "last_else_{k}"), "xs",
+      lambda k: f"returns the last element of the list xs, or {k['k']} if xs is empty",
+      _k(-10, 30), lambda k: lambda xs: xs[-1] if xs else k["k"], _maybe_empty),
+    T("at_least_each", ("floor_at_{k}", "raise_to_{k}", "at_least_each_{k}"), "xs",
+      lambda k: f"returns a new list where every number in the list xs that is less than {k['k']} "
+      f"is replaced by {k['k']}", _k(-5, 15),
+      lambda k: lambda xs: [max(x, k["k"]) for x in xs], _int_list),
+    T("cube_plus", ("cube_plus_{k}", "cubed_add_{k}", "cube_add_{k}"), "x",
+      lambda k: f"returns the cube of x plus {k['k']}", _k(1, 40),
+      lambda k: lambda x: x ** 3 + k["k"], lambda rng, k: (rng.randint(-6, 6),)),
+    T("square_minus", ("square_minus_{k}", "sq_sub_{k}", "squared_less_{k}"), "x",
+      lambda k: f"returns the square of x minus {k['k']}", _k(1, 60),
+      lambda k: lambda x: x * x - k["k"], lambda rng, k: (rng.randint(-12, 12),)),
+    T("all_below", ("all_below_{k}", "all_less_{k}", "every_below_{k}"), "xs",
+      lambda k: f"returns True if every number in the list xs is less than {k['k']} and False "
+      "otherwise", _k(-5, 15), lambda k: lambda xs: all(x < k["k"] for x in xs), _int_list),
+    T("replace_value", ("replace_{a}_by_{b}", "swap_{a}_for_{b}", "change_{a}_to_{b}"), "xs",
+      lambda k: f"returns a new list where every {k['a']} in the list xs is replaced by {k['b']}",
+      _a_b((0, 5), (6, 20)), lambda k: lambda xs: [k["b"] if x == k["a"] else x for x in xs],
+      lambda rng, k: (_ints(rng, rng.randint(0, 7), 0, 6),)),
+    T("count_not_equal", ("count_not_{k}", "count_other_than_{k}", "num_not_{k}"), "xs",
+      lambda k: f"returns how many numbers in the list xs are not equal to {k['k']}", _k(0, 9),
+      lambda k: lambda xs: sum(1 for x in xs if x != k["k"]),
+      lambda rng, k: (_ints(rng, rng.randint(0, 7), 0, 9),)),
+    T("count_multiples", ("count_multiples_{k}", "count_divisible_{k}", "num_multiples_of_{k}"),
+      "xs", lambda k: f"returns how many numbers in the list xs are divisible by {k['k']}",
+      _k(2, 9), lambda k: lambda xs: sum(1 for x in xs if x % k["k"] == 0), _int_list),
+    T("pad_right", ("pad_right_{k}", "right_pad_{k}", "fill_right_{k}"), "s",
+      lambda k: f"returns the string s padded on the right with '{k['c']}' characters to length "
+      f"{k['k']} (s unchanged if it is already that long)",
+      lambda rng: {"k": rng.randint(4, 9), "c": rng.choice("*0.#")},
+      lambda k: lambda s: s.ljust(k["k"], k["c"]), _one_word),
+    T("suffix_k", ("last_{k}_chars", "suffix_{k}", "tail_chars_{k}"), "s",
+      lambda k: f"returns the last {k['k']} characters of the string s", _k(1, 5),
+      lambda k: lambda s: s[-k["k"]:], _one_word),
+    T("words_of_length", ("words_of_length_{k}", "exactly_{k}_chars", "length_{k}_words"),
+      "words", lambda k: f"returns a list of the strings in the list words that have exactly "
+      f"{k['k']} characters, in their original order", _k(3, 6),
+      lambda k: lambda words: [w for w in words if len(w) == k["k"]], _words),
+    T("abs_diff_from", ("distance_to_{k}", "abs_diff_{k}", "gap_from_{k}"), "x",
+      lambda k: f"returns the absolute difference between x and {k['k']}", _k(-10, 30),
+      lambda k: lambda x: abs(x - k["k"]), _one_int),
+    T("mod_add", ("mod_add_{a}_{b}", "shift_mod_{a}_{b}", "add_{a}_mod_{b}"), "x",
+      lambda k: f"returns the remainder when x plus {k['a']} is divided by {k['b']}",
+      _a_b((1, 20), (2, 9)),
+      lambda k: lambda x: (x + k["a"]) % k["b"], lambda rng, k: (rng.randint(0, 90),)),
+    T("count_containing", ("count_with_{c}", "num_containing_{c}", "count_words_with_{c}"),
+      "words", lambda k: f"returns how many strings in the list words contain the letter "
+      f"'{k['c']}'", lambda rng: {"c": rng.choice("aeiourstn")},
+      lambda k: lambda words: sum(1 for w in words if k["c"] in w), _words),
+)
+NEW_HELD_OUT: tuple[str, ...] = ("count_outside", "min_with", "square_minus", "all_below")
+"""Families of :data:`TEMPLATES_3` held out for the transfer check, each sharing its phrasing with
+a trained one (``count_between``, ``max_with``, ``square_plus``, ``all_above``)."""
+
+# Constant ranges widened after the calibration (which drew from the ranges in the templates
+# above) so that calibrated families hold more independent functions; same phrasing and inputs.
+WIDENED: dict[str, Callable[[random.Random], dict]] = {
+    "all_above": _k(-5, 15), "at_least": _k(-20, 40), "at_most": _k(-20, 40),
+    "square_plus": _k(1, 60), "prefix_k": _k(1, 6),
+    "count_above": _k(-5, 15), "count_below": _k(-5, 15), "any_above": _k(-5, 15),
+    "sub_each": _k(1, 40),
+}
+TEMPLATES_1 = tuple(replace(t, draw=WIDENED.get(t.family, t.draw)) for t in TEMPLATES_1)
+TEMPLATES_2 = tuple(replace(t, draw=WIDENED.get(t.family, t.draw)) for t in TEMPLATES_2)
+TEMPLATES: tuple[Template, ...] = TEMPLATES_1 + TEMPLATES_2 + TEMPLATES_3
 FAMILIES: tuple[str, ...] = tuple(t.family for t in TEMPLATES)
 # Held out of traffic, gate and sealed pools whatever the calibration says: a transfer check (near
 # relatives of trained families). Chosen before calibrating.
 HELD_OUT: tuple[str, ...] = ("sub_const", "count_above", "remove_char", "ends_with", "min_list",
-                             "abs_diff", "count_below", "any_above", "add_prefix", "sub_each")
+                             "abs_diff", "count_below", "any_above", "add_prefix", "sub_each",
+                             *NEW_HELD_OUT)
 BY_FAMILY = {t.family: t for t in TEMPLATES}
 
 
 def _in_name(value):
     """A drawn constant as it appears in a function name: a negative number reads ``neg3``."""
     return f"neg{-value}" if isinstance(value, int) and value < 0 else value
+
+
+def function_id(family: str, k: dict) -> str:
+    """The id of an independent function: ``family`` alone when it draws no constant, else
+    ``family/key=value,...`` (keys sorted; strings quoted), e.g. ``count_above/k=3``."""
+    if not k:
+        return family
+    return family + "/" + ",".join(f"{a}={v if isinstance(v, int) else repr(v)}"
+                                   for a, v in sorted(k.items()))
 
 
 def _render(t: Template, k: dict, name: str, verb: str) -> str:
@@ -439,7 +593,8 @@ def instances(template: Template, n: int, *, seed: int) -> list[PyTask]:
             continue
         seen.add(prompt)
         out.append(PyTask(f"pyfunc/{template.family}/{seed}-{len(out):04d}", prompt, name,
-                          _asserts(template, k, name, rng), template.family))
+                          _asserts(template, k, name, rng), template.family,
+                          function_id(template.family, k)))
     return out
 
 
@@ -484,27 +639,103 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in jsonl.read_lines(path)]
 
 
+def constants(template: Template, *, draws: int = 4000) -> list[dict]:
+    """The constants a family draws (its independent functions), in :func:`function_id` order:
+    the distinct values of ``draws`` seeded draws, so every small domain is complete (a family
+    without constants has one function)."""
+    rng = random.Random(f"constants/{template.family}")
+    seen: dict[str, dict] = {}
+    for _ in range(draws):
+        k = template.draw(rng)
+        seen.setdefault(function_id(template.family, k), k)
+    return [seen[f] for f in sorted(seen)]
+
+
+TRAIN_SIDE = ("train", "retain")
+"""Pools whose prompts use a family's training aliases (every name but the last); the sealed pool
+uses only the last name, so no function name of training appears in it."""
+HELD_SIDE = ("sealed",)
+
+
+def aliases(template: Template, pool: str) -> tuple[str, ...]:
+    """The function-name templates a pool's prompts use: training pools every name but the last,
+    sealed the last only, the others all."""
+    if pool in TRAIN_SIDE:
+        return template.names[:-1]
+    if pool in HELD_SIDE:
+        return template.names[-1:]
+    return template.names
+
+
+def function_tasks(template: Template, functions: Sequence[dict], pool: str, *, seed: int,
+                   per_function: int = 1, min_tasks: int = 0, skip: set[str] | None = None
+                   ) -> list[PyTask]:
+    """Tasks asking for ``functions`` of one family: ``per_function`` prompts each (name alias
+    from :func:`aliases` and verb drawn with ``seed``), more round-robin until ``min_tasks``
+    when the prompts allow it; prompts in ``skip`` (and ones already taken, which are added to
+    it) are not used. The asserts are drawn from their own seed per task, so a change to how
+    asserts are drawn leaves every prompt and split where it is."""
+    skip = set() if skip is None else skip
+    options = []
+    for k in functions:
+        rng = random.Random(f"{seed}/{pool}/{function_id(template.family, k)}")
+        names = [n.format(**{a: _in_name(v) for a, v in k.items()})
+                 for n in aliases(template, pool)]
+        combos = [(name, verb) for name in names for verb in VERBS]
+        rng.shuffle(combos)
+        options.append((k, [c for c in combos if _render(template, k, *c) not in skip]))
+    out: list[PyTask] = []
+    for round_ in range(max(per_function, min_tasks, 1)):
+        if round_ >= per_function and len(out) >= min_tasks:
+            break
+        for k, opts in options:
+            if not opts or (round_ >= per_function and len(out) >= min_tasks):
+                continue
+            name, verb = opts.pop(0)
+            prompt = _render(template, k, name, verb)
+            skip.add(prompt)
+            task_id = f"pyfunc/{template.family}/{pool}-{seed}-{len(out):04d}"
+            out.append(PyTask(task_id, prompt, name,
+                              _asserts(template, k, name, random.Random(f"asserts/{task_id}")),
+                              template.family, function_id(template.family, k)))
+    return out
+
+
 @dataclass(frozen=True)
 class Pools:
-    """Disjoint by prompt text: ``train`` (traffic), ``gate``, ``sealed`` (kept families),
-    ``transfer`` (held-out families only, never in traffic) and ``guard`` (families the model
-    already solves, for the gate's regression guard; never in traffic)."""
+    """Disjoint by independent function (family + constants): ``train`` (traffic), ``gate`` and
+    ``sealed`` (trained families, other constants), ``transfer`` (held-out families only, never
+    in any other pool), ``guard`` (families the model already solves, for the gate's regression
+    guard; never in traffic) and ``retain`` (the guard families' other functions, in training
+    aliases: a retain set for training, never scored)."""
 
     train: list[PyTask]
     gate: list[PyTask]
     sealed: list[PyTask]
     transfer: list[PyTask]
     guard: list[PyTask] = field(default_factory=list)
+    retain: list[PyTask] = field(default_factory=list)
 
 
-def split_pools(families: Sequence[str], held_out: Sequence[str], *, per_family: int,
-                fractions: tuple[float, float, float] = (0.5, 0.25, 0.25), seed: int = 0,
+def _cut(n: int, fractions: tuple[float, float, float]) -> tuple[int, int]:
+    """(gate, sealed) counts of ``n`` functions of a trained family; a family of fewer than 3
+    functions is training only."""
+    if n < 3:
+        return 0, 0
+    return max(1, int(n * fractions[1] + 0.5)), max(1, int(n * fractions[2] + 0.5))
+
+
+def split_pools(families: Sequence[str], held_out: Sequence[str], *, seed: int = 0,
+                fractions: tuple[float, float, float] = (0.4, 0.3, 0.3),
+                max_functions: int = 40, train_per_function: int = 2,
                 exclude: Sequence[str] = (), guard_families: Sequence[str] = (),
-                guard_per_family: int = 8) -> Pools:
-    """Draw ``per_family`` tasks of each family (prompts in ``exclude``, e.g. the calibration
-    draw, are skipped) and cut kept families into train/gate/sealed by ``fractions``; held-out
-    families go to ``transfer`` only, ``guard_families`` (``guard_per_family`` each) to ``guard``
-    only."""
+                guard_functions: int = 8, guard_per_family: int = 8) -> Pools:
+    """Split by function. Each trained family's constants (:func:`constants`, shuffled with
+    ``seed``, at most ``max_functions``) are cut into train / gate / sealed by ``fractions``;
+    held-out families go whole to ``transfer``; each guard family gives ``guard_functions``
+    functions (more prompts of them, up to ``guard_per_family`` tasks, where the prompts allow)
+    to ``guard`` and up to ``max_functions`` of
+    the rest to ``retain``. Prompts in ``exclude`` (the calibration draw) are never used."""
     groups = {"families": set(families), "held_out": set(held_out),
               "guard_families": set(guard_families)}
     for a, b in (("families", "held_out"), ("families", "guard_families"),
@@ -513,22 +744,39 @@ def split_pools(families: Sequence[str], held_out: Sequence[str], *, per_family:
             raise ValueError(f"{a} and {b} overlap: {sorted(groups[a] & groups[b])}")
     skip = set(exclude)
 
-    def draw(fam: str, n: int) -> list[PyTask]:
-        return [t for t in instances(BY_FAMILY[fam], 3 * n, seed=seed) if t.prompt not in skip][:n]
+    def shuffled(fam: str) -> list[dict]:
+        ks = constants(BY_FAMILY[fam])
+        random.Random(f"{seed}/split/{fam}").shuffle(ks)
+        return ks
 
-    train, gate, sealed, transfer = [], [], [], []
-    for fam in (*families, *held_out):
-        drawn = draw(fam, per_family)
-        if fam in groups["held_out"]:
-            transfer += drawn
-            continue
-        a = round(len(drawn) * fractions[0])
-        b = a + round(len(drawn) * fractions[1])
-        train += drawn[:a]
-        gate += drawn[a:b]
-        sealed += drawn[b:]
-    guard = [t for fam in guard_families for t in draw(fam, guard_per_family)]
-    return Pools(train, gate, sealed, transfer, guard)
+    def tasks(fam: str, ks: Sequence[dict], pool: str, **kw) -> list[PyTask]:
+        return function_tasks(BY_FAMILY[fam], ks, pool, seed=seed, skip=skip, **kw)
+
+    pools: dict[str, list[PyTask]] = {p: [] for p in ("train", "gate", "sealed", "transfer",
+                                                      "guard", "retain")}
+    for fam in families:
+        ks = shuffled(fam)[:max_functions]
+        g, s = _cut(len(ks), fractions)
+        pools["gate"] += tasks(fam, ks[:g], "gate")
+        pools["sealed"] += tasks(fam, ks[g:g + s], "sealed")
+        pools["train"] += tasks(fam, ks[g + s:], "train", per_function=train_per_function)
+    for fam in held_out:
+        pools["transfer"] += tasks(fam, shuffled(fam)[:max_functions], "transfer")
+    for fam in guard_families:
+        ks = shuffled(fam)
+        pools["guard"] += tasks(fam, ks[:guard_functions], "guard", min_tasks=guard_per_family)
+        pools["retain"] += tasks(fam, ks[guard_functions:guard_functions + max_functions],
+                                 "retain")
+    return Pools(**pools)
+
+
+def pool_stats(tasks: Sequence[PyTask | dict]) -> dict:
+    """Tasks, independent functions and families of one pool (records or tasks)."""
+    from tasks.jsonl_suite import cluster_key
+
+    rows = [t.to_json() if isinstance(t, PyTask) else t for t in tasks]
+    return {"tasks": len(rows), "functions": len({cluster_key(r) for r in rows}),
+            "families": len({r["family"] for r in rows})}
 
 
 GUARD_MIN_GREEDY = 0.75
@@ -546,50 +794,90 @@ def guard_families(record: dict) -> list[str]:
 
 CALIBRATION_SEED = 1000
 """Seed of the calibration draw (bench/pyfuncs_calibrate.py); pools never reuse its prompts."""
+DATA = Path(__file__).resolve().parent / "data"
+CALIBRATION_DRAW = DATA / "pyfuncs_calibration_draw.json"
+"""The prompts the two calibrations decoded (drawn with the constant ranges of that time, before
+:data:`WIDENED`), frozen so that later changes to the templates cannot move them."""
+CALIBRATIONS = (DATA.parents[1] / "bench" / "results" / "pyfuncs_calibration.json",
+                DATA.parents[1] / "bench" / "results" / "pyfuncs_calibration_2.json")
 POOL_FILES = {"train": "pyfuncs_train.jsonl", "gate": "pyfuncs_gate.jsonl",
               "sealed": "pyfuncs_sealed.jsonl", "transfer": "pyfuncs_transfer.jsonl",
-              "guard": "pyfuncs_guard.jsonl"}
+              "guard": "pyfuncs_guard.jsonl", "retain": "pyfuncs_retain.jsonl"}
+MANIFEST = "pools.json"
+COMMAND = "python -m tasks.pyfuncs"
 
 
-def write_pools(calibrations: Path | Sequence[Path], out_dir: Path, *, per_family: int = 40,
-                seed: int = 0, guard_per_family: int = 8) -> dict[str, int]:
-    """The pool files under ``out_dir`` from the ``kept``, ``held_out_kept`` and already-solved
-    (:func:`guard_families`) families of one or more calibration records (every record's
-    calibration draw excluded); returns their sizes."""
+def roles(records: Sequence[dict]) -> dict[str, list[str]]:
+    """Each family's role: ``trained`` (the calibrations' kept families and every family of
+    :data:`TEMPLATES_3` outside :data:`NEW_HELD_OUT`), ``transfer`` (held-out families the
+    calibrations kept, and :data:`NEW_HELD_OUT`), ``guard`` (:func:`guard_families`)."""
+    calibrated = {f for r in records for f in r.get("families", {})}
+    new = [t.family for t in TEMPLATES_3 if t.family not in calibrated]
+    trained = [f for r in records for f in r["kept"]]
+    return {"trained": trained + [f for f in new if f not in NEW_HELD_OUT],
+            "transfer": [f for r in records for f in r["held_out_kept"]]
+            + [f for f in new if f in NEW_HELD_OUT],
+            "guard": [f for r in records for f in guard_families(r)],
+            "uncalibrated": new}
+
+
+def write_pools(calibrations: Path | Sequence[Path] = CALIBRATIONS, out_dir: Path = DATA, *,
+                seed: int = 0, calibration_draw: Path | None = CALIBRATION_DRAW,
+                **split) -> dict[str, dict]:
+    """The pool files and their manifest (``pools.json``: tasks, independent functions and
+    families per pool, each family's role) under ``out_dir``, from the calibration records
+    (:func:`roles`); prompts of ``calibration_draw`` are skipped. Deterministic: the same
+    templates, records and ``seed`` write the same bytes. Returns the manifest's pools."""
     paths = [Path(calibrations)] if isinstance(calibrations, (str, Path)) else list(calibrations)
-    kept: list[str] = []
-    held: list[str] = []
-    guard: list[str] = []
-    calib: list[str] = []
-    for path in paths:
-        record = json.loads(Path(path).read_text())
-        kept += record["kept"]
-        held += record["held_out_kept"]
-        guard += guard_families(record)
-        calib += [t.prompt for tpl in TEMPLATES
-                  for t in instances(tpl, record["per_family"], seed=record["seed"])]
-    pools = split_pools(kept, held, per_family=per_family, seed=seed, exclude=calib,
-                        guard_families=guard, guard_per_family=guard_per_family)
-    sizes = {}
+    records = [json.loads(Path(p).read_text()) for p in paths]
+    role = roles(records)
+    exclude = ([t["prompt"] for t in json.loads(Path(calibration_draw).read_text())["tasks"]]
+               if calibration_draw else [])
+    pools = split_pools(role["trained"], role["transfer"], seed=seed, exclude=exclude,
+                        guard_families=role["guard"], **split)
+    stats = {}
     for name, file in POOL_FILES.items():
-        tasks = getattr(pools, name)
+        tasks = list(getattr(pools, name))
+        # a seeded order, so that the first N tasks of a file spread over its families
+        random.Random(f"{seed}/order/{name}").shuffle(tasks)
         write_jsonl(tasks, Path(out_dir) / file)
-        sizes[name] = len(tasks)
-    return sizes
+        stats[name] = {"file": file, **pool_stats(tasks), "per_family": {
+            f: pool_stats([t for t in tasks if t.family == f])["functions"]
+            for f in sorted({t.family for t in tasks})}}
+    manifest = {"command": COMMAND, "seed": seed, "calibrations": [Path(p).name for p in paths],
+                "roles": role, "pools": stats,
+                "rule": "pools share no independent function (family + constants); the sealed "
+                        "pool uses no function name alias of the train and retain pools; "
+                        "transfer families appear in no other pool"}
+    (Path(out_dir) / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return stats
+
+
+def report(out_dir: Path = DATA) -> str:
+    """A table of the pool files under ``out_dir``: tasks, independent functions, families."""
+    lines = [f"{'pool':<9} {'tasks':>6} {'functions':>9} {'families':>8}"]
+    for name, file in POOL_FILES.items():
+        path = Path(out_dir) / file
+        if path.exists():
+            st = pool_stats(read_jsonl(path))
+            lines.append(f"{name:<9} {st['tasks']:>6} {st['functions']:>9} {st['families']:>8}")
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
-    p = argparse.ArgumentParser(description="Write the pyfuncs pools from a calibration record.")
-    p.add_argument("--calibration", type=Path, nargs="+",
-                   default=[Path("bench/results/pyfuncs_calibration.json"),
-                            Path("bench/results/pyfuncs_calibration_2.json")])
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "data")
-    p.add_argument("--per-family", type=int, default=40)
+    p = argparse.ArgumentParser(description="Write the pyfuncs pools (split by independent "
+                                "function) from the calibration records, and print their sizes.")
+    p.add_argument("--calibration", type=Path, nargs="+", default=list(CALIBRATIONS))
+    p.add_argument("--out", type=Path, default=DATA)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--report", action="store_true",
+                   help="only print the sizes of the pool files under --out")
     args = p.parse_args(argv)
-    print(write_pools(args.calibration, args.out, per_family=args.per_family, seed=args.seed))
+    if not args.report:
+        write_pools(args.calibration, args.out, seed=args.seed)
+    print(report(args.out))
 
 
 if __name__ == "__main__":

@@ -1,19 +1,20 @@
-"""bench/loop_real.py's statistics: pass rates grouped by prompt text, the paired final-minus-first
-delta resampling prompts, a summary carrying every documented key, and the merge of two arms."""
+"""bench/loop_real.py's statistics: pass rates grouped by independent function (prompt text when a
+task has none), the paired final-minus-first delta resampling those clusters, a summary carrying
+every documented key, and the merge of two arms."""
 
 import argparse
 from pathlib import Path
 
 import pytest
 
-from bench.loop_real import by_prompt, paired_delta, summarise
+from bench.loop_real import by_cluster, paired_delta, summarise
 
 KEYS = {"cycles", "pass_first", "pass_final", "ci_low", "ci_high", "placebo_delta",
         "humaneval_first", "humaneval_final", "promotions", "placebo_promotions", "per_cycle"}
 
 
-def test_by_prompt_groups_repeated_prompts():
-    assert by_prompt(["a", "a", "b", "c"], [True, False, False, True]) == {
+def test_by_cluster_groups_repeated_keys():
+    assert by_cluster(["a", "a", "b", "c"], [True, False, False, True]) == {
         "a": 0.5, "b": 0.0, "c": 1.0}
 
 
@@ -25,7 +26,7 @@ def test_paired_delta_is_the_mean_over_prompts_with_a_bracketing_interval():
     assert 0.0 <= low <= delta <= high <= 1.0
     same, lo2, hi2 = paired_delta(first, first)
     assert (same, lo2, hi2) == (0.0, 0.0, 0.0)
-    with pytest.raises(ValueError, match="different prompts"):
+    with pytest.raises(ValueError, match="different clusters"):
         paired_delta(first, {"a": 1.0})
 
 
@@ -134,8 +135,8 @@ def test_transfer_summary_pairs_each_scored_checkpoint_with_the_first_by_family(
     final = out["rl-final"]
     assert final["version"] == 3 and final["pass"] == 0.25
     assert final["delta"] == pytest.approx(-0.5) and final["ci"][0] <= -0.5 <= final["ci"][1]
-    assert final["per_family"] == {"a": {"tasks": 2, "first": 2, "then": 0},
-                                   "b": {"tasks": 2, "first": 1, "then": 1}}
+    assert final["per_family"] == {"a": {"tasks": 2, "functions": 2, "first": 2, "then": 0},
+                                   "b": {"tasks": 2, "functions": 2, "first": 1, "then": 1}}
     assert "rl-last-candidate" not in out  # not scored on the transfer set
 
 
@@ -159,3 +160,26 @@ def test_a_version_scored_under_another_key_is_not_scored_again(tmp_path, monkey
     args.humaneval = 164  # the first has no HumanEval figure: the final must be scored
     with pytest.raises(Downloaded):
         _score(args, None, "m", 1, "placebo-final", [{"prompt": "a"}], tmp_path, scores)
+
+
+def test_sealed_and_transfer_figures_cluster_by_function_not_prompt():
+    from bench.loop_real import transfer_summary
+
+    # three prompts of one function and one prompt of another: two independent functions
+    tasks = [{"prompt": f"p{i}", "family": "f", "function": fn}
+             for i, fn in enumerate(["f/k=1", "f/k=1", "f/k=1", "f/k=2"])]
+    first = [False, False, False, True]
+    final = [True, True, True, True]
+    args = argparse.Namespace(cycles=1, requests=8, config=Path("c.json"), humaneval=0,
+                              transfer_tasks=tasks)
+    scores = {"first": {"version": 1, "passed": first, "humaneval": None, "transfer": first},
+              "rl-final": {"version": 2, "passed": final, "humaneval": None, "transfer": final}}
+    out = summarise(args, [], scores, tasks, 1.0)
+    assert out["sealed_prompts"] == 4 and out["sealed_functions"] == 2
+    # mean over functions: (1 + 0) / 2, not over prompts (3 / 4)
+    assert out["ci_low"] <= 0.5 <= out["ci_high"]
+    assert out["pass_first"] == 0.25  # the pass rate stays per task
+    tr = transfer_summary(tasks, scores)
+    assert tr["functions"] == 2 and tr["rl-final"]["delta"] == pytest.approx(0.5)
+    assert tr["rl-final"]["per_family"]["f"] == {"tasks": 4, "functions": 2, "first": 1,
+                                                 "then": 4}

@@ -99,3 +99,20 @@ def test_a_smaller_suite_is_drawn_afresh_per_decision(tmp_path):
     draws = [[t.task_id for t in build_suite(config, decision=k)[0]] for k in range(3)]
     assert draws[0] != draws[1] != draws[2]
     assert draws[0] == [t.task_id for t in build_suite(config, decision=0)[0]]
+
+
+def test_the_function_field_is_parsed_and_is_the_cluster_key(tmp_path):
+    from tasks.jsonl_suite import cluster_key
+
+    path = tmp_path / "suite.jsonl"
+    twin = {**CLAMP, "task_id": "pyfunc/clamp/0002", "prompt": "Implement clamp(x, lo, hi).",
+            "function": "clamp/hi=3,lo=0"}
+    dump_tasks([{**CLAMP, "function": "clamp/hi=3,lo=0"}, twin, SQUARE], path)
+    a, b, square = load_tasks(path)
+    assert a.function == b.function == "clamp/hi=3,lo=0" and square.function is None
+    assert cluster_key(a) == cluster_key(b) == "clamp/hi=3,lo=0"
+    assert cluster_key(square) == SQUARE["prompt"]  # a file without the field still loads
+    assert cluster_key(twin) == "clamp/hi=3,lo=0" and cluster_key(SQUARE) == SQUARE["prompt"]
+    dump_tasks([{**CLAMP, "function": 3}], path)
+    with pytest.raises(ValueError, match="function must be a non-empty string"):
+        load_tasks(path)
