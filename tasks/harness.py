@@ -526,6 +526,7 @@ def _main(answer, deadline_s, preload=()):
             os.close(0)
             os.open(os.devnull, os.O_RDONLY)  # fd 0 again, now empty
             os.dup2(2, 1)  # the answer's prints go to stderr: stdout is the parent's alone
+            sys.stdout = sys.stderr  # (line-buffered: a killed child's prints are not lost)
             os.close(req_w)
             os.close(res_r)
             os.setpgid(0, 0)
