@@ -5,12 +5,13 @@ x plus 7": a name, a one-line description with drawn constants, a reference impl
 drawer of test inputs. :func:`instances` draws distinct prompts of one family (seeded, stable ids
 ``pyfunc/<family>/<nnnn>``); the hidden asserts are the reference's outputs on 3–5 drawn inputs
 plus the family's edge cases (:data:`EDGE_CASES`: duplicates, empty and unsorted lists,
-boundaries, where a wrong idiom shows), so a task's tests are right by construction. Answers fit in 64 tokens for a small instruct model.
+boundaries, where a wrong idiom shows), so a task's tests are right by construction. Answers fit
+in 64 tokens for a small instruct model.
 
 :func:`grade` is the one checker: the code of the reply (its first fenced block, or the whole
-reply) plus the asserts run in the sandbox (tasks/sandbox.py); a task passes iff every assert
-passes. :func:`write_jsonl` / :func:`read_jsonl` use the shared suite format (one JSON object per
-line: ``task_id``, ``prompt``, ``messages``, ``entry_point``, ``tests``, ``family``).
+reply) is graded by tasks/grader.py in the sandbox; a task passes iff every assert passes,
+type-strictly. :func:`write_jsonl` / :func:`read_jsonl` use the shared suite format (one JSON
+object per line: ``task_id``, ``prompt``, ``messages``, ``entry_point``, ``tests``, ``family``).
 :func:`split_pools` cuts the draw into a train-traffic pool, a gate pool and a sealed set that
 share no prompt text, keeps held-out families out of all but a transfer set, and families the
 model already solves in a guard pool for the gate's regression guard.

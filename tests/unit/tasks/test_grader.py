@@ -47,8 +47,8 @@ def test_anything_but_exact_plain_values_is_refused(value):
 
 
 @pytest.mark.parametrize("garbled", [
-    "int", ["int"], ["int", 3], ["float", "zz"], ["list", "x"], ["dict", [[["list", []], ["none"]]]],
-    ["set", [["list", []]]], ["object", 1], ["none", 1], ["bool", 1],
+    "int", ["int"], ["int", 3], ["float", "zz"], ["list", "x"], ["object", 1], ["none", 1],
+    ["dict", [[["list", []], ["none"]]]], ["set", [["list", []]]], ["bool", 1],
 ])
 def test_garbled_encodings_are_refused(garbled):
     with pytest.raises(NotPlain):

@@ -10,8 +10,8 @@ import os
 import pytest
 
 from tasks.grader import read_verdict
-from tasks.humaneval import load_problems
 from tasks.humaneval import grade as grade_humaneval
+from tasks.humaneval import load_problems
 from tasks.jsonl_suite import grade as grade_jsonl
 from tasks.jsonl_suite import parse_line
 from tasks.pyfuncs import BY_FAMILY, instances
