@@ -21,6 +21,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from tasks.harness import prepare
 from tasks.sandbox import run_sandboxed
 
 HARNESS_SOURCE = (Path(__file__).resolve().parent / "harness.py").read_text(encoding="utf-8")
@@ -91,7 +92,7 @@ def read_verdict(stdout: str, nonce: str, *, sandbox_status: str = "passed",
 def run(answer: str, spec: dict, *, timeout_s: float) -> Verdict:
     """Run the harness on ``answer`` with the test ``spec`` (see tasks/harness.py)."""
     nonce = secrets.token_hex(16)
-    payload = (nonce + "\n" + json.dumps(spec)).encode()
+    payload = (nonce + "\n" + json.dumps(prepare(spec))).encode()
     preload = imported_modules(spec.get("prelude", ""), spec.get("test", ""),
                                "\n".join(spec.get("tests", ())))
     result = run_sandboxed(program(answer, timeout_s, preload), timeout_s=timeout_s,

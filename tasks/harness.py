@@ -18,7 +18,8 @@ Two processes, forked first thing:
   the child. Every ``==`` in that test code is :func:`strict_eq`. Then it kills the child and
   everything it spawned and writes ONE line, ``<nonce> <json record>``, to stdout.
 
-Specs (JSON on stdin after the nonce line):
+Specs (made ready by :func:`prepare` outside the box, so the harness never imports ``ast``; JSON
+on stdin after the nonce line):
 
 - ``{"kind": "asserts", "tests": [...]}``: assert statements run one by one in one namespace; a
   free name (not a builtin, not bound by the tests) is a function of the answer.
@@ -31,7 +32,6 @@ Deliberately left out: answers whose functions take or return objects other than
 (classes, callables, iterators) -- such a value is an error, so such tasks cannot be graded here.
 """
 
-import ast
 import builtins
 import json
 import os
@@ -184,32 +184,35 @@ def strict_eq(out, exp):
     return out == exp
 
 
-class _StrictEq(ast.NodeTransformer):
-    """Rewrites every ``a == b`` (also inside chains ``a == b < c``) to ``__strict_eq__(a, b)``."""
+def strict_source(source):
+    """``source`` with every ``a == b`` (also inside chains ``a == b < c``) rewritten to
+    ``__strict_eq__(a, b)``. Runs where the tests are prepared, outside the box (see
+    :func:`prepare`), so the harness itself never imports ``ast``."""
+    import ast
 
-    def visit_Compare(self, node):
-        self.generic_visit(node)
-        if not any(isinstance(op, ast.Eq) for op in node.ops):
-            return node
-        parts = []
-        left = node.left
-        for op, right in zip(node.ops, node.comparators):
-            if isinstance(op, ast.Eq):
-                parts.append(ast.Call(ast.Name("__strict_eq__", ast.Load()), [left, right], []))
-            else:
-                parts.append(ast.Compare(left, [op], [right]))
-            left = right
-        return parts[0] if len(parts) == 1 else ast.BoolOp(ast.And(), parts)
+    class StrictEq(ast.NodeTransformer):
+        def visit_Compare(self, node):
+            self.generic_visit(node)
+            if not any(isinstance(op, ast.Eq) for op in node.ops):
+                return node
+            parts = []
+            left = node.left
+            for op, right in zip(node.ops, node.comparators):
+                if isinstance(op, ast.Eq):
+                    parts.append(ast.Call(ast.Name("__strict_eq__", ast.Load()), [left, right],
+                                          []))
+                else:
+                    parts.append(ast.Compare(left, [op], [right]))
+                left = right
+            return parts[0] if len(parts) == 1 else ast.BoolOp(ast.And(), parts)
 
-
-def strict_code(source, filename):
-    """``source`` compiled with every ``==`` made type-strict."""
-    tree = _StrictEq().visit(ast.parse(source, filename))
-    return compile(ast.fix_missing_locations(tree), filename, "exec")
+    return ast.unparse(ast.fix_missing_locations(StrictEq().visit(ast.parse(source))))
 
 
 def free_names(source):
     """Names the code reads but never binds and that are not builtins: the answer's."""
+    import ast
+
     tree = ast.parse(source)
     loaded, bound = set(), set()
     for node in ast.walk(tree):
@@ -224,6 +227,26 @@ def free_names(source):
         elif isinstance(node, ast.ExceptHandler) and node.name:
             bound.add(node.name)
     return sorted(loaded - bound - set(dir(builtins)))
+
+
+def prepare(spec):
+    """A spec made ready to run: test units as ``[text, strict source]``, the answer's names the
+    tests call, and (``check``) the trusted prelude and the entry point."""
+    if spec["kind"] == "asserts":
+        units = list(spec["tests"])
+        try:
+            for t in units:
+                compile(t, "<test>", "exec")
+        except SyntaxError:  # fragments of one program: run them as one unit
+            units = ["\n".join(units)]
+        names = free_names("\n".join(units))
+        return {"units": [[u, strict_source(u)] for u in units], "names": names,
+                "prelude": "", "entry_point": None}
+    if spec["kind"] == "check":
+        unit = spec["test"] + "\n\ncheck(__candidate__)\n"
+        return {"units": [[spec["test"], strict_source(unit)]], "names": [],
+                "prelude": spec["prelude"], "entry_point": spec["entry_point"]}
+    raise ValueError(f"unknown spec kind {spec['kind']!r}")
 
 
 def describe(e):
@@ -252,8 +275,9 @@ class Proxy:
         return f"<answer function {self._name}>"
 
 
-def run_spec(spec, call):
-    """Run a spec's trusted tests, calling the answer through ``call(name, args, kwargs)``.
+def run_spec(prepared, call):
+    """Run a prepared spec's trusted tests (:func:`prepare`), calling the answer through
+    ``call(name, args, kwargs)``.
 
     Returns the record: ``passed`` iff every test ran without error, at least one call reached
     the answer and the answer's process stayed sound; ``ok``/``total`` count the tests."""
@@ -264,33 +288,24 @@ def run_spec(spec, call):
         return call(name, args, kwargs)
 
     ns = {"__builtins__": builtins, "__name__": "__tests__", "__strict_eq__": strict_eq}
-    if spec["kind"] == "asserts":
-        units = list(spec["tests"])
-        try:
-            for t in units:
-                ast.parse(t)
-        except SyntaxError:  # fragments of one program: run them as one unit
-            units = ["\n".join(units)]
-        for name in free_names("\n".join(units)):
-            ns[name] = Proxy(counted, name)
-    elif spec["kind"] == "check":
-        units = [spec["test"] + "\n\ncheck(__candidate__)\n"]
-        exec(compile(spec["prelude"], "<prelude>", "exec"), ns)  # trusted helpers and stubs
-        proxy = Proxy(counted, spec["entry_point"])
-        ns[spec["entry_point"]] = ns["__candidate__"] = proxy
-    else:
-        raise ValueError(f"unknown spec kind {spec['kind']!r}")
+    for name in prepared["names"]:
+        ns[name] = Proxy(counted, name)
+    if prepared["entry_point"] is not None:
+        exec(compile(prepared["prelude"], "<prelude>", "exec"), ns)  # trusted helpers and stubs
+        proxy = Proxy(counted, prepared["entry_point"])
+        ns[prepared["entry_point"]] = ns["__candidate__"] = proxy
+    units = prepared["units"]
     ok, detail = 0, ""
-    for i, unit in enumerate(units):
+    for i, (text, source) in enumerate(units):
+        where = f"(on test {i}: {text.strip()[:120]})"
         try:
-            exec(strict_code(unit, f"<test {i}>"), ns)
+            exec(compile(source, f"<test {i}>", "exec"), ns)
             ok += 1
         except AnswerGone as e:
-            detail = detail or f"{describe(e)} (on test {i}: {unit.strip()[:120]})"
+            detail = detail or f"{describe(e)} {where}"
             break
         except BaseException as e:  # AssertionError, the answer's own error, anything else
-            why = describe(e).rstrip(": ")
-            detail = detail or f"{why} (on test {i}: {unit.strip()[:120]})"
+            detail = detail or f"{describe(e).rstrip(': ')} {where}"
     passed = ok == len(units) and calls[0] > 0
     if ok == len(units) and not calls[0]:
         detail = "the tests never called the answer"
@@ -386,7 +401,7 @@ class _Channel:
         except AnswerGone as e:
             self.gone = str(e)
             raise
-        except (ValueError, OSError) as e:
+        except Exception as e:  # bad JSON, nesting too deep for the parser, a broken pipe
             self.gone = f"the answer's process sent garbage ({type(e).__name__})"
             raise AnswerGone(self.gone) from None
         if msg is None:

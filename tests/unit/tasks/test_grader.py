@@ -9,7 +9,16 @@ import math
 import pytest
 
 from tasks.grader import grade_asserts, grade_check, imported_modules
-from tasks.harness import AnswerError, NotPlain, decode, encode, free_names, run_spec, strict_eq
+from tasks.harness import (
+    AnswerError,
+    NotPlain,
+    decode,
+    encode,
+    free_names,
+    prepare,
+    run_spec,
+    strict_eq,
+)
 
 
 @pytest.mark.parametrize(("out", "exp"), [
@@ -80,13 +89,14 @@ def _local(functions):
 def test_run_spec_counts_asserts_and_uses_strict_equality():
     spec = {"kind": "asserts", "tests": ["assert f(1) == 2", "assert f(2) == 3",
                                          "assert [f(0)] == [1]"]}
-    right = run_spec(spec, _local({"f": lambda x: x + 1}))
+    right = run_spec(prepare(spec), _local({"f": lambda x: x + 1}))
     assert right["passed"] and right["ok"] == right["total"] == 3 and right["calls"] == 3
-    slip = run_spec(spec, _local({"f": lambda x: float(x + 1)}))
+    slip = run_spec(prepare(spec), _local({"f": lambda x: float(x + 1)}))
     assert not slip["passed"] and slip["ok"] == 0 and "AssertionError" in slip["detail"]
-    raising = run_spec(spec, _local({"f": lambda x: 1 // 0}))
+    raising = run_spec(prepare(spec), _local({"f": lambda x: 1 // 0}))
     assert not raising["passed"] and "ZeroDivisionError" in raising["detail"]
-    assert not run_spec({"kind": "asserts", "tests": ["assert 1 == 1"]}, _local({}))["passed"]
+    never_called = prepare({"kind": "asserts", "tests": ["assert 1 == 1"]})
+    assert not run_spec(never_called, _local({}))["passed"]
 
 
 def test_run_spec_runs_check_with_trusted_helpers_and_tolerances():
@@ -95,14 +105,22 @@ def test_run_spec_runs_check_with_trusted_helpers_and_tolerances():
                        "def root(x):\n    '''stub'''\n",
             "test": "def check(candidate):\n    assert abs(square(candidate(2.0)) - 2.0) < 1e-9\n"
                     "    assert candidate(4.0) == 2.0\n"}
-    assert run_spec(spec, _local({"root": math.sqrt}))["passed"]
-    assert not run_spec(spec, _local({"root": lambda x: int(math.sqrt(x))}))["passed"]
+    assert run_spec(prepare(spec), _local({"root": math.sqrt}))["passed"]
+    assert not run_spec(prepare(spec), _local({"root": lambda x: int(math.sqrt(x))}))["passed"]
+
+
+def test_every_eq_is_rewritten_even_in_chains_and_comprehensions():
+    spec = {"kind": "asserts", "tests": ["assert 0 < f(1) == 2 <= 2",
+                                         "assert all(f(x) == x + 1 for x in range(3))",
+                                         "assert (f(0) == True) is False"]}
+    assert run_spec(prepare(spec), _local({"f": lambda x: x + 1}))["passed"]
+    assert not run_spec(prepare(spec), _local({"f": lambda x: float(x + 1)}))["passed"]
 
 
 def test_fragments_of_one_program_run_as_one_unit():
     spec = {"kind": "asserts", "tests": ["for i in range(3):", "    assert f(i) == i"]}
-    assert run_spec(spec, _local({"f": lambda x: x}))["passed"]
-    assert not run_spec(spec, _local({"f": lambda x: 0}))["passed"]
+    assert run_spec(prepare(spec), _local({"f": lambda x: x}))["passed"]
+    assert not run_spec(prepare(spec), _local({"f": lambda x: 0}))["passed"]
 
 
 def test_imported_modules_are_found_in_trusted_code():

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from tasks.harness import AnswerError, run_spec, strict_eq
+from tasks.harness import AnswerError, prepare, run_spec, strict_eq
 from tasks.pyfuncs import BY_FAMILY, EDGE_CASES, grade, instances
 
 # family -> wrong bodies (``return ...`` expressions over the template's arguments and constants)
@@ -130,7 +130,7 @@ def _passes(task, fn) -> bool:
         except Exception as e:
             raise AnswerError(f"{name} raised {type(e).__name__}: {e}") from None
 
-    return run_spec({"kind": "asserts", "tests": list(task.tests)}, call)["passed"]
+    return run_spec(prepare({"kind": "asserts", "tests": list(task.tests)}), call)["passed"]
 
 
 def _draw(family: str, per_seed: int = PER_SEED, seeds=SEEDS) -> list[tuple]:
