@@ -159,3 +159,55 @@ def test_every_humaneval_canonical_solution_passes():
     failed = [k for k, p in problems.items()
               if not grade(p, p["canonical_solution"], timeout_s=10).passed]
     assert len(problems) == 164 and failed == []
+
+
+def _in_bubblewrap(tmp_path, answer: str, tests: list[str]) -> tuple[float, object]:
+    """The harness program run the way a bubblewrap box runs it: uid 65534, its own pid
+    namespace (the program is pid 2), read-only root, no network."""
+    import json
+    import os
+    import secrets
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from tasks.grader import program, read_verdict
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    box = tmp_path / f"box-{secrets.token_hex(4)}"
+    box.mkdir()
+    (box / "program.py").write_text(program(answer, 5.0))
+    os.chmod(box, 0o755)
+    nonce = secrets.token_hex(16)
+    payload = (nonce + "\n" + json.dumps(prepare({"kind": "asserts", "tests": tests}))).encode()
+    start = time.perf_counter()
+    r = subprocess.run(
+        ["bwrap", "--unshare-all", "--die-with-parent", "--uid", "65534", "--gid", "65534",
+         "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+         "--ro-bind", str(box), "/tmp/box", "--chdir", "/tmp/box",
+         sys.executable, "-I", "-S", "/tmp/box/program.py"],
+        input=payload, capture_output=True, timeout=30)
+    if b"No permissions to create new namespace" in r.stderr or (
+            r.returncode and not r.stdout and b"bwrap:" in r.stderr):
+        pytest.skip(f"bubblewrap cannot make a box here: {r.stderr[-200:]!r}")
+    return time.perf_counter() - start, read_verdict(r.stdout.decode(), nonce)
+
+
+def test_the_harness_works_in_a_bubblewrap_box(tmp_path):
+    tests = ["assert f(1) == 2", "assert f(5) == 6"]
+    _, right = _in_bubblewrap(tmp_path, "def f(x):\n    return x + 1\n", tests)
+    assert right.passed
+    sleeper = ("import os, subprocess\nsubprocess.Popen(['sleep', '30'], start_new_session=True)\n"
+               "def f(x):\n    return x\n")
+    seconds, wrong = _in_bubblewrap(tmp_path, sleeper, tests)
+    assert not wrong.passed and wrong.status == "failed" and seconds < 20
+
+
+def test_the_sandbox_hands_the_program_its_stdin():
+    from tasks.sandbox import run_sandboxed
+
+    r = run_sandboxed("import sys\nprint(sys.stdin.read()[::-1])", stdin=b"abc")
+    assert r.passed and r.stdout.strip() == "cba"
+    assert run_sandboxed("import sys\nprint(repr(sys.stdin.read()))").stdout.strip() == "''"
