@@ -4,9 +4,11 @@ in the sandbox.
 A problem becomes a :class:`tasks.toy.Task` (``kind="humaneval"``, the prompt is the
 function signature and docstring, the reference the canonical solution). The checker cuts the
 completion at the usual stop sequences, refuses it as malformed if prompt + completion does not
-compile (``compile`` only, never run in this process), and otherwise runs prompt + completion +
-the problem's tests in :func:`tasks.sandbox.run_sandboxed`: exit 0 passes; a failure, crash or
-timeout fails. The subset for a given size is drawn from the seed, so runs are reproducible.
+compile (``compile`` only, never run in this process), and otherwise grades prompt + completion
+with :func:`tasks.grader.grade_check`: the problem's ``check`` runs outside the answer's reach
+with ``==`` made type-strict, and the task passes iff the harness's verdict says it completed; a
+failure, crash, timeout or missing verdict fails (an exit code counts for nothing). The subset
+for a given size is drawn from the seed, so runs are reproducible.
 
 Chat models (an instruct model whose tokenizer has a chat template) get the problem as one user
 turn, :func:`chat_prompt` (an instruction, then the prompt), and answer with prose and a fenced
@@ -24,7 +26,7 @@ from __future__ import annotations
 import random
 import re
 
-from tasks.sandbox import run_sandboxed
+from tasks.grader import grade_check
 from tasks.toy import CheckResult, Task
 
 STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#", "\nassert ")
@@ -100,8 +102,10 @@ def grade(problem: dict, completion: str, *, timeout_s: float, chat: bool = Fals
         compile(source, "<humaneval>", "exec")
     except (SyntaxError, ValueError) as e:
         return CheckResult(False, True, False, f"does not compile: {e}")
-    result = run_sandboxed(source, timeout_s=timeout_s)
-    return CheckResult(result.passed, False, False, f"{result.status}: {result.stderr[-150:]}")
+    answer = chat_source(problem, completion) if chat else problem["prompt"] + body
+    verdict = grade_check(answer, prelude=problem["prompt"], test=problem["test"],
+                          entry_point=problem["entry_point"], timeout_s=timeout_s)
+    return CheckResult(verdict.passed, False, False, verdict.detail)
 
 
 def humaneval_suite(*, size: int, seed: int, timeout_s: float):

@@ -17,9 +17,10 @@ when a task has one, by prompt text otherwise. Write files with
 ``json.dumps(task, ensure_ascii=True)`` per line (:func:`dump_tasks`).
 
 Grading (:func:`grade`): the code is the first fenced block of the reply (the whole reply when it
-has none); code plus the asserts run in :func:`tasks.sandbox.run_sandboxed`; the task passes iff
-the program exits 0. An empty reply is a no-edit, code that does not compile (or lacks the entry
-point) is malformed.
+has none); :func:`tasks.grader.grade_asserts` runs it in the sandbox and evaluates the asserts
+outside the answer's reach, type-strictly; the task passes iff the harness's verdict says every
+assert passed (never on an exit code). An empty reply is a no-edit, code that does not compile (or
+lacks the entry point) is malformed.
 
 Deliberately left out: choosing chat or completion prompting (the gate asks the policy's
 tokenizer: gating/suite.py) and sampling several answers per task (the gate is greedy, pass@1).
@@ -33,8 +34,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tasks.grader import grade_asserts
 from tasks.humaneval import extract_code
-from tasks.sandbox import run_sandboxed
 from tasks.toy import CheckResult, Task
 
 REQUIRED = ("task_id", "prompt", "tests")
@@ -137,13 +138,13 @@ def dump_tasks(tasks: list[dict], path: str | Path) -> None:
 
 
 def program(task: JsonlTask, code: str) -> str:
-    """What the sandbox runs: the answer's code (without an ``if __name__`` block, which would
-    run its demo), then the hidden asserts."""
+    """The answer's code (without an ``if __name__`` block, which would run its demo), then the
+    hidden asserts: what must compile for the answer not to be malformed."""
     return code.split("\nif __name__")[0].rstrip() + "\n\n" + "\n".join(task.tests) + "\n"
 
 
 def grade(task: JsonlTask, reply: str, *, timeout_s: float) -> CheckResult:
-    """Pass iff the reply's code plus the task's asserts exit 0 in the sandbox."""
+    """Pass iff the grader's verdict says every assert of the task passed on the reply's code."""
     code = extract_code(reply)
     if not code.strip():
         return CheckResult(False, False, True, "empty answer")
@@ -156,8 +157,8 @@ def grade(task: JsonlTask, reply: str, *, timeout_s: float) -> CheckResult:
             rf"^\s*(async\s+)?def\s+{re.escape(task.entry_point)}\s*\(|^{re.escape(task.entry_point)}\s*=",
             code, re.MULTILINE):
         return CheckResult(False, True, False, f"no definition of {task.entry_point}")
-    result = run_sandboxed(source, timeout_s=timeout_s)
-    return CheckResult(result.passed, False, False, f"{result.status}: {result.stderr[-150:]}")
+    verdict = grade_asserts(code.split("\nif __name__")[0], task.tests, timeout_s=timeout_s)
+    return CheckResult(verdict.passed, False, False, verdict.detail)
 
 
 def jsonl_suite(*, path: str | Path, size: int, seed: int, timeout_s: float):

@@ -4,14 +4,15 @@ Each :class:`Template` is a family of requests like "Write a Python function add
 x plus 7": a name, a one-line description with drawn constants, a reference implementation and a
 drawer of test inputs. An independent function is a family with its constants (``count_above/k=3``,
 :func:`function_id`); every task carries it in ``function``. :func:`instances` draws distinct
-prompts of one family (seeded, stable ids ``pyfunc/<family>/<nnnn>``); the hidden asserts (3–5)
-are the reference's outputs on drawn inputs, so a task's tests are right by construction. Answers
-fit in 64 tokens for a small instruct model.
+prompts of one family (seeded, stable ids ``pyfunc/<family>/<nnnn>``); the hidden asserts are the
+reference's outputs on 3–5 drawn inputs plus the family's edge cases (:data:`EDGE_CASES`:
+duplicates, empty and unsorted lists, boundaries, where a wrong idiom shows), so a task's tests
+are right by construction. Answers fit in 64 tokens for a small instruct model.
 
 :func:`grade` is the one checker: the code of the reply (its first fenced block, or the whole
-reply) plus the asserts run in the sandbox (tasks/sandbox.py); a task passes iff every assert
-passes. :func:`write_jsonl` / :func:`read_jsonl` use the shared suite format (one JSON object per
-line: ``task_id``, ``prompt``, ``messages``, ``entry_point``, ``tests``, ``family``,
+reply) is graded by tasks/grader.py in the sandbox; a task passes iff every assert passes,
+type-strictly. :func:`write_jsonl` / :func:`read_jsonl` use the shared suite format (one JSON
+object per line: ``task_id``, ``prompt``, ``messages``, ``entry_point``, ``tests``, ``family``,
 ``function``). :func:`split_pools` cuts the trained families' functions into a train-traffic pool,
 a gate pool and a sealed set that share no function (the sealed set uses no name alias of
 training), keeps held-out families out of all but a transfer set, and gives families the model
@@ -550,6 +551,98 @@ WIDENED: dict[str, Callable[[random.Random], dict]] = {
 TEMPLATES_1 = tuple(replace(t, draw=WIDENED.get(t.family, t.draw)) for t in TEMPLATES_1)
 TEMPLATES_2 = tuple(replace(t, draw=WIDENED.get(t.family, t.draw)) for t in TEMPLATES_2)
 TEMPLATES: tuple[Template, ...] = TEMPLATES_1 + TEMPLATES_2 + TEMPLATES_3
+
+
+def _other(c: str) -> str:
+    """A letter that is not ``c`` (fills edge-case strings around a drawn letter)."""
+    return "z" if c != "z" else "x"
+
+
+def _around(k: int) -> list[int]:
+    """An unsorted list with values just below, at and above ``k``, and non-zero duplicates on
+    both sides of it."""
+    return [k + 3, k, k + 1, k - 1, k + 3, k - 1, -2]
+
+
+_MIXED = [3, -1, 3, 0, -4, 2]
+"""Unsorted, duplicates, zero and negatives: set(), sorted() and abs() idioms show here."""
+
+EDGE_CASES: dict[str, Callable[[dict], list[tuple]]] = {
+    "is_multiple": lambda k: [(0,), (-k["k"],), (k["k"] + 1,), (2 * k["k"],)],
+    "clamp": lambda k: [(k["lo"] - 1,), (k["hi"] + 1,), (k["lo"],), (k["hi"],)],
+    "floor_div": lambda k: [(-1,), (-(k["k"] + 1),), (k["k"] - 1,)],
+    "remainder": lambda k: [(0,), (k["k"],), (k["k"] - 1,)],
+    "sum_above": lambda k: [(_around(k["k"]),), ([],)],
+    "count_above": lambda k: [(_around(k["k"]),), ([],)],
+    "sum_below": lambda k: [(_around(k["k"]),), ([-2, -2, k["k"] + 1],), ([],)],
+    "count_below": lambda k: [(_around(k["k"]),), ([-2, -2, k["k"] + 1],), ([],)],
+    "filter_above": lambda k: [(_around(k["k"]),), ([],)],
+    "filter_below": lambda k: [(_around(k["k"]),), ([-2, -2, k["k"] + 1],), ([],)],
+    "count_equal": lambda k: [([k["k"], 9, k["k"], k["k"]],), ([],)],
+    "drop_value": lambda k: [([k["k"], 9, k["k"], 7, 9],), ([],)],
+    "contains": lambda k: [([],), ([k["k"] + 1, k["k"] - 1],), ([9, k["k"]],), ([k["k"], 9],)],
+    "all_above": lambda k: [([],), ([k["k"] + 1, k["k"]],), ([k["k"] + 5, k["k"] + 1],)],
+    "any_above": lambda k: [([],), ([k["k"], k["k"] - 1],), ([k["k"], k["k"] + 1],)],
+    "add_each": lambda k: [(_MIXED,), ([],)],
+    "scale_each": lambda k: [(_MIXED,), ([],)],
+    "sub_each": lambda k: [(_MIXED,), ([],)],
+    "square_each": lambda k: [(_MIXED,), ([],)],
+    "abs_each": lambda k: [(_MIXED,), ([],)],
+    "cap_each": lambda k: [(_around(k["k"]),), ([],)],
+    "double_if_above": lambda k: [(_around(k["k"]),), ([],)],
+    "mod_each": lambda k: [([k["k"] + 1, k["k"], 1, k["k"] + 1],), ([],)],
+    "evens": lambda k: [([4, 1, 2, 4, -2, 0],), ([],)],
+    "count_even": lambda k: [([4, 1, 2, 4, -2, 0],), ([],)],
+    "sum_odd": lambda k: [([3, 1, 2, 3, -5],), ([],)],
+    "sum_squares": lambda k: [(_MIXED,), ([],)],
+    "first_k": lambda k: [([9, 8, 7, 6, 5, 4],), ([],), ([7],)],
+    "last_k": lambda k: [([1, 2, 3, 4, 5, 6],), ([6, 5, 4, 3, 2, 1, 0],)],
+    "sum_first": lambda k: [([9, 8, 7, 6, 5, 4],), ([],), ([7],)],
+    "count_char": lambda k: [("",), (f"{k['c']}{k['c']} {_other(k['c'])}{k['c']}",)],
+    "replace_char": lambda k: [(f"{k['c']}{_other(k['c'])}{k['c']}{k['c']}",), ("",)],
+    "remove_char": lambda k: [(f"{k['c']}{_other(k['c'])}{k['c']}{_other(k['c'])}{k['c']}",),
+                              ("",)],
+    "starts_with": lambda k: [("x" + k["p"],), (k["p"][0] + "q",), (k["p"],), ("",)],
+    "ends_with": lambda k: [(k["p"] + "x",), ("q" + k["p"][-1],), (k["p"],), ("",)],
+    "longer_than": lambda k: [(["z" * (k["k"] + 2), "x" * k["k"], "y" * (k["k"] + 1), "ab",
+                                "z" * (k["k"] + 2)],), ([],)],
+    "count_longer": lambda k: [(["x" * k["k"], "y" * (k["k"] + 1), "y" * (k["k"] + 1)],),
+                               ([],)],
+    "starting_with": lambda k: [([k["c"] + "b", "x" + k["c"], k["c"] + "a", k["c"] + "b"],),
+                                ([],)],
+    "join_sep": lambda k: [(["b", "a", "b"],), ([],), (["one"],)],
+    "pad_left": lambda k: [("x" * (k["k"] + 2),), ("",), ("ab",)],
+    "max_list": lambda k: [([3, 9, 1],), ([-5, -2, -9],), ([-7],)],
+    "min_list": lambda k: [([3, 1, 9],), ([5, 2, 9],), ([-2, -9, 4],)],
+    "max_plus": lambda k: [([3, 9, 1],), ([-5, -2, -9],)],
+    "product": lambda k: [([],), ([2, 3],), ([-2, 3, 0],), ([-1, -2, -3],), ([2, 2, 3],)],
+    "average": lambda k: [([1, 2],), ([2, 2],), ([1, 2, 2],)],
+    "reverse_str": lambda k: [("bca",), ("",), ("abba",)],
+    "is_palindrome": lambda k: [("abca",), ("",), ("ab",), ("aba",)],
+    "count_vowels": lambda k: [("banana",), ("sky",), ("",), ("queue",)],
+    "count_words": lambda k: [("",), ("one",), ("one two three",)],
+    "capitalize": lambda k: [("hELLO",), ("",), ("ab cd",)],
+    "digit_sum": lambda k: [(0,), (18,), (909,)],
+    "factorial": lambda k: [(0,), (1,), (5,)],
+    "sum_to_n": lambda k: [(0,), (1,), (10,)],
+    "count_unique": lambda k: [([1, 1, 2],), ([],), ([3, 3, 3, 3],)],
+    "max_of_three": lambda k: [(3, 1, 5), (1, 9, 2), (1, 2, 9), (-1, -5, -3)],
+    "abs_diff": lambda k: [(1, 5), (5, 1), (-3, 3)],
+    "second_largest": lambda k: [([1, 4, 6, 9],), ([9, 9, 1, 4],), ([2, 1],)],
+    "index_of": lambda k: [([9, 9],), ([k["k"], 9, k["k"]],), ([9, k["k"]],)],
+    "word_lengths": lambda k: [(["bb", "a", "bb"],), ([],)],
+    "upper_all": lambda k: [(["b", "a", "b"],), ([],)],
+    "total_length": lambda k: [(["ab", "ab", "c"],), ([],)],
+    "in_range": lambda k: [(k["lo"],), (k["hi"],), (k["lo"] - 1,), (k["hi"] + 1,)],
+    "at_least": lambda k: [(k["k"] - 1,), (k["k"] + 1,)],
+    "at_most": lambda k: [(k["k"] - 1,), (k["k"] + 1,)],
+    "length_is": lambda k: [("x" * k["k"],), ("x" * (k["k"] + 1),), ("x" * (k["k"] - 1),)],
+    "prefix_k": lambda k: [("abcdefgh",), ("",), ("a",)],
+    "power_const": lambda k: [(0,), (1,), (-2,), (3,)],
+}
+"""Inputs where a wrong idiom and the right answer differ (duplicates, unsorted and empty lists,
+values at a constant's boundary, negatives), added to every task of the family after its drawn
+asserts. Fixed by the constants alone: the drawn prompts and asserts stay as they were."""
 FAMILIES: tuple[str, ...] = tuple(t.family for t in TEMPLATES)
 # Held out of traffic, gate and sealed pools whatever the calibration says: a transfer check (near
 # relatives of trained families). Chosen before calibrating.
@@ -599,17 +692,23 @@ def instances(template: Template, n: int, *, seed: int) -> list[PyTask]:
 
 
 def _asserts(t: Template, k: dict, name: str, rng: random.Random) -> tuple[str, ...]:
-    """3–5 distinct asserts: the reference's outputs on drawn inputs."""
+    """3–5 distinct asserts, the reference's outputs on drawn inputs, then the family's
+    :data:`EDGE_CASES` (which draw nothing from ``rng``)."""
     fn = t.ref(k)
     want = rng.randint(3, 5)
     tests: list[str] = []
-    for _ in range(want * 20):
-        if len(tests) == want:
-            break
-        args = t.inputs(rng, k)
+
+    def add(args: tuple) -> None:
         line = f"assert {name}({', '.join(repr(a) for a in args)}) == {fn(*args)!r}"
         if line not in tests:
             tests.append(line)
+
+    for _ in range(want * 20):
+        if len(tests) == want:
+            break
+        add(t.inputs(rng, k))
+    for args in EDGE_CASES.get(t.family, lambda k: [])(k):
+        add(args)
     return tuple(tests)
 
 

@@ -111,8 +111,10 @@ def run_sandboxed(
     cpu_s: int | None = None,
     file_mb: int = 16,
     scratch_root: Path | None = None,
+    stdin: bytes | None = None,
 ) -> SandboxResult:
-    """Run ``code`` as a Python program in the sandbox and report how it ended."""
+    """Run ``code`` as a Python program in the sandbox and report how it ended; ``stdin`` is
+    what the program reads on its standard input (empty when None)."""
     if timeout_s <= 0 or memory_mb < 32:
         raise ValueError(f"need timeout_s > 0 and memory_mb >= 32, got {timeout_s}, {memory_mb}")
     isolate = network_namespace_available()
@@ -120,24 +122,25 @@ def run_sandboxed(
     try:
         program = scratch / "program.py"
         program.write_text(_PRELUDE + code)
-        return _run(program, scratch, timeout_s, memory_mb, cpu_s, file_mb, isolate)
+        return _run(program, scratch, timeout_s, memory_mb, cpu_s, file_mb, isolate, stdin)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _run(program: Path, scratch: Path, timeout_s: float, memory_mb: int, cpu_s: int | None,
-         file_mb: int, isolate: bool) -> SandboxResult:
+         file_mb: int, isolate: bool, stdin: bytes | None = None) -> SandboxResult:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch)}
     cpu = cpu_s if cpu_s is not None else max(1, int(timeout_s) + 1)
     start = time.perf_counter()
     argv = [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(memory_mb * 2**20), str(cpu),
             str(file_mb * 2**20), "1" if isolate else "0", str(program)]
     proc = subprocess.Popen(
-        argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, start_new_session=True,
     )
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        out, err = proc.communicate(input=stdin, timeout=timeout_s)
         status = _status(proc.returncode)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the group this call created, nothing else

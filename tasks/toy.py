@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from tasks.harness import strict_eq
+
 Value = int | tuple[int, ...]
 Binding = tuple[str, Value]
 
@@ -270,7 +272,8 @@ def evaluate(expr: str, bindings: tuple[Binding, ...] = ()) -> object:
 
 
 def _same(a: object, b: object) -> bool:
-    return type(a) is type(b) and a == b
+    """Type-strict at every depth: ``[True]`` is not ``[1]`` (the grader's own equality)."""
+    return strict_eq(a, b)
 
 
 def check(task: Task, answer: str) -> CheckResult:

@@ -85,6 +85,12 @@ def test_bool_is_not_int():
     assert not check(t, "1 == 1").passed
 
 
+def test_bool_is_not_int_inside_a_list_either():
+    t = _task("complete", "", "[x, 0]", ((("x", 1),),))
+    assert check(t, "[x, x - 1]").passed
+    assert not check(t, "[x == x, x == 0]").passed
+
+
 def test_generate_deterministic_and_correct():
     a = generate_tasks(60, seed=3, split="train")
     assert a == generate_tasks(60, seed=3, split="train")
