@@ -29,10 +29,18 @@ from ingest.detector.rules import fired_rules
 from ingest.detector.scorer import MODEL_PATH, load_scorer
 
 RULE_FLOOR = 0.9
-"""Smallest score of a follow-up that a rule flagged (the scorer's probability lifts it above)."""
+"""Smallest score of a follow-up that a strict rule flagged (the scorer's probability lifts it
+above)."""
+STRICT_RULES = frozenset({"error_pasted", "still_failing", "wrong", "does_not_work",
+                          "misunderstood", "regenerate", "unhelpful", "too_slow"})
+"""Rules whose hit is a decision. The others (a leading "no, ..." restatement, "i only need",
+"are you sure", a re-ask, "just the code") also read as answers or new requests in task and open
+dialogue ("No, I just need the address"); they only enter the scorer as features."""
 _HASHED = ("features.py", "lexicon.py", "rules.py", "scorer.py", "__init__.py")
-GENERATION = 2
-"""Bumped when the detector's design changes (1: hashed n-grams on generated text only)."""
+GENERATION = 3
+"""Bumped when the detector's design changes (1: hashed n-grams on generated text only; 2: rules
++ a calibrated scorer fitted on code-assistant follow-ups; 3: strict rules only, dialogue cues,
+a sign-constrained sentiment prior, model chosen by its worst source)."""
 
 
 @dataclass(frozen=True)
@@ -43,12 +51,12 @@ class Verdict:
     """In [0, 1]: how likely the follow-up is a complaint about the answer."""
     dissatisfied: bool
     rules: tuple[str, ...]
-    """Names of the rules that fired (empty: the learned scorer decided)."""
+    """Names of the strict rules that fired (empty: the learned scorer decided)."""
 
 
 @cache
 def detector_version() -> str:
-    """``fu2-`` + the first 12 hex digits of sha256 over the weights, the deciding code and the
+    """``fu3-`` + the first 12 hex digits of sha256 over the weights, the deciding code and the
     VADER lexicon."""
     import vaderSentiment
 
@@ -64,7 +72,7 @@ def detect(text: str, prompt: str | None = None, response: str | None = None) ->
     """Score one follow-up ``text`` sent after ``response`` to ``prompt``."""
     scorer = load_scorer()
     p = scorer.probability(text, prompt, response)
-    rules = tuple(fired_rules(text, prompt, response))
+    rules = tuple(r for r in fired_rules(text, prompt, response) if r in STRICT_RULES)
     if rules:
         return Verdict(RULE_FLOOR + (1.0 - RULE_FLOOR) * p, True, rules)
     return Verdict(p, p >= scorer.threshold, ())

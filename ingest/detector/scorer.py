@@ -31,6 +31,7 @@ from ingest.detector.features import (
     asked_question,
     code_share,
     length_bucket,
+    cues,
     lexical_tokens,
     looks_like_trace,
     reask_ratio,
@@ -40,14 +41,21 @@ from ingest.detector.lexicon import sentiment
 from ingest.detector.rules import RULES, fired_rules
 
 MODEL_PATH = Path(__file__).with_name("model.json")
-MODEL_FORMAT = 2
-"""Layout of model.json (1: hashed n-grams; 2: dense + vocabulary + calibration)."""
+MODEL_FORMAT = 3
+"""Layout of model.json (1: hashed n-grams; 2: dense + vocabulary + calibration; 3: 2 with the
+dialogue cues and sign-constrained sentiment weights)."""
+CUES = ("cue:no_correction", "cue:no_answer", "cue:confused", "cue:affirm")
 LENGTHS = ("len:1", "len:3", "len:8", "len:30", "len:long")
 DENSE = (
     "vader:compound", "vader:neg", "vader:pos", "vader:tail_neg", "vader:contrast",
     "vader:polite_no", "starts_no", "question_mark", "ctx:question", "ctx:no_after_question",
     "ctx:prompt_ratio", "ctx:trace", "code_share", *LENGTHS, *(f"rule:{r}" for r in RULES),
+    *CUES,
 )
+SENTIMENT_SIGNS = {"vader:compound": -1.0, "vader:neg": 1.0, "vader:pos": -1.0,
+                   "vader:tail_neg": 1.0}
+"""The sentiment prior's direction, enforced in training: a more negative message never lowers
+the logit (train.py projects these weights onto their sign after every step)."""
 """Names of the dense features, in a fixed order."""
 
 
@@ -70,6 +78,7 @@ def dense_features(text: str, prompt: str | None = None,
     }
     for r in fired_rules(text, prompt, response):
         f[f"rule:{r}"] = 1.0
+    f.update(cues(text, response))
     return {k: v for k, v in f.items() if v}
 
 
@@ -109,6 +118,9 @@ class Scorer:
         unknown = set(d["dense"]) - set(DENSE)
         if unknown:
             raise ValueError(f"model.json names dense features this code lacks: {sorted(unknown)}")
+        wrong = [k for k, sign in SENTIMENT_SIGNS.items() if d["dense"].get(k, 0.0) * sign < 0]
+        if wrong:
+            raise ValueError(f"model.json weighs sentiment against its prior: {wrong}")
         return cls(float(d["bias"]), {k: float(v) for k, v in d["dense"].items()},
                    {k: float(v) for k, v in d["vocab"].items()}, float(d["lexical_cap"]),
                    (float(d["calibration"][0]), float(d["calibration"][1])),
