@@ -32,7 +32,8 @@ RULE_FLOOR = 0.9
 """Smallest score of a follow-up that a strict rule flagged (the scorer's probability lifts it
 above)."""
 STRICT_RULES = frozenset({"error_pasted", "still_failing", "wrong", "does_not_work",
-                          "misunderstood", "regenerate", "unhelpful", "too_slow"})
+                          "misunderstood", "regenerate", "unhelpful", "too_slow",
+                          "no_correction"})
 """Rules whose hit is a decision. The others (a leading "no, ..." restatement, "i only need",
 "are you sure", a re-ask, "just the code") also read as answers or new requests in task and open
 dialogue ("No, I just need the address"); they only enter the scorer as features."""

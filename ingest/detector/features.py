@@ -145,6 +145,16 @@ _CORRECTS = re.compile(
     r"what|those|these|a|an)\b|you\b|your\b|on the|at the|in the|for the|my\b|actually|rather|"
     r"instead|wrong|please)"
 )
+_CORRECTS_STRONG = re.compile(
+    r"^(?:i said|i asked|i meant|i mean\b|i wanted|i was (?:asking|looking|talking)|that'?s not|"
+    r"that is not|that was not|not (?:that|this|the|what|those|these)\b(?! (?:time|moment|now|"
+    r"today|week|year|evening|morning))|(?:please )?(?:find|show|"
+    r"give|get|suggest|recommend|try)(?: me)? (?:\w+ )?(?:another|other|different|something "
+    r"else|some other)\b|another\b(?! time)|other\b(?! than)|different\b|something else|"
+    r"wrong|incorrect|"
+    r"it'?s (?:the|on|at|in|for|actually) |it is (?:the|on|at|in|for|actually) |the \w+ (?:is|was) )"
+)
+"""A correction whatever the answer asked ("Do you want the 12th?" - "No, it's the 11th")."""
 _AFFIRM = re.compile(
     r"^(?:(?:yes|yeah|yep|yup|yes please|correct|right|exactly|sure|ok|okay|great|perfect|awesome|"
     r"excellent|good|nice|cool|wonderful|thanks?|thank you|sounds (?:good|great|perfect)|that(?:'s| "
@@ -160,7 +170,8 @@ def cues(text: str, response: str | None = None) -> dict[str, float]:
     - ``cue:no_correction``: a leading "no" / "wrong" followed by a correction or a restated
       request ("No, it's the 11th", "No, find some other movies", "no, I said Friday");
     - ``cue:no_answer``: a leading "no" that answers or closes ("No, that's all",
-      "No, I just need the address"), or any leading "no" right after the answer asked a question;
+      "No, I just need the address"), or a leading "no" right after the answer asked a question
+      unless a correction follows it ("it's the 11th", "I said ...", "find another ...");
     - ``cue:confused``: the user cannot follow the answer ("what do you mean?", "that doesn't make
       sense", "what are you talking about");
     - ``cue:affirm``: the follow-up opens by accepting the answer ("That is correct.",
@@ -171,7 +182,9 @@ def cues(text: str, response: str | None = None) -> dict[str, float]:
     m = _LEAD_NO.match(t)
     if m:
         rest = m.group(1)
-        if asked_question(response) or _NO_ANSWER.match(rest):
+        if _CORRECTS_STRONG.match(rest):
+            out["cue:no_correction"] = 1.0
+        elif asked_question(response) or _NO_ANSWER.match(rest):
             out["cue:no_answer"] = 1.0
         elif _CORRECTS.match(rest) or len(rest.split()) >= 2:
             out["cue:no_correction"] = 1.0
@@ -181,6 +194,13 @@ def cues(text: str, response: str | None = None) -> dict[str, float]:
     if a and not _NEGATION.search(t[a.end():]):
         out["cue:affirm"] = 1.0
     return out
+
+
+def negated_correction(text: str) -> bool:
+    """A leading "no" / "wrong" followed by a correction whatever the answer asked: "No, it's the
+    11th", "No, find some other movies", "no, I said Friday", "No, that's not it"."""
+    m = _LEAD_NO.match(normalise(prose_of(text)))
+    return bool(m and _CORRECTS_STRONG.match(m.group(1)))
 
 
 def prose_of(text: str, limit: int = 400) -> str:

@@ -13,7 +13,8 @@ Steps (no ``eval`` half is ever read):
    the *worst* AUC of the whole detector (strict rules included) over every real source, each
    measured twice: 5-fold cross-validation grouped by conversation (the source seen in training)
    and fitted without that whole source (``leave_source_out``: a kind of conversation the model
-   never saw, as in production). Ties: the mean of those AUCs;
+   never saw, as in production). Candidates within ``WORST_MARGIN`` of the best worst AUC are
+   tied; among them the best mean of those AUCs wins;
 2. fit a Platt calibration ``(a, c)`` on the out-of-fold logits of all real rows;
 3. pick the smallest decision threshold whose out-of-fold precision on the pooled ``dev`` rows
    is at least ``TARGET_PRECISION``;
@@ -64,6 +65,10 @@ L2S = ((1e-3, 1e-3), (1e-3, 1e-2), (1e-3, 3e-2), (1e-2, 1e-2), (1e-2, 3e-2), (3e
 GENERATED = (True, False)
 """With and without the generated code-assistant corpus."""
 FOLDS = 5
+WORST_MARGIN = 0.025
+"""Candidates whose worst-source AUC is within this of the best worst-source AUC count as tied
+(the smallest ``dev`` half has 19 dissatisfied turns: an AUC's standard error there is about
+0.04); among them the best mean wins."""
 TARGET_PRECISION = 0.8
 """The decision threshold is the smallest whose pooled out-of-fold ``dev`` precision reaches
 this."""
@@ -332,7 +337,9 @@ def main(argv: list[str] | None = None) -> None:
                     both = [*by.values(), *loso.values()]
                     cv[(use_gen, alpha, l2, cap)] = (min(both), sum(both) / len(both), by, z,
                                                      loso)
-    key = max(cv, key=lambda k: (round(cv[k][0], 4), cv[k][1]))
+    best_worst = max(v[0] for v in cv.values())
+    near = [k for k, v in cv.items() if v[0] >= best_worst - WORST_MARGIN]
+    key = max(near, key=lambda k: (round(cv[k][1], 4), cv[k][0]))
     use_gen, alpha, l2, cap = key
     z = cv[key][3]
     # 2. calibration and 3. threshold on the out-of-fold logits
