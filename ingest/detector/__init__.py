@@ -72,8 +72,9 @@ def detector_version() -> str:
 def detect(text: str, prompt: str | None = None, response: str | None = None) -> Verdict:
     """Score one follow-up ``text`` sent after ``response`` to ``prompt``."""
     scorer = load_scorer()
-    p = scorer.probability(text, prompt, response)
-    rules = tuple(r for r in fired_rules(text, prompt, response) if r in STRICT_RULES)
+    fired = fired_rules(text, prompt, response)
+    p = scorer.probability(text, prompt, response, fired)
+    rules = tuple(r for r in fired if r in STRICT_RULES)
     if rules:
         return Verdict(RULE_FLOOR + (1.0 - RULE_FLOOR) * p, True, rules)
     return Verdict(p, p >= scorer.threshold, ())

@@ -17,6 +17,7 @@ rules (rules.py) and sentiment (lexicon.py).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from rapidfuzz import fuzz
 
@@ -37,8 +38,10 @@ _TRACE = re.compile(
 )
 
 
+@lru_cache(maxsize=256)
 def normalise(text: str) -> str:
-    """Lower case, straight apostrophes, collapsed whitespace."""
+    """Lower case, straight apostrophes, collapsed whitespace (the rules ask for the same text's
+    form many times: the last few are kept)."""
     text = text.lower().replace("\u2019", "'").replace("\u2018", "'")
     return " ".join(text.split())
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -59,9 +60,10 @@ the logit (train.py projects these weights onto their sign after every step)."""
 """Names of the dense features, in a fixed order."""
 
 
-def dense_features(text: str, prompt: str | None = None,
-                   response: str | None = None) -> dict[str, float]:
-    """The named dense features of one follow-up in its context (zeros left out)."""
+def dense_features(text: str, prompt: str | None = None, response: str | None = None,
+                   rules: Sequence[str] | None = None) -> dict[str, float]:
+    """The named dense features of one follow-up in its context (zeros left out); ``rules``:
+    the names ``fired_rules`` returns for it, when the caller has them already."""
     s = sentiment(text)
     ws = words(text)
     starts_no = bool(ws) and ws[0] in ("no", "nope", "nah")
@@ -76,7 +78,7 @@ def dense_features(text: str, prompt: str | None = None,
         "ctx:trace": float(looks_like_trace(text)), "code_share": code_share(text),
         length_bucket(text): 1.0,
     }
-    for r in fired_rules(text, prompt, response):
+    for r in fired_rules(text, prompt, response) if rules is None else rules:
         f[f"rule:{r}"] = 1.0
     f.update(cues(text, response))
     return {k: v for k, v in f.items() if v}
@@ -93,18 +95,18 @@ class Scorer:
     calibration: tuple[float, float]
     threshold: float
 
-    def parts(self, text: str, prompt: str | None = None,
-              response: str | None = None) -> tuple[float, float]:
+    def parts(self, text: str, prompt: str | None = None, response: str | None = None,
+              rules: Sequence[str] | None = None) -> tuple[float, float]:
         """(dense part incl. bias, clipped lexical part) of the uncalibrated logit ``z``."""
-        d = dense_features(text, prompt, response)
+        d = dense_features(text, prompt, response, rules)
         dense = self.bias + sum(self.dense.get(k, 0.0) * v for k, v in d.items())
         toks = lexical_tokens(text)
         lex = sum(self.vocab.get(t, 0.0) for t in toks) / math.sqrt(max(1, len(toks)))
         return dense, max(-self.lexical_cap, min(self.lexical_cap, lex))
 
-    def probability(self, text: str, prompt: str | None = None,
-                    response: str | None = None) -> float:
-        dense, lex = self.parts(text, prompt, response)
+    def probability(self, text: str, prompt: str | None = None, response: str | None = None,
+                    rules: Sequence[str] | None = None) -> float:
+        dense, lex = self.parts(text, prompt, response, rules)
         a, c = self.calibration
         z = a * (dense + lex) + c
         return 1.0 / (1.0 + math.exp(-z)) if z > -500 else 0.0
