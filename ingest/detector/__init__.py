@@ -1,16 +1,19 @@
 """The dissatisfied-follow-up detector: decides from the user's next message (and the answer it
 follows) whether they were unhappy with the answer.
 
-Two tiers. High-precision rules for complaints (rules.py: pasted errors, "still", "again",
-"wrong", "doesn't work", a leading "no, ..." with a restatement, ignored instructions, ...) fire
-first: a rule hit is a dissatisfied decision with a score of at least ``RULE_FLOOR``. Otherwise
-a calibrated logistic regression over VADER sentiment with negation and contrast (lexicon.py),
-the rule families, the context and the known vocabulary (scorer.py, weights in ``model.json``)
-gives the score, and the decision is ``score >= threshold``. Both were fitted and tuned on real
-human follow-ups (the ``dev`` half of ingest/detector/data, docs/FOLLOWUP_LABELS.md) and the
-generated corpus; the ``eval`` half only reports (bench/detector.py).
+Two tiers. Strict rules for complaints (rules.py, ``STRICT_RULES``: pasted errors, "still",
+"wrong", "doesn't work", "not what I asked" / "I said", a leading "no" followed by a correction
+such as "No, it's the 11th", ...) fire first: a hit is a dissatisfied decision with a score of at
+least ``RULE_FLOOR``. Otherwise a calibrated logistic regression gives the score and the decision
+is ``score >= threshold``: VADER sentiment with negation and contrast (lexicon.py; its weights
+are held to the prior's direction, so a more negative message never lowers the score), the
+dialogue cues (a "no" that answers or closes, confusion, acceptance such as "That is correct."),
+every rule family, the context and a capped known vocabulary (scorer.py, ``model.json``). The
+model was chosen by its worst real source and fitted on the ``dev`` halves of two kinds of real
+user turns (code-assistant follow-ups and open dialogue, docs/FOLLOWUP_LABELS.md) plus the
+generated corpus; the ``eval`` halves only report (bench/detector.py).
 
-``detector_version()`` is ``fu2-`` (the detector's generation) + a content hash of the weights,
+``detector_version()`` is ``fu3-`` (the detector's generation) + a content hash of the weights,
 the deciding code and the VADER lexicon: any change to what decides gives a new version,
 recorded in every reward row.
 
