@@ -6,7 +6,9 @@
   is an answer, not a complaint;
 - ``reask_ratio``: how close the follow-up is to the previous prompt (rapidfuzz ratio);
 - ``looks_like_trace``: a pasted traceback, compiler or runtime error message;
-- ``length_bucket``, ``code_share``: coarse shape of the message.
+- ``length_bucket``, ``code_share``: coarse shape of the message;
+- ``cues``: how a follow-up in any dialogue corrects, questions or accepts the previous turn
+  ("No, it's the 11th", "what do you mean?", "That is correct.").
 
 Pure Python. Deliberately left out: the weights and the dense feature vector (scorer.py), the
 rules (rules.py) and sentiment (lexicon.py).
@@ -15,6 +17,7 @@ rules (rules.py) and sentiment (lexicon.py).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from rapidfuzz import fuzz
 
@@ -35,8 +38,10 @@ _TRACE = re.compile(
 )
 
 
+@lru_cache(maxsize=256)
 def normalise(text: str) -> str:
-    """Lower case, straight apostrophes, collapsed whitespace."""
+    """Lower case, straight apostrophes, collapsed whitespace (the rules ask for the same text's
+    form many times: the last few are kept)."""
     text = text.lower().replace("\u2019", "'").replace("\u2018", "'")
     return " ".join(text.split())
 
@@ -60,12 +65,17 @@ def looks_like_trace(text: str) -> bool:
     return bool(_TRACE.search(text.lower()) or _ERROR_NAME.search(text))
 
 
+ASKED_TAIL = 160
+"""How many closing characters of an answer are searched for a question mark."""
+
+
 def asked_question(response: str | None) -> bool:
-    """The answer ends with a question to the user (a clarifying question)."""
-    if not response:
+    """The answer closes with a question to the user: a "?" in its last line, within its last
+    ``ASKED_TAIL`` characters ("Do you like being outside? I hike." asked one too)."""
+    if not response or not response.strip():
         return False
-    tail = response.strip().splitlines()[-1] if response.strip() else ""
-    return tail.rstrip().endswith("?")
+    tail = response.strip().splitlines()[-1]
+    return "?" in tail[-ASKED_TAIL:]
 
 
 def reask_ratio(text: str, prompt: str | None) -> float:
@@ -106,3 +116,96 @@ def code_share(text: str) -> float:
 
 _CODE = re.compile(r"[{};]\s*$|^\s{2,}\S|^\s*(?:def|class|import|from|return|const|let|var|"
                    r"function|public|private|#include|SELECT|library)\b|=>|\)\s*\{|<-|::")
+
+
+_CONFUSED = re.compile(
+    r"\bwhat (?:do|did) (?:you|u) mean\b|\bwhat (?:are|r) (?:you|u) (?:talking|going on) about\b|"
+    r"\b(?:does ?n'?t|doesn|does not|did ?n'?t|did not|do ?n'?t|do not|makes? no|making no|not "
+    r"making(?: any)?) (?:make )?(?:any |much )?sense\b|\bno idea what (?:you|u)\b|"
+    r"\bi (?:do ?n'?t|do not|did ?n'?t|did not) (?:understand|get) (?:you|what you|that|your|it)\b|"
+    r"^(?:huh|what|wut|wha|eh|excuse me|come again|pardon(?: me)?|sorry)\W*$|\bhuh\b|"
+    r"\bwhy (?:would|did|do) (?:you|u) (?:say|ask|think) (?:that|so)\b|"
+    r"\bwhat does (?:that|this|it) (?:have to do|mean)\b|\bthat'?s (?:random|not an answer)\b|"
+    r"\b(?:you|u) (?:did ?n'?t|did not|do ?n'?t|never) answer(?:ed)?\b|\bi did ?n'?t (?:ask|say)\b|"
+    r"\bnot what i (?:asked|said|meant|wanted)\b|\b(?:you|u) (?:are|'re|r) (?:not|n'?t) "
+    r"(?:making sense|listening)\b|\bare (?:you|u) (?:even )?(?:listening|a bot|a robot)\b"
+)
+_LEAD_NO = re.compile(r"^(?:(?:erm|hmm+|um+|uh+|ah|well|oh)[,.]?\s+)?(?:no|nope|nah|not really|"
+                      r"wrong|incorrect)\b[\s,.!:;-]*(.*)$")
+_NO_ANSWER = re.compile(
+    r"^(?:$|thanks?\b|thank you|thx|ty\b|that'?s (?:all|it|ok|okay|fine|everything)|that (?:is|will "
+    r"be|would be) (?:all|it|everything)|that'?ll be|i'?m (?:good|fine|ok|okay|all set|done)|i am "
+    r"(?:good|fine|ok|okay|all set|done)|all good|not (?:right )?now|not (?:at )?(?:this|the) "
+    r"(?:time|moment)|not yet|not today|maybe later|nothing|none|no problem|worries|i (?:do ?n'?t|do "
+    r"not) (?:need|have|care|mind|think|want)|i just need|i only need|i (?:will|'ll) |let me|"
+    r"i think (?:that'?s|that is|i'?m)|bye|goodbye|have a)"
+)
+_CORRECTS = re.compile(
+    r"^(?:it'?s|it is|its|it was|that'?s not|that is not|that was not|the\b|i said|i asked|i meant|"
+    r"i mean|i wanted|i want|i'?d like|i would like|i need (?:a |an |the |it |to )|i was (?:asking|"
+    r"looking|talking)|i'?m (?:looking|asking|talking)|i am (?:looking|asking|talking)|find|show|"
+    r"give|look|search|try|get me|another|other|different|something else|not (?:that|this|the|"
+    r"what|those|these|a|an)\b|you\b|your\b|on the|at the|in the|for the|my\b|actually|rather|"
+    r"instead|wrong|please)"
+)
+_CORRECTS_STRONG = re.compile(
+    r"^(?:i said|i asked|i meant|i mean\b|i wanted|i was (?:asking|looking|talking)|that'?s not|"
+    r"that is not|that was not|not (?:that|this|the|what|those|these)\b(?! (?:time|moment|now|"
+    r"today|week|year|evening|morning))|(?:please )?(?:find|show|"
+    r"give|get|suggest|recommend|try)(?: me)? (?:\w+ )?(?:another|other|different|something "
+    r"else|some other)\b|another\b(?! time)|other\b(?! than)|different\b|something else|"
+    r"wrong|incorrect|"
+    r"it'?s (?:the|on|at|in|for|actually) |it is (?:the|on|at|in|for|actually) |the \w+ (?:is|was) )"
+)
+"""A correction whatever the answer asked ("Do you want the 12th?" - "No, it's the 11th")."""
+_AFFIRM = re.compile(
+    r"^(?:(?:yes|yeah|yep|yup|yes please|correct|right|exactly|sure|ok|okay|great|perfect|awesome|"
+    r"excellent|good|nice|cool|wonderful|thanks?|thank you|sounds (?:good|great|perfect)|that(?:'s| "
+    r"is| was| sounds| looks| works) (?:correct|right|great|perfect|good|fine|it|helpful|all|"
+    r"everything)|that(?:'s| is) (?:exactly|just) (?:it|right|what i)|it works|works)\b[\s,.!]*)+"
+)
+_NEGATION = re.compile(r"\b(?:not|no|n'?t|never|but|however|wrong|incorrect|error)\b")
+
+
+def cues(text: str, response: str | None = None) -> dict[str, float]:
+    """Correction, confusion and acceptance cues of a follow-up in any dialogue.
+
+    - ``cue:no_correction``: a leading "no" / "wrong" followed by a correction or a restated
+      request ("No, it's the 11th", "No, find some other movies", "no, I said Friday");
+    - ``cue:no_answer``: a leading "no" that answers or closes ("No, that's all",
+      "No, I just need the address"), or a leading "no" right after the answer asked a question
+      unless a correction follows it ("it's the 11th", "I said ...", "find another ...");
+    - ``cue:confused``: the user cannot follow the answer ("what do you mean?", "that doesn't make
+      sense", "what are you talking about");
+    - ``cue:affirm``: the follow-up opens by accepting the answer ("That is correct.",
+      "Yes, thanks", "perfect") and says nothing negative after it.
+    """
+    t = normalise(prose_of(text))
+    out: dict[str, float] = {}
+    m = _LEAD_NO.match(t)
+    if m:
+        rest = m.group(1)
+        if _CORRECTS_STRONG.match(rest):
+            out["cue:no_correction"] = 1.0
+        elif asked_question(response) or _NO_ANSWER.match(rest):
+            out["cue:no_answer"] = 1.0
+        elif _CORRECTS.match(rest) or len(rest.split()) >= 2:
+            out["cue:no_correction"] = 1.0
+    if _CONFUSED.search(t):
+        out["cue:confused"] = 1.0
+    a = _AFFIRM.match(t)
+    if a and not _NEGATION.search(t[a.end():]):
+        out["cue:affirm"] = 1.0
+    return out
+
+
+def negated_correction(text: str) -> bool:
+    """A leading "no" / "wrong" followed by a correction whatever the answer asked: "No, it's the
+    11th", "No, find some other movies", "no, I said Friday", "No, that's not it"."""
+    m = _LEAD_NO.match(normalise(prose_of(text)))
+    return bool(m and _CORRECTS_STRONG.match(m.group(1)))
+
+
+def prose_of(text: str, limit: int = 400) -> str:
+    """The first ``limit`` characters of ``text`` (cues read how a message opens)."""
+    return text[:limit]

@@ -15,7 +15,9 @@ question the answer asked), ``ignored_instruction`` ("you forgot the introductio
 latex code", "3 line limit still applies"), ``doubt`` ("Are you sure it prints ...",
 "what did you change other than the names?"), ``regenerate``, ``unhelpful`` ("it's not the
 improvement i was looking for", "that's nice and all, but ..."), ``reask`` (a near-duplicate
-of the previous prompt), ``too_long``, ``too_slow``.
+of the previous prompt), ``too_long``, ``too_slow``, ``no_correction`` (a leading "no" followed
+by a correction in any dialogue, whatever the answer asked: "No, it's the 11th", "No, find some
+other movies", "no, I said Friday").
 
 Deliberately left out: neutral rules. A plain "no" answering a clarifying question fires no rule
 here; the scorer sees the question in the answer (``ctx:question``) and scores it low.
@@ -30,6 +32,7 @@ from ingest.detector.features import (
     REASK_RULE_RATIO,
     asked_question,
     looks_like_trace,
+    negated_correction,
     normalise,
     reask_ratio,
 )
@@ -45,7 +48,8 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
         r"\bstill (?:giv\w*|throw\w*|show\w*|get\w*|see\w*|seeing|returns?|print\w*|"
         r"crash\w*|fail\w*|produc\w*|has|have|having|happen\w*) (?:me )?(?:the |a |an |this |"
         r"that |same |lots of |a lot of )*(?:\w+ )?(?:errors?|exceptions?|issues?|problems?|bugs?|"
-        r"false positives|warnings?|wrong)\b|^.{0,80}\bstill (?:\w+ing|returns|gives|shows|"
+        r"false positives|warnings?|wrong)\b|^.{0,80}\b(?:it|this|that|the \w+|code|output|result|"
+        r"error|page|app|script|program|function|file|list)(?: is|'s| are)? still (?:\w+ing|returns|gives|shows|"
         r"prints|fails|crashes|(?:is |it'?s )?(?:a |an )?(?:blank|empty|broken|wrong|the same|not|"
         r"no|nothing))\b"
     ),
@@ -180,6 +184,7 @@ def _rule_table() -> dict[str, Callable[[str, str | None, str | None], bool]]:
         "does_not_work": pattern("does_not_work"),
         "misunderstood": lambda text, _p, response: _misunderstood(text, response),
         "no_restatement": lambda text, _p, response: _no_restatement(text, response),
+        "no_correction": lambda text, _p, _r: negated_correction(text),
         "ignored_instruction": pattern("ignored_instruction"),
         "doubt": pattern("doubt"),
         "regenerate": pattern("regenerate"),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -31,6 +32,7 @@ from ingest.detector.features import (
     asked_question,
     code_share,
     length_bucket,
+    cues,
     lexical_tokens,
     looks_like_trace,
     reask_ratio,
@@ -40,20 +42,28 @@ from ingest.detector.lexicon import sentiment
 from ingest.detector.rules import RULES, fired_rules
 
 MODEL_PATH = Path(__file__).with_name("model.json")
-MODEL_FORMAT = 2
-"""Layout of model.json (1: hashed n-grams; 2: dense + vocabulary + calibration)."""
+MODEL_FORMAT = 3
+"""Layout of model.json (1: hashed n-grams; 2: dense + vocabulary + calibration; 3: 2 with the
+dialogue cues and sign-constrained sentiment weights)."""
+CUES = ("cue:no_correction", "cue:no_answer", "cue:confused", "cue:affirm")
 LENGTHS = ("len:1", "len:3", "len:8", "len:30", "len:long")
 DENSE = (
     "vader:compound", "vader:neg", "vader:pos", "vader:tail_neg", "vader:contrast",
     "vader:polite_no", "starts_no", "question_mark", "ctx:question", "ctx:no_after_question",
     "ctx:prompt_ratio", "ctx:trace", "code_share", *LENGTHS, *(f"rule:{r}" for r in RULES),
+    *CUES,
 )
+SENTIMENT_SIGNS = {"vader:compound": -1.0, "vader:neg": 1.0, "vader:pos": -1.0,
+                   "vader:tail_neg": 1.0}
+"""The sentiment prior's direction, enforced in training: a more negative message never lowers
+the logit (train.py projects these weights onto their sign after every step)."""
 """Names of the dense features, in a fixed order."""
 
 
-def dense_features(text: str, prompt: str | None = None,
-                   response: str | None = None) -> dict[str, float]:
-    """The named dense features of one follow-up in its context (zeros left out)."""
+def dense_features(text: str, prompt: str | None = None, response: str | None = None,
+                   rules: Sequence[str] | None = None) -> dict[str, float]:
+    """The named dense features of one follow-up in its context (zeros left out); ``rules``:
+    the names ``fired_rules`` returns for it, when the caller has them already."""
     s = sentiment(text)
     ws = words(text)
     starts_no = bool(ws) and ws[0] in ("no", "nope", "nah")
@@ -68,8 +78,9 @@ def dense_features(text: str, prompt: str | None = None,
         "ctx:trace": float(looks_like_trace(text)), "code_share": code_share(text),
         length_bucket(text): 1.0,
     }
-    for r in fired_rules(text, prompt, response):
+    for r in fired_rules(text, prompt, response) if rules is None else rules:
         f[f"rule:{r}"] = 1.0
+    f.update(cues(text, response))
     return {k: v for k, v in f.items() if v}
 
 
@@ -84,18 +95,18 @@ class Scorer:
     calibration: tuple[float, float]
     threshold: float
 
-    def parts(self, text: str, prompt: str | None = None,
-              response: str | None = None) -> tuple[float, float]:
+    def parts(self, text: str, prompt: str | None = None, response: str | None = None,
+              rules: Sequence[str] | None = None) -> tuple[float, float]:
         """(dense part incl. bias, clipped lexical part) of the uncalibrated logit ``z``."""
-        d = dense_features(text, prompt, response)
+        d = dense_features(text, prompt, response, rules)
         dense = self.bias + sum(self.dense.get(k, 0.0) * v for k, v in d.items())
         toks = lexical_tokens(text)
         lex = sum(self.vocab.get(t, 0.0) for t in toks) / math.sqrt(max(1, len(toks)))
         return dense, max(-self.lexical_cap, min(self.lexical_cap, lex))
 
-    def probability(self, text: str, prompt: str | None = None,
-                    response: str | None = None) -> float:
-        dense, lex = self.parts(text, prompt, response)
+    def probability(self, text: str, prompt: str | None = None, response: str | None = None,
+                    rules: Sequence[str] | None = None) -> float:
+        dense, lex = self.parts(text, prompt, response, rules)
         a, c = self.calibration
         z = a * (dense + lex) + c
         return 1.0 / (1.0 + math.exp(-z)) if z > -500 else 0.0
@@ -109,6 +120,9 @@ class Scorer:
         unknown = set(d["dense"]) - set(DENSE)
         if unknown:
             raise ValueError(f"model.json names dense features this code lacks: {sorted(unknown)}")
+        wrong = [k for k, sign in SENTIMENT_SIGNS.items() if d["dense"].get(k, 0.0) * sign < 0]
+        if wrong:
+            raise ValueError(f"model.json weighs sentiment against its prior: {wrong}")
         return cls(float(d["bias"]), {k: float(v) for k, v in d["dense"].items()},
                    {k: float(v) for k, v in d["vocab"].items()}, float(d["lexical_cap"]),
                    (float(d["calibration"][0]), float(d["calibration"][1])),

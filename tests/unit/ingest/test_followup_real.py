@@ -13,7 +13,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ingest.detector import RULE_FLOOR, detect
+from ingest.detector import RULE_FLOOR, STRICT_RULES, detect
 from ingest.detector.real import load, split_of
 from ingest.detector.rules import fired_rules
 from ingest.detector.scorer import load_scorer
@@ -38,7 +38,10 @@ RULE_CASES = {
 def test_each_rule_family_fires_on_a_real_phrasing(rule, text):
     assert rule in fired_rules(text, "previous prompt", None)
     v = detect(text, "previous prompt", None)
-    assert v.dissatisfied and v.score >= RULE_FLOOR
+    if rule in STRICT_RULES:
+        assert v.dissatisfied and v.score >= RULE_FLOOR and rule in v.rules
+    else:  # a feature of the scorer only: it also reads as an answer in other dialogue
+        assert rule not in v.rules
 
 
 def test_guideline_examples_come_from_the_dev_half_only():

@@ -1,0 +1,126 @@
+"""The follow-up detector in general dialogue: corrections that negate or restate the previous
+answer, acceptances that are no complaint, and the sentiment prior the score may not go against.
+
+The phrasings are of the kinds a user types to a booking, recommendation or chat assistant; none
+is taken from any labelled set.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ingest.detector import RULE_FLOOR, detect
+from ingest.detector.features import cues, negated_correction
+from ingest.detector.lexicon import sentiment
+from ingest.detector.scorer import MODEL_PATH, SENTIMENT_SIGNS, Scorer, load_scorer
+
+CORRECTIONS = [
+    ("No, it's the 11th", "I have booked the table for the 12th. Anything else?"),
+    ("No, find some other movies", "How about Up or Cars?"),
+    ("no, I said Friday", "Your train leaves on Monday at 9:00."),
+    ("No, that's not what I asked", "The museum opens at 10."),
+    ("Nope, not that one, the cheaper one", "The Grand hotel is 4 stars."),
+    ("No, the restaurant was in the north", "I found 3 restaurants in the south."),
+    ("that's not what I asked", None),
+    ("I said two people, not four", "Booked for four people."),
+]
+
+
+@pytest.mark.parametrize(("text", "response"), CORRECTIONS)
+def test_corrections_that_negate_or_restate_are_complaints(text, response):
+    v = detect(text, "book something", response)
+    assert v.dissatisfied and v.score >= RULE_FLOOR, (text, v)
+
+
+@pytest.mark.parametrize(("text", "response"), [
+    ("That is correct.", "So that is a table for 2 on Friday, is that correct?"),
+    ("That is correct.", None),
+    ("Yes, that's right.", "You want the 11th?"),
+    ("Correct, thanks", "It is the 11th."),
+    ("Great, thank you!", "Booked."),
+])
+def test_an_acceptance_scores_low(text, response):
+    v = detect(text, "book something", response)
+    assert not v.dissatisfied and v.score < 0.2, (text, v)
+    assert cues(text, response).get("cue:affirm") == 1.0
+
+
+@pytest.mark.parametrize(("text", "response"), [
+    ("No, thanks, that's all.", "Anything else I can help with?"),
+    ("No, I just need the address", "Would you like me to book it?"),
+    ("no, other than that I am fine", "Anything else?"),
+    ("No, not this time", "Shall I reserve a taxi too?"),
+])
+def test_a_no_that_answers_or_closes_is_not_a_complaint(text, response):
+    assert not negated_correction(text)
+    v = detect(text, "book something", response)
+    assert not v.dissatisfied and v.score < 0.3, (text, v)
+
+
+def test_a_no_after_a_question_is_still_a_correction_when_it_corrects():
+    asked = "Do you want the table for the 12th?"
+    assert cues("No, it's the 11th", asked) == {"cue:no_correction": 1.0}
+    assert cues("No, I don't need a table", asked) == {"cue:no_answer": 1.0}
+
+
+def test_checked_in_weights_keep_the_sentiment_prior_direction():
+    dense = json.loads(MODEL_PATH.read_bytes())["dense"]
+    for name, sign in SENTIMENT_SIGNS.items():
+        assert dense.get(name, 0.0) * sign >= 0, name
+    assert dense["vader:compound"] < 0
+
+
+def test_weights_against_the_prior_are_refused():
+    raw = json.loads(MODEL_PATH.read_bytes())
+    raw["dense"]["vader:compound"] = 0.5
+    with pytest.raises(ValueError, match="sentiment"):
+        Scorer.from_json(json.dumps(raw).encode())
+
+
+def test_training_projects_sentiment_weights_onto_the_prior():
+    import numpy as np
+
+    from ingest.detector.scorer import DENSE
+    from ingest.detector.train import design, featurise, fit
+
+    # labels that reward positive words: unconstrained, compound would get a positive weight
+    data = [featurise(t, "p", None, y, True, t) for t, y in
+            [("great wonderful", 1), ("lovely and great", 1), ("awful terrible", 0),
+             ("horrible bad", 0)]]
+    csr = design(data, [])
+    w, _ = fit(csr, np.array([r.label for r in data], dtype=float), np.ones(len(data)),
+               len(DENSE), l2=1e-4, steps=200)
+    for name, sign in SENTIMENT_SIGNS.items():
+        assert w[DENSE.index(name)] * sign >= 0, name
+
+
+_WORDS = ["thanks", "great", "good", "fine", "bad", "awful", "terrible", "useless", "love",
+          "hate", "the", "room", "movie", "table", "is", "was", "very", "so", "really", "nice",
+          "annoying", "perfect", "broken", "happy", "sad", "cheap", "friday", "hotel"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_WORDS), min_size=2, max_size=8),
+       st.lists(st.sampled_from(_WORDS), min_size=2, max_size=8))
+def test_without_other_evidence_the_score_follows_the_sentiment_prior(a, b):
+    """Two follow-ups that differ only in their words' sentiment (same length bucket, no rule,
+    no cue, no question) are ordered as VADER orders them: the detector never inverts the prior
+    where nothing else speaks."""
+    scorer = load_scorer()
+    ta, tb = " ".join(a), " ".join(b)
+    from ingest.detector.scorer import dense_features
+
+    fa, fb = dense_features(ta, "p", "ok."), dense_features(tb, "p", "ok.")
+    other = {k for k in (*fa, *fb) if not k.startswith("vader:")}
+    if {k for k in fa if k in other} != {k for k in fb if k in other}:
+        return
+    sa, sb = sentiment(ta), sentiment(tb)
+    if sa.contrast or sb.contrast or not (sa.compound < sb.compound and sa.neg >= sb.neg
+                                          and sa.pos <= sb.pos
+                                          and max(0, -sa.tail) >= max(0, -sb.tail)):
+        return
+    assert scorer.probability(ta, "p", "ok.") >= scorer.probability(tb, "p", "ok.")
