@@ -567,6 +567,12 @@ def _around(k: int) -> list[int]:
 _MIXED = [3, -1, 3, 0, -4, 2]
 """Unsorted, duplicates, zero and negatives: set(), sorted() and abs() idioms show here."""
 
+
+def _span(lo: int, hi: int) -> list[int]:
+    """An unsorted list with both ends of ``lo..hi`` twice, values just outside them (one twice)
+    and one inside: inclusive/exclusive, set() and sorted() idioms show here."""
+    return [hi + 1, lo, hi, lo - 1, lo, hi, lo + 1, hi + 1]
+
 EDGE_CASES: dict[str, Callable[[dict], list[tuple]]] = {
     "is_multiple": lambda k: [(0,), (-k["k"],), (k["k"] + 1,), (2 * k["k"],)],
     "clamp": lambda k: [(k["lo"] - 1,), (k["hi"] + 1,), (k["lo"],), (k["hi"],)],
@@ -639,6 +645,49 @@ EDGE_CASES: dict[str, Callable[[dict], list[tuple]]] = {
     "length_is": lambda k: [("x" * k["k"],), ("x" * (k["k"] + 1),), ("x" * (k["k"] - 1),)],
     "prefix_k": lambda k: [("abcdefgh",), ("",), ("a",)],
     "power_const": lambda k: [(0,), (1,), (-2,), (3,)],
+    "add_const": lambda k: [(0,), (-1,), (-k["k"] - 5,)],
+    "mul_const": lambda k: [(0,), (1,), (-3,)],
+    "sub_const": lambda k: [(0,), (k["k"],), (k["k"] - 1,), (-3,)],
+    "repeat_str": lambda k: [("",), ("ab",), ("a b",)],
+    "swap_pair": lambda k: [(1, 2), (2, 1), (-3, 3), (5, 5)],
+    "sum_plus": lambda k: [(_MIXED,), ([],), ([-2, -2],)],
+    "sum_times": lambda k: [(_MIXED,), ([],), ([-2, -2],)],
+    "linear": lambda k: [(0,), (-1,), (-5,)],
+    "shift_then_scale": lambda k: [(0,), (-k["a"],), (-k["a"] - 1,), (-k["a"] - 5,)],
+    "square_plus": lambda k: [(0,), (2,), (-1,), (-3,)],
+    "add_suffix": lambda k: [("",), ("x" + k["w"],), (k["w"],)],
+    "add_prefix": lambda k: [("",), (k["w"] + "x",), (k["w"],)],
+    "wrap": lambda k: [("",), (k["c"] + "a" + k["c"],), ("a" + k["c"],)],
+    "count_between": lambda k: [(_span(k["lo"], k["hi"]),), ([k["lo"]],), ([k["hi"]],), ([],)],
+    "sum_between": lambda k: [(_span(k["lo"], k["hi"]),), ([k["lo"]],), ([k["hi"]],), ([],)],
+    "filter_between": lambda k: [(_span(k["lo"], k["hi"]),), ([k["lo"]],), ([k["hi"]],), ([],)],
+    "count_outside": lambda k: [(_span(k["lo"], k["hi"]),), ([k["lo"]],), ([k["hi"]],), ([],)],
+    "affine_each": lambda k: [(_MIXED,), ([],)],
+    "times_minus": lambda k: [(0,), (-1,), (-4,)],
+    "is_greater": lambda k: [(k["k"],), (k["k"] + 1,), (k["k"] - 1,), (-abs(k["k"]) - 3,)],
+    "max_with": lambda k: [([],), ([k["k"] - 3, k["k"] - 1],),
+                           ([k["k"] + 2, k["k"] + 5, k["k"] + 1],), ([k["k"] + 5, k["k"] - 1],)],
+    "min_with": lambda k: [([],), ([k["k"] + 3, k["k"] + 1],),
+                           ([k["k"] - 2, k["k"] - 5, k["k"] - 1],), ([k["k"] - 5, k["k"] + 1],)],
+    "first_or": lambda k: [([],), ([-3],), ([0, 5],), ([5, 2, 9],)],
+    "last_or": lambda k: [([],), ([-3],), ([5, 0],), ([5, 9, 2],)],
+    "at_least_each": lambda k: [(_around(k["k"]),), ([],)],
+    "cube_plus": lambda k: [(0,), (-1,), (-2,), (3,)],
+    "square_minus": lambda k: [(0,), (1,), (2,), (-3,)],
+    "all_below": lambda k: [([],), ([k["k"] - 1, k["k"]],), ([k["k"] - 5, k["k"] - 1],),
+                            ([k["k"] + 1, k["k"] - 1],)],
+    "replace_value": lambda k: [([7, k["a"], 2, k["a"], 7],), ([],), ([k["a"]],)],
+    "count_not_equal": lambda k: [([k["k"], k["k"] + 1, k["k"], k["k"] - 1, k["k"] + 1,
+                                    k["k"] - 1],), ([],)],
+    "count_multiples": lambda k: [([0, k["k"], -k["k"], 2 * k["k"], k["k"], 1],), ([],)],
+    "pad_right": lambda k: [("x" * (k["k"] + 2),), ("",), ("ab",), ("x" * k["k"],)],
+    "suffix_k": lambda k: [("abcdefgh",), ("",), ("a",), ("ab",), ("abc",), ("abcd",)],
+    "words_of_length": lambda k: [(["y" * k["k"], "x" * (k["k"] + 1), "ab", "a" * k["k"],
+                                    "y" * k["k"]],), ([],)],
+    "abs_diff_from": lambda k: [(k["k"] - 3,), (k["k"] + 3,), (k["k"],), (-abs(k["k"]) - 2,)],
+    "mod_add": lambda k: [(0,), (k["b"],), (k["b"] - 1,), (50,)],
+    "count_containing": lambda k: [(["x" + k["c"] + k["c"], "y" + k["c"], "zz", "y" + k["c"],
+                                     k["c"]],), ([],), (["", k["c"]],)],
 }
 """Inputs where a wrong idiom and the right answer differ (duplicates, unsorted and empty lists,
 values at a constant's boundary, negatives), added to every task of the family after its drawn

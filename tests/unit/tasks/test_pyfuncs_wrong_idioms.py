@@ -14,7 +14,7 @@ import random
 import pytest
 
 from tasks.harness import AnswerError, prepare, run_spec, strict_eq
-from tasks.pyfuncs import BY_FAMILY, EDGE_CASES, grade, instances
+from tasks.pyfuncs import BY_FAMILY, EDGE_CASES, FAMILIES, grade, instances
 
 # family -> wrong bodies (``return ...`` expressions over the template's arguments and constants)
 WRONG: dict[str, list[str]] = {
@@ -111,6 +111,78 @@ WRONG: dict[str, list[str]] = {
     "length_is": ["len(s) >= {k}", "len(s) <= {k}"],
     "prefix_k": ["s[:{k} + 1]", "s[1:{k} + 1]", "s[:{k}] if len(s) >= {k} else ''"],
     "power_const": ["x * {k}", "abs(x) ** {k}"],
+    "add_const": ["abs(x) + {k}", "max(x, 0) + {k}", "x + {k} if x > 0 else {k}"],
+    "mul_const": ["abs(x) * {k}", "max(x, 0) * {k}"],
+    "sub_const": ["abs(x - {k})", "{k} - x", "max(x - {k}, 0)"],
+    "repeat_str": ["s * ({k} - 1)", "' '.join([s] * {k})", "(s + ' ') * {k}"],
+    "swap_pair": ["[b, a]", "(a, b)", "tuple(sorted((a, b), reverse=True))"],
+    "sum_plus": ["sum(set(xs)) + {k}", "sum(xs) + {k} if xs else 0",
+                 "sum(abs(x) for x in xs) + {k}", "sum(x for x in xs if x > 0) + {k}"],
+    "sum_times": ["sum(set(xs)) * {k}", "sum(abs(x) for x in xs) * {k}",
+                  "sum(x for x in xs if x > 0) * {k}"],
+    "linear": ["(x + {b}) * {a}", "abs(x) * {a} + {b}", "x * {a} + {b} if x > 0 else {b}"],
+    "shift_then_scale": ["x + {a} * {b}", "x * {b} + {a}", "abs(x + {a}) * {b}",
+                         "max(x + {a}, 0) * {b}"],
+    "square_plus": ["x * 2 + {k}", "x * abs(x) + {k}", "x ** 2 + {k} if x > 0 else {k}"],
+    "add_suffix": ["'{w}' + s", "s + '{w}' if s else ''",
+                   "s if s.endswith('{w}') else s + '{w}'"],
+    "add_prefix": ["s + '{w}'", "'{w}' + s if s else ''",
+                   "s if s.startswith('{w}') else '{w}' + s"],
+    "wrap": ["'{c}' + s", "'{c}' + s + '{c}' if s else ''", "'{c}' + s.strip('{c}') + '{c}'",
+             "s if s.startswith('{c}') else '{c}' + s + '{c}'"],
+    "count_between": ["sum(1 for x in xs if {lo} < x < {hi})",
+                      "sum(1 for x in xs if {lo} <= x < {hi})",
+                      "sum(1 for x in xs if {lo} < x <= {hi})",
+                      "len(set(x for x in xs if {lo} <= x <= {hi}))"],
+    "sum_between": ["sum(x for x in xs if {lo} < x < {hi})",
+                    "sum(x for x in xs if {lo} <= x < {hi})",
+                    "sum(x for x in xs if {lo} < x <= {hi})",
+                    "sum(set(x for x in xs if {lo} <= x <= {hi}))"],
+    "filter_between": ["sorted(x for x in xs if {lo} <= x <= {hi})",
+                       "list(set(x for x in xs if {lo} <= x <= {hi}))",
+                       "[x for x in xs if {lo} < x < {hi}]", "[x for x in xs if {lo} <= x < {hi}]"],
+    "count_outside": ["sum(1 for x in xs if x <= {lo} or x >= {hi})",
+                      "len(set(x for x in xs if not {lo} <= x <= {hi}))",
+                      "sum(1 for x in xs if x < {lo} and x > {hi})",
+                      "len(xs) - sum(1 for x in xs if {lo} < x < {hi})"],
+    "affine_each": ["sorted(x * {a} + {b} for x in xs)", "list(set(x * {a} + {b} for x in xs))",
+                    "[(x + {b}) * {a} for x in xs]", "[abs(x) * {a} + {b} for x in xs]"],
+    "times_minus": ["(x - {b}) * {a}", "abs(x * {a} - {b})", "abs(x) * {a} - {b}"],
+    "is_greater": ["x >= {k}", "int(x > {k})", "abs(x) > {k}"],
+    "max_with": ["max(xs, default={k})", "max(max(xs), {k})", "max(xs[-1], {k}) if xs else {k}"],
+    "min_with": ["min(xs, default={k})", "min(min(xs), {k})", "min(xs[0], {k}) if xs else {k}"],
+    "first_or": ["xs[0] if len(xs) > 1 else {k}", "xs[-1] if xs else {k}",
+                 "min(xs) if xs else {k}", "xs[0] if xs and xs[0] else {k}"],
+    "last_or": ["xs[-1] if len(xs) > 1 else {k}", "xs[0] if xs else {k}",
+                "max(xs) if xs else {k}", "xs[-1] if xs and xs[-1] else {k}"],
+    "at_least_each": ["[x for x in xs if x >= {k}]", "sorted(max(x, {k}) for x in xs)",
+                      "[min(x, {k}) for x in xs]", "list(set(max(x, {k}) for x in xs))"],
+    "cube_plus": ["x * 3 + {k}", "x ** 2 + {k}", "abs(x) ** 3 + {k}"],
+    "square_minus": ["x * 2 - {k}", "abs(x * x - {k})", "x * abs(x) - {k}"],
+    "all_below": ["all(x <= {k} for x in xs)", "bool(xs) and all(x < {k} for x in xs)",
+                  "max(xs) < {k} if xs else False", "any(x < {k} for x in xs)"],
+    "replace_value": ["sorted({b} if x == {a} else x for x in xs)",
+                      "list(set({b} if x == {a} else x for x in xs))",
+                      "xs[:xs.index({a})] + [{b}] + xs[xs.index({a}) + 1:] if {a} in xs else xs"],
+    "count_not_equal": ["len(xs) - int({k} in xs)", "len(set(x for x in xs if x != {k}))",
+                        "sum(1 for x in xs if x > {k})"],
+    "count_multiples": ["sum(1 for x in xs if x % {k} == 0 and x != 0)",
+                        "sum(1 for x in xs if x % {k} == 0 and x > 0)",
+                        "len(set(x for x in xs if x % {k} == 0))"],
+    "pad_right": ["(s + '{c}' * {k})[:{k}]", "s.rjust({k}, '{c}')", "s.ljust({k} - 1, '{c}')",
+                  "s + '{c}' * {k}"],
+    "suffix_k": ["s[-{k} - 1:]", "s[-{k}:] if len(s) >= {k} else ''", "s[len(s) - {k}:]",
+                 "s[::-1][:{k}]"],
+    "words_of_length": ["[w for w in words if len(w) >= {k}]",
+                        "[w for w in words if len(w) <= {k}]",
+                        "sorted(w for w in words if len(w) == {k})",
+                        "list(set(w for w in words if len(w) == {k}))"],
+    "abs_diff_from": ["x - {k}", "{k} - x", "abs(x) - {k}"],
+    "mod_add": ["x + {a} % {b}", "x % {b} + {a}", "(x + {a}) // {b}"],
+    "count_containing": ["sum(w.count('{c}') for w in words)",
+                         "len(set(w for w in words if '{c}' in w))",
+                         "sum(1 for w in words if w.startswith('{c}'))",
+                         "sum(1 for w in words if w[0] == '{c}')"],
 }
 
 SEEDS = (0, 1000)  # a pool draw and the calibration draw
@@ -160,6 +232,11 @@ def _wrong_here(template, k: dict, fn) -> bool:
         except Exception:
             return True
     return False
+
+
+def test_every_family_has_edge_cases_and_wrong_idioms():
+    assert [f for f in FAMILIES if f not in EDGE_CASES] == []
+    assert [f for f in FAMILIES if len(WRONG.get(f, ())) < 2] == []
 
 
 @pytest.mark.parametrize("family", sorted(WRONG))
