@@ -100,8 +100,8 @@ _KEY_PATTERNS = [  # each bounded or anchored, so a long line costs linear time
     re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{16,}"),  # sk-..., sk-proj-...
     re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),  # AWS access key ids
     re.compile(r"\b(?:ghp|gho|ghs|ghu|github_pat|xox[abpr]|hf)_[A-Za-z0-9_]{16,}"),
-    re.compile(r"(?i)\b([A-Z0-9_]{0,64}(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)"
-               r"[A-Z0-9_]{0,64}[\"']?\s{0,4}[:=]\s{0,4}[\"']?)[A-Za-z0-9+/=_\-.]{8,}"),
+    re.compile(r"(?i)\b([A-Z0-9_]{0,64}(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)"
+               r"(?:S|_[A-Z0-9_]{0,60})?[\"']?\s{0,4}[:=]\s{0,4}[\"']?)[A-Za-z0-9+/=_\-.]{8,}"),
 ]
 
 
