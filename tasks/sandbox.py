@@ -14,8 +14,9 @@ unboxed.
 - **Files**: a tmpfs root, read-only after set-up, holding only a read-only interpreter image
   (the interpreter, its shared library and its standard library, without site-packages; hard
   links of the caller's installation staged once per process, or the installation itself when
-  uid 65534 may read it), the shared libraries under ``/usr/lib``, a minimal ``/dev`` and one
-  writable scratch tmpfs capped at ``scratch_mb`` (the working directory, HOME and TMPDIR).
+  uid 65534 may read it), the shared libraries under ``/usr/lib``, a minimal read-only ``/dev``
+  (its ``/dev/shm`` a tmpfs of 4 MB) and one writable scratch tmpfs capped at ``scratch_mb`` (the
+  working directory, HOME and TMPDIR).
   Nothing of the host's ``/etc``, ``/tmp``, home folders or the checkout is there.
 - **System calls**: the seccomp program of :mod:`tasks.seccomp` (namespaces, mounts, ptrace,
   kernel keys, modules, BPF, io_uring, ...; sockets other than ``AF_UNIX``).
@@ -63,6 +64,9 @@ BWRAP = "bwrap"
 BOX_UID = 65534
 """uid and gid of the sandboxed program (``nobody``), inside and outside the box."""
 
+SHM_MB = 4
+"""Size of the box's ``/dev/shm`` (POSIX semaphores and shared memory); the rest of /dev is
+read-only."""
 STDOUT_KEEP = 64 * 1024
 STDERR_KEEP = 2000
 _KILL_GRACE_S = 5.0
@@ -245,7 +249,8 @@ def _bwrap_argv(interp: _Interpreter, scratch: str, *, seccomp_fd: int, status_f
         path, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
         "--cap-drop", "ALL", "--uid", str(BOX_UID), "--gid", str(BOX_UID),
         "--ro-bind", interp.source, interp.prefix, *_lib_binds(),
-        "--proc", "/proc", "--dev", "/dev",
+        "--proc", "/proc", "--dev", "/dev", "--size", str(SHM_MB * 2**20), "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev",
         "--size", str(scratch_mb * 2**20), "--perms", "0700", "--tmpfs", scratch,
         "--perms", "0500", "--file", str(program_fd), f"{scratch}/program.py",
         "--remount-ro", "/",
