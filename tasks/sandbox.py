@@ -122,9 +122,9 @@ def _plain_setting(key: str, value: str) -> bool:
 
 def scrub(text: str, environ: dict[str, str] | None = None) -> str:
     """``text`` with every value of ``environ`` (the caller's environment by default) of 8 or more
-    characters (but search paths, locale settings and existing paths), and anything that looks like key material (PEM blocks, ``sk-...`` / ``AKIA...`` /
-    ``ghp_...`` tokens, the value of a ``...KEY=`` / ``TOKEN=`` / ``SECRET=`` assignment),
-    replaced by ``[redacted]``."""
+    characters (but search paths, locale settings and existing paths), and anything that looks
+    like key material (PEM blocks, ``sk-...`` / ``AKIA...`` / ``ghp_...`` tokens, the value of a
+    ``...KEY=`` / ``TOKEN=`` / ``SECRET=`` assignment), replaced by ``[redacted]``."""
     env = os.environ if environ is None else environ
     values = {v for k, v in env.items() if len(v) >= 8 and not _plain_setting(k, v)}
     for value in sorted(values, key=len, reverse=True):
@@ -158,9 +158,10 @@ _LOCK = threading.Lock()
 def _interpreter() -> _Interpreter:
     """The interpreter the box runs (this one). A caller that is not root binds its installation
     in place (bwrap runs as the caller). For root it is staged once per process, since bwrap then
-    runs as uid 65534, which cannot read a prefix under /root: a tree of hard links (copies across file systems) of the binary, its shared
-    library and the standard library (without site-packages and the test suites), in a fresh
-    root-owned temporary folder removed at exit. The box binds it read-only."""
+    runs as uid 65534, which cannot read a prefix under /root: a tree of hard links (copies across
+    file systems) of the binary, its shared library and the standard library (without
+    site-packages and the test suites), in a fresh root-owned temporary folder removed at exit.
+    The box binds it read-only."""
     global _INTERPRETER
     with _LOCK:
         if _INTERPRETER is not None:
@@ -246,7 +247,8 @@ def _bwrap_argv(interp: _Interpreter, scratch: str, *, seccomp_fd: int, status_f
             "bubblewrap: `bwrap` is not installed (apt-get install bubblewrap; `make test` "
             "installs it when run as root)")
     return [
-        path, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+        path, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+        "--new-session",
         "--cap-drop", "ALL", "--uid", str(BOX_UID), "--gid", str(BOX_UID),
         "--ro-bind", interp.source, interp.prefix, *_lib_binds(),
         "--proc", "/proc", "--dev", "/dev", "--size", str(SHM_MB * 2**20), "--tmpfs", "/dev/shm",
@@ -433,7 +435,8 @@ _PROBE = r"""
 import json, os, resource, socket
 def ns(name):
     return os.readlink(f"/proc/self/ns/{name}")
-status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines()
+              if ":\t" in line)
 try:
     import ctypes
     unshare = ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0  # CLONE_NEWUSER
@@ -507,7 +510,8 @@ def sandbox_layers(*, refresh: bool = False) -> dict[str, str]:
     layers["no capabilities"] = "ok" if int(got["cap_eff"], 16) == 0 \
         else f"CapEff {got['cap_eff']}"
     layers["no_new_privs"] = "ok" if got["no_new_privs"] == "1" else "not set"
-    layers["seccomp"] = "ok" if got["seccomp"] == "2" and got["unshare"] is False and not got["inet"] \
+    held = got["seccomp"] == "2" and got["unshare"] is False and not got["inet"]
+    layers["seccomp"] = "ok" if held \
         else f"Seccomp {got['seccomp']}, unshare allowed {got['unshare']}, inet {got['inet']}"
     if got["pids"] != [1, 2] and layers["pid namespace"] == "ok":
         layers["pid namespace"] = f"other processes visible: {got['pids'][:10]}"

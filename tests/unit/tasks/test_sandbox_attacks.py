@@ -72,7 +72,8 @@ def _grade_in_child(code: str, *, timeout_s: float, scratch_root: str, hard_s: f
         import dataclasses, json, sys
         from pathlib import Path
         from tasks.sandbox import run_sandboxed
-        r = run_sandboxed(sys.stdin.read(), timeout_s={timeout_s}, scratch_root=Path({scratch_root!r}))
+        r = run_sandboxed(sys.stdin.read(), timeout_s={timeout_s},
+                          scratch_root=Path({scratch_root!r}))
         print(json.dumps(dataclasses.asdict(r)))
     """)
     start = time.monotonic()
@@ -173,8 +174,9 @@ def test_the_box_sees_only_its_own_processes(marker):
 SLEEPER = ("import os, subprocess, sys\n"
            "def sleeper(seconds):\n"
            "    # setsid, its own stdio on /dev/null, the test's marker in its command line\n"
-           "    return subprocess.Popen([sys.executable, '-c', f'import time; time.sleep({seconds})',\n"
-           "                             __file__], start_new_session=True, close_fds=True,\n"
+           "    return subprocess.Popen([sys.executable, '-c',\n"
+           "                             f'import time; time.sleep({seconds})', __file__],\n"
+           "                            start_new_session=True, close_fds=True,\n"
            "                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,\n"
            "                            stderr=subprocess.DEVNULL)\n")
 
@@ -369,7 +371,8 @@ def test_the_program_is_nobody_without_capabilities_under_seccomp(marker):
                       if ":\\t" in l)
         libc = ctypes.CDLL(None, use_errno=True)
         print("uid", os.getuid(), os.getgid())
-        print("caps", status["CapEff"].strip(), status["NoNewPrivs"].strip(), status["Seccomp"].strip())
+        print("caps", status["CapEff"].strip(), status["NoNewPrivs"].strip(),
+              status["Seccomp"].strip())
         for name, call in (("unshare", lambda: libc.unshare(0x10000000)),
                            ("mount", lambda: libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)),
                            ("ptrace", lambda: libc.ptrace(0, 0, None, None)),
@@ -385,7 +388,7 @@ def test_the_program_is_nobody_without_capabilities_under_seccomp(marker):
             for pid in _marked(marker):
                 st = Path(f"/proc/{pid}/status").read_text()
                 if "time.sleep" in Path(f"/proc/{pid}/cmdline").read_text():
-                    host.append(next(l for l in st.splitlines() if l.startswith("Uid:")))
+                    host.append(next(x for x in st.splitlines() if x.startswith("Uid:")))
                     return
             time.sleep(0.05)
 
@@ -411,8 +414,8 @@ def test_no_descriptor_of_the_caller_leaks_into_the_box(marker):
 # -- input and output ----------------------------------------------------------------------------
 
 def test_stdin_goes_in_and_stdout_keeps_its_last_64_kib():
-    code = ("import sys\ndata = sys.stdin.buffer.read()\n"
-            "sys.stdout.write('x' * 200_000)\nprint()\nprint('got', len(data), data[-8:].decode())\n")
+    code = ("import sys\ndata = sys.stdin.buffer.read()\nsys.stdout.write('x' * 200_000)\n"
+            "print()\nprint('got', len(data), data[-8:].decode())\n")
     r = run_sandboxed(code, timeout_s=10, stdin=b"a" * 300_000 + b"nonce-42")
     assert r.passed, r.stderr
     assert r.stdout.endswith("got 300008 nonce-42\n")

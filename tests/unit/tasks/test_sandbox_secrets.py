@@ -11,7 +11,8 @@ from tasks.jsonl_suite import grade as jsonl_grade
 from tasks.jsonl_suite import parse_line
 from tasks.sandbox import REDACTED, run_sandboxed, scrub
 
-PEM = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
+PEM = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
+       "-----END OPENSSH PRIVATE KEY-----")
 
 
 def test_scrub_removes_environment_values_and_key_material():
