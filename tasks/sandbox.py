@@ -264,7 +264,7 @@ def _bwrap_argv(interp: _Interpreter, scratch: str, *, seccomp_fd: int, status_f
 
 
 def _memfd(name: str, data: bytes) -> int:
-    fd = os.memfd_create(name, 0)  # not CLOEXEC: handed to bwrap with pass_fds
+    fd = os.memfd_create(name)  # close-on-exec: only bwrap gets it, through pass_fds
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
@@ -298,15 +298,22 @@ class _Run:
 
 def _box(argv: list[str], fds: tuple[int, ...], status_r: int, stdin: bytes | None,
          timeout_s: float) -> _Run:
+    """Start bwrap and see it through. Owns ``fds`` (closed once bwrap has them) and
+    ``status_r``."""
     root = os.geteuid() == 0
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={}, pass_fds=fds,
-        start_new_session=True, close_fds=True,
-        **({"user": BOX_UID, "group": BOX_UID, "extra_groups": []} if root else {}),
-    )
-    for fd in fds:
-        os.close(fd)
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={}, pass_fds=fds,
+            start_new_session=True, close_fds=True,
+            **({"user": BOX_UID, "group": BOX_UID, "extra_groups": []} if root else {}),
+        )
+    except BaseException:
+        os.close(status_r)
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)
     out, err, status = _Tail(STDOUT_KEEP), _Tail(8 * STDERR_KEEP), bytearray()
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, out)
@@ -581,14 +588,15 @@ def _run_box(code: str, *, timeout_s: float, memory_mb: int, cpu_s: int | None, 
     try:
         fds.append(_memfd("seccomp", seccomp.filter_program()))
         fds.append(_memfd("program", code.encode("utf-8", errors="surrogatepass")))
+        argv = _bwrap_argv(interp, scratch, seccomp_fd=fds[0], status_fd=-1,
+                           program_fd=fds[1], scratch_mb=scratch_mb)
         status_r, status_w = os.pipe()
         fds.append(status_w)
-        argv = _bwrap_argv(interp, scratch, seccomp_fd=fds[0], status_fd=status_w,
-                           program_fd=fds[1], scratch_mb=scratch_mb)
+        argv[argv.index("--json-status-fd") + 1] = str(status_w)
         argv += [str(memory_mb * 2**20), str(cpu), str(file_mb * 2**20), str(max_procs),
                  f"{scratch}/program.py"]
-        run = _box(argv, tuple(fds), status_r, stdin, timeout_s)
-        fds = []
+        owned, fds = tuple(fds), []
+        run = _box(argv, owned, status_r, stdin, timeout_s)
     finally:
         for fd in fds:
             os.close(fd)
