@@ -439,3 +439,35 @@ def test_a_missing_layer_refuses_to_run(monkeypatch):
     with pytest.raises(sandbox.SandboxUnavailable, match="bubblewrap"):
         run_sandboxed("print('unboxed')", timeout_s=5)
     monkeypatch.setattr(sandbox, "_LAYERS", None)
+
+
+def test_the_seccomp_program_refuses_namespaces_foreign_abis_and_inet_sockets(marker):
+    if os.uname().machine != "x86_64":
+        pytest.skip("the system call numbers below are x86-64's")
+    code = textwrap.dedent("""
+        import ctypes, os, socket
+        libc = ctypes.CDLL(None, use_errno=True)
+        def call(*args):
+            ctypes.set_errno(0)
+            return libc.syscall(*[ctypes.c_long(a) for a in args]), ctypes.get_errno()
+        print("clone_newnet", *call(56, 0x40000000 | 17, 0, 0, 0, 0))  # clone(CLONE_NEWNET|SIGCHLD)
+        print("clone3", *call(435, 0, 0))
+        print("x32_getpid", *call(0x40000000 + 39))
+        print("setns", *call(308, 0, 0))
+        for family in (socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK, socket.AF_PACKET):
+            try:
+                socket.socket(family, socket.SOCK_DGRAM).close()
+                print("socket", int(family), "allowed")
+            except OSError as e:
+                print("socket", int(family), e.errno)
+        a, b = socket.socketpair()
+        print("unix ok")
+    """)
+    r = run_sandboxed(code, timeout_s=10, scratch_root=Path(marker))
+    assert r.passed, r.stderr
+    lines = r.stdout.splitlines()
+    assert "clone_newnet -1 1" in lines and "clone3 -1 38" in lines  # EPERM, ENOSYS
+    assert "x32_getpid -1 1" in lines and "setns -1 1" in lines
+    assert [ln for ln in lines if ln.startswith("socket")] == [
+        "socket 2 1", "socket 10 1", "socket 16 1", "socket 17 1"]
+    assert "unix ok" in lines
