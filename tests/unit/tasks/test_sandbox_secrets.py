@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from gating.records import SuiteResult, TaskOutcome
 from tasks.jsonl_suite import grade as jsonl_grade
 from tasks.jsonl_suite import parse_line
@@ -28,7 +30,7 @@ def test_scrub_removes_environment_values_and_key_material():
                    f"{{\"secret\": \"{REDACTED}\"}} keyboard=qwerty12345 ok")
 
 
-def _attack(secret_literal: str) -> str:
+def _attack(secret_literal: str, end: str = "raise SystemExit(1)\n") -> str:
     """A program that hunts for secrets and prints what it finds (and a secret it was told)."""
     return (
         "import os, sys\n"
@@ -40,7 +42,8 @@ def _attack(secret_literal: str) -> str:
         f"print({secret_literal!r}, file=sys.stderr)\n"
         f"print({secret_literal!r})\n"
         f"print({PEM!r}, file=sys.stderr)\n"
-        "raise SystemExit(1)\n"
+        f"print({secret_literal!r}, file=sys.stderr, flush=True)\n"
+        + end
     )
 
 
@@ -54,18 +57,22 @@ def test_a_planted_secret_never_leaves_the_box(monkeypatch):
     assert REDACTED in r.stderr
 
 
-def test_a_planted_secret_never_reaches_the_stored_suite_result(monkeypatch):
+@pytest.mark.parametrize("end", ["raise SystemExit(1)\n", "os.kill(os.getppid(), 9)\n"])
+def test_a_planted_secret_never_reaches_the_stored_suite_result(monkeypatch, end):
     """A user's suite task whose hidden asserts and a model's answer both hunt for secrets: the
-    grade's detail, stored per task in the gate's ``candidate_suite.json``, holds none."""
+    grade's detail, stored per task in the gate's ``candidate_suite.json``, holds none. Killing
+    the harness leaves no verdict, and the detail then quotes the box's stderr, scrubbed."""
     secret = "tok-" + uuid.uuid4().hex
     monkeypatch.setenv("RATCHET_PLANTED", secret)
     task = parse_line('{"task_id": "leak", "prompt": "Write f().", "entry_point": "f", '
                       '"tests": ["assert f() == 1"]}')
-    reply = "```python\ndef f():\n    return 0\n\n" + _attack(secret) + "```"
+    reply = "```python\ndef f():\n    return 0\n\n" + _attack(secret, end) + "```"
     result = jsonl_grade(task, reply, timeout_s=10)
-    assert not result.passed and result.detail.startswith("failed")
+    assert not result.passed
     stored = SuiteResult(tasks=[TaskOutcome(
         task_id=task.task_id, kind=task.kind, passed=result.passed, malformed=result.malformed,
         no_edit=result.no_edit, completion_tokens=1, score=0.0, detail=result.detail[:200],
     )]).model_dump_json()
-    assert secret not in stored and "OPENSSH" not in stored and REDACTED in stored
+    assert secret not in stored and "OPENSSH" not in stored
+    if "kill" in end:
+        assert REDACTED in stored
