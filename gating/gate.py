@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gating.config import GateConfig, SuiteConfig
-from gating.gates import HealthFigures, evaluate_gates
+from gating.gates import HealthFigures, evaluate_gates, power_figures
 from gating.records import FAIL, PASS, GateResult, GateVerdict, SuiteResult
-from gating.report import format_table, render_html
+from gating.report import decision_line, format_table, render_html
 from gating.stats import AlphaSpending
 from gating.suite import draw_seed
 from runtime import registry
@@ -148,6 +148,10 @@ class GateRunner:
         )
         clock.lap("seconds.health")
         gates = evaluate_gates(cand, champ, self.config, health=health, alpha=alpha_k)
+        if champ is not None:
+            extras.update(power_figures(cand, champ, self.config,
+                                        self.config.error_control.alpha
+                                        if alpha_k is None else alpha_k))
         clock.lap("seconds.gates")
         gates += self._guards(extras)
         clock.lap("seconds.guards")
@@ -237,22 +241,25 @@ class GateRunner:
     def _guards(self, extras: dict[str, float]) -> list[GateResult]:
         """The regression-guard suites (``config.guards``), each drawn for this decision and run
         by both models; none without a champion."""
-        from gating.gates import guard_gate
+        from gating.gates import families_gate, guard_gate
         from gating.suite import build_suite
 
         if self.champion is None:
             return []
-        gates = []
+        gates, pairs = [], []
         for guard in self.config.guards:
             tasks, checker = build_suite(guard.suite, self.decision)
             results = [self._cached_suite(ckpt, model, tasks, checker, suite=guard.suite)
                        for ckpt, model in ((self.candidate_dir, self.candidate),
                                            (self.champion_dir, self.champion))]
-            gates.append(guard_gate(guard, *results, self.config.bootstrap))
+            gates.append(guard_gate(guard, *results, self.config.bootstrap,
+                                    self.config.guardrails))
+            pairs.append((guard, *results))
             extras[f"guard.{guard.name}.candidate_pass_rate"] = results[0].pass_rate
             extras[f"guard.{guard.name}.champion_pass_rate"] = results[1].pass_rate
             extras[f"guard.{guard.name}.tasks"] = float(len(tasks))
-        return gates
+        families = families_gate(pairs, self.config.bootstrap, self.config.guardrails)
+        return gates + ([] if families is None else [families])
 
     def _kl(self, tasks, cand: SuiteResult) -> float | None:
         """KL on the candidate's own completions (of the first ``health.kl_max_tasks`` tasks),
@@ -311,6 +318,7 @@ class GateRunner:
                 candidate=cand.summary(), champion=None if champ is None else champ.summary(),
                 extras=extras, promoted=self.promote and all(g.passed for g in gates),
             )
+            verdict = verdict.model_copy(update={"decision": decision_line(verdict)})
             self._log_run(verdict, cand, champ)
         self._tag_version(verdict, run.info.experiment_id)
         self._spend(verdict)
@@ -362,6 +370,7 @@ class GateRunner:
             "gate.candidate_version": str(v.candidate_version),
             "gate.champion_version": str(v.champion_version),
             "gate.promoted": str(v.promoted).lower(),
+            "gate.decision": (v.decision or decision_line(v))[:5000],
             "gate.suite.decision": str(self.decision),
             "gate.suite.seed": str(draw_seed(self.config.suite, self.decision)),
             **({} if self.spending is None else {
@@ -388,8 +397,10 @@ class GateRunner:
         rescheduled loop continues it."""
         if self.spending is None or not v.gates or v.gates[0].name == "loads":
             return
+        # LORD++ earns wealth back only for a decision that promoted (not for evidence that a
+        # guardrail then overruled): the schedule's discoveries are the promotions.
         evidence = next((g for g in v.gates if g.name == "improvement_evidence"), None)
-        self.spending.record(evidence is not None and evidence.passed)
+        self.spending.record(evidence is not None and evidence.passed and v.passed)
         registry.set_model_tags(self.tracking_uri, self.model_name, self.spending.to_tags())
 
     def _tag_version(self, v: GateVerdict, experiment_id: str) -> None:
@@ -399,6 +410,7 @@ class GateRunner:
         # Relative to the tracking server: the link survives a new host or port.
         link = f"#/experiments/{experiment_id}/runs/{v.run_id}"
         description = (
+            f"{v.decision or decision_line(v)}. "
             f"Gate {status.upper()} vs champion {champ}; failed gates: {failed}. "
             f"Pass rate {v.candidate.pass_rate:.3f}, mean tokens "
             f"{v.candidate.mean_completion_tokens:.2f}. [Gate run {v.run_id}]({link})"
@@ -407,7 +419,7 @@ class GateRunner:
         tags = {
             "gate.verdict": status, "gate.run_id": v.run_id,
             "gate.champion_version": str(v.champion_version),
-            "gate.failed": failed, **{f"gate.{g.name}": status_of(g) for g in v.gates},
+            "gate.failed": failed, "gate.decision": (v.decision or decision_line(v))[:5000], **{f"gate.{g.name}": status_of(g) for g in v.gates},
         }
         registry.set_version_tags(
             self.tracking_uri, self.model_name, v.candidate_version, tags, description
