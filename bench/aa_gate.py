@@ -312,7 +312,7 @@ def run_nulls_part(args) -> dict:
     from gating.config import GateConfig
     from gating.stats import clopper_pearson_upper, mcnemar_power
 
-    config = GateConfig()
+    config = GateConfig.model_validate({"bootstrap": {"n_resamples": args.resamples}})
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     pairs = recorded_pairs()
@@ -385,6 +385,7 @@ def run_nulls_part(args) -> dict:
                      "+0.10 real": power[f"+0.10 real ({REAL_CLUSTERS[0]} clusters), churn "
                                          "0.25"]["power"],
                      "detail": power},
+        "bootstrap_resamples": args.resamples,
         "seconds": round(time.perf_counter() - t0, 1),
         "not_run": "seed twins and the shuffled-reward placebo over dozens of lifetimes need "
                    "model training and were not part of this run; --part gate runs the model-built "
@@ -477,6 +478,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--boundary-decisions", type=int, default=300)
     p.add_argument("--power-decisions", type=int, default=100,
                    help="decisions per planted effect and churn")
+    p.add_argument("--resamples", type=int, default=2000,
+                   help="nulls part: bootstrap.n_resamples (one-sided bounds still get >= 20 "
+                   "draws in their tail: gating.stats.resamples_for)")
     p.add_argument("--lifetimes", type=int, default=4)
     p.add_argument("--decisions", type=int, default=13, help="gate decisions per lifetime")
     p.add_argument("--placebo-per-lifetime", type=int, default=3)

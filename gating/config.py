@@ -368,10 +368,12 @@ class GuardSuite(_Config):
         0.03, ge=0.0, le=1.0,
         description="Non-inferiority margin: the candidate must be shown to lose less than this "
         "pass rate (0.03: three tasks in a hundred, below the +0.05 a cycle is meant to add).")
-    test: Literal["non_inferior", "surely_worse"] = Field(
+    test: Literal["non_inferior", "surely_worse", "families_only"] = Field(
         "non_inferior",
         description="non_inferior: pass iff the one-sided lower bound > -max_drop (burden on the "
-        "candidate); surely_worse: fail iff the two-sided CI's upper bound < -max_drop.")
+        "candidate); surely_worse: fail iff the two-sided CI's upper bound < -max_drop; "
+        "families_only: no pool-wide gate, the suite's families take only the max-drop test "
+        "(held-out transfer families, whose pass rate a cycle may move either way).")
     families: bool = Field(
         True, description="Include this suite's task families in the per-family max-drop test.")
 

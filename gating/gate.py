@@ -172,11 +172,19 @@ class GateRunner:
         from gating.stats import cluster_ids, cluster_signs, mcnemar_z, obrien_fleming_bounds
         from gating.suite import prompt_key
 
+        from gating.gates import route_levels
+
         n1 = self.config.sequential.first_size
         first = tasks[:n1]
         keys = [prompt_key(t) for t in tasks]
         t1 = len(set(keys[:n1])) / len(set(keys))
-        c1, c2 = obrien_fleming_bounds(alpha_k / 2.0, t1) if t1 < 1.0 else (math.inf, 0.0)
+        imp = self.config.improvement
+        share = 0.0 if imp is None else imp.shorter_route_share
+        # the boundaries are set on the primary route; a look's nominal level is handed back as
+        # the decision level whose primary share it is
+        primary = route_levels(alpha_k, self.config.error_control.rule, share)[0]
+        ratio = primary / alpha_k
+        c1, c2 = obrien_fleming_bounds(primary, t1) if t1 < 1.0 else (math.inf, 0.0)
         cand = self._cached_suite(self.candidate_dir, self.candidate, first, checker, "look1")
         champ = self._cached_suite(self.champion_dir, self.champion, first, checker, "look1")
         d = (np.asarray([t.passed for t in cand.tasks], dtype=float)
@@ -186,12 +194,12 @@ class GateRunner:
                        "sequential.c2": c2})
         if abs(z1) >= c1:  # a clear win or a clear loss: stop at the first look
             extras["sequential.look"] = 1.0
-            return first, cand, champ, 2.0 * float(norm.sf(c1))
+            return first, cand, champ, float(norm.sf(c1)) / ratio
         rest = tasks[n1:]
         cand2 = self._cached_suite(self.candidate_dir, self.candidate, rest, checker, "look2")
         champ2 = self._cached_suite(self.champion_dir, self.champion, rest, checker, "look2")
         extras["sequential.look"] = 2.0
-        return tasks, _joined(cand, cand2), _joined(champ, champ2), 2.0 * float(norm.sf(c2))
+        return tasks, _joined(cand, cand2), _joined(champ, champ2), float(norm.sf(c2)) / ratio
 
     def _record_load_failure(self) -> GateVerdict:
         """A candidate that does not load (shape mismatch, corrupt file) fails the ``loads`` gate;
@@ -252,8 +260,9 @@ class GateRunner:
             results = [self._cached_suite(ckpt, model, tasks, checker, suite=guard.suite)
                        for ckpt, model in ((self.candidate_dir, self.candidate),
                                            (self.champion_dir, self.champion))]
-            gates.append(guard_gate(guard, *results, self.config.bootstrap,
-                                    self.config.guardrails))
+            if guard.test != "families_only":
+                gates.append(guard_gate(guard, *results, self.config.bootstrap,
+                                        self.config.guardrails))
             pairs.append((guard, *results))
             extras[f"guard.{guard.name}.candidate_pass_rate"] = results[0].pass_rate
             extras[f"guard.{guard.name}.champion_pass_rate"] = results[1].pass_rate
