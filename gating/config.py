@@ -155,14 +155,14 @@ class BootstrapConfig(_Config):
 class ImprovementEvidence(_Config):
     """What counts as evidence that the candidate is better, not a tie that noise promoted.
 
-    Two routes to a win, each tested at half the decision's level ``alpha_k`` (Bonferroni over the
-    routes, so the union is a level-``alpha_k`` test; ``alpha_k`` comes from
-    :class:`ErrorControlConfig`):
+    Two routes to a win sharing the decision's level (Bonferroni over the routes, so the union is
+    a level-``alpha_k`` test): under ``per_decision`` the secondary gets ``shorter_route_share``
+    of it and the primary the rest; under lord, pi2 and fixed each gets half.
 
-    - primary: the one-sided prompt-clustered bootstrap lower bound of the pass-rate change at
-      level ``alpha_k / 2`` is > ``min_pass_rate_ci_low`` AND the exact one-sided McNemar test on
-      the discordant prompts rejects at ``alpha_k / 2``;
-    - secondary (surely shorter, not worse): an intersection-union test, both at ``alpha_k / 2``:
+    - primary: the exact one-sided McNemar test on the discordant clusters rejects at the
+      primary's level (and, when ``min_pass_rate_ci_low`` > 0, the one-sided clustered bootstrap
+      lower bound at that level is above it);
+    - secondary (surely shorter, not worse): an intersection-union test, both at its level:
       the pass-rate lower bound > ``-non_inferiority_margin`` (non-inferiority) and the mean-token
       upper bound < ``-max(min_token_saving, min_token_saving_rel * champion mean tokens)``.
 

@@ -5,22 +5,26 @@ it was held to, the comparison, and — for the differences against the champion
 bootstrap CI over distinct prompts. :func:`evaluate_gates` composes them; with no champion
 (bootstrap of the registry) only the absolute gates run.
 
+The rule (docs/STATISTICS.md section 3): promote iff the primary is superior and every
+guardrail is shown non-inferior, the burden of proof on the candidate everywhere.
+
 Gates:
 - ``pass_rate`` (absolute): candidate pass rate >= ``min_pass_rate``.
-- ``pass_rate_change``: signed pass-rate delta vs champion >= min abs / min rel change.
-- ``token_budget``: mean completion tokens may rise at most the budget.
-- ``pass_rate_no_regression`` / ``tokens_no_regression``: the paired bootstrap CI must not show a
-  significant regression (CI entirely below -drop / entirely above +rise).
-- ``improvement_evidence``: at the decision's level alpha_k (gating/stats.py), a pass-rate win
-  (one-sided lower bound above a margin and an exact McNemar test on the discordant prompts) or a
-  non-inferior pass rate with surely shorter answers (a tie does not pass: noise is not promoted).
-
-Every CI resamples distinct prompts (``bootstrap.cluster``), not rows: greedy answers to a
-repeated prompt are identical, so its rows are one observation.
-- ``guard.<name>``: on a regression-guard suite (``GateConfig.guards``), the paired CI of the
-  pass-rate change must not lie entirely below ``-max_drop``.
-- ``no_edit_rate`` / ``malformed_rate`` (hack monitors): may rise at most a set amount.
+- ``improvement_evidence`` (the primary): the exact McNemar test on the discordant independent
+  clusters rejects at the primary's one-sided level (0.04 of the decision's 0.05), or the
+  shorter-answers route (non-inferior pass rate and surely shorter, at 0.01) passes.
+- ``tokens_non_inferior``, ``malformed_rate``, ``no_edit_rate`` (guardrails): the one-sided 95%
+  bound of the change must stay below its margin (+10% tokens, +0.05 rates).
+- ``guard.<name>``: on a regression-guard suite (``GateConfig.guards``), the one-sided 95% lower
+  bound of the pass-rate change must lie above ``-max_drop`` (0.03).
+- ``guard.families``: the per-family maximum-drop test (sign flips, family-wise 0.05) over the
+  guard suites' families.
+- ``pass_rate_change``, ``token_budget``, ``pass_rate_no_regression``: point and two-sided checks
+  kept beside them.
 - ``finite_weights``, ``expert_load_entropy``, ``kl_to_champion`` (health).
+
+Every bound resamples independent clusters (``bootstrap.cluster``: the function a task asks for,
+else its prompt), not rows. :func:`power_figures` says what a draw could detect.
 
 Deliberately left out: producing the inputs (gating/suite.py, gating/health.py) and recording
 the verdict (gating/gate.py).
