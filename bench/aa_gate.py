@@ -381,7 +381,7 @@ def run_nulls_part(args) -> dict:
                      "upper95": clopper_pearson_upper(fb, nb),
                      "null": f"pass rate {-margin:+.2f} (the secondary route's margin) with "
                              "answers 20% shorter, 724 clusters, churn 16/25/34%"},
-        "power_at": {"+0.05 toy": power[f"+0.05 toy, churn 0.25"]["power"],
+        "power_at": {"+0.05 toy": power["+0.05 toy, churn 0.25"]["power"],
                      "+0.10 real": power[f"+0.10 real ({REAL_CLUSTERS[0]} clusters), churn "
                                          "0.25"]["power"],
                      "detail": power},

@@ -169,10 +169,9 @@ class GateRunner:
         import numpy as np
         from scipy.stats import norm
 
+        from gating.gates import route_levels
         from gating.stats import cluster_ids, cluster_signs, mcnemar_z, obrien_fleming_bounds
         from gating.suite import prompt_key
-
-        from gating.gates import route_levels
 
         n1 = self.config.sequential.first_size
         first = tasks[:n1]
@@ -428,7 +427,8 @@ class GateRunner:
         tags = {
             "gate.verdict": status, "gate.run_id": v.run_id,
             "gate.champion_version": str(v.champion_version),
-            "gate.failed": failed, "gate.decision": (v.decision or decision_line(v))[:5000], **{f"gate.{g.name}": status_of(g) for g in v.gates},
+            "gate.failed": failed, "gate.decision": (v.decision or decision_line(v))[:5000],
+            **{f"gate.{g.name}": status_of(g) for g in v.gates},
         }
         registry.set_version_tags(
             self.tracking_uri, self.model_name, v.candidate_version, tags, description

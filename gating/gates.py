@@ -249,14 +249,6 @@ def non_inferiority_gate(name: str, ci: PairedCI, *, margin: float, worse_is_low
     )
 
 
-def rate_jump_gate(name: str, candidate: float, champion: float, max_increase: float) -> GateResult:
-    rise = candidate - champion
-    return GateResult(
-        name=name, value=rise, threshold=max_increase, passed=rise <= max_increase,
-        comparator="<=", detail=f"candidate {candidate:.3f} vs champion {champion:.3f}",
-    )
-
-
 def _check_paired(candidate: SuiteResult, champion: SuiteResult) -> None:
     a = [t.task_id for t in candidate.tasks]
     b = [t.task_id for t in champion.tasks]

@@ -96,7 +96,8 @@ def decision_line(v: GateVerdict, verbs: tuple[str, str] = ("promoted", "rejecte
     failed = [g for g in v.gates if not g.passed]
     first = sorted(failed, key=lambda g: _FIRST.index(g.name) if g.name in _FIRST else len(_FIRST))
     g = first[0]
-    why = g.reason or f"{g.name} failed ({g.detail or f'{_fmt(g.value)} {g.comparator} {_fmt(g.threshold)}'})"
+    figures = g.detail or f"{_fmt(g.value)} {g.comparator} {_fmt(g.threshold)}"
+    why = g.reason or f"{g.name} failed ({figures})"
     others = [x.name for x in first[1:]]
     line = f"{no}: {why}"
     if g.name == "improvement_evidence" and _power_note(v):

@@ -339,10 +339,10 @@ def max_drop_test(diff: np.ndarray, clusters: np.ndarray, families: Sequence[str
     """Family-wise test that no family got worse: ``T = max_f sum_{c in f}(-d_c) / sqrt(sum_{c in
     f} d_c^2)`` (each family's drop over its sign-flip sd, the max-T of Westfall and Young, so a
     family of 7 functions and one of 40 weigh alike) over families ``f`` of the cluster-level
-    paired differences ``d_c`` (candidate minus champion), against its sign-flip null (each cluster's difference multiplied by an independent +-1, which
-    is exact when candidate and champion are exchangeable within a cluster). ``p = (1 + #{T* >=
-    T}) / (1 + B)``; a small ``p`` says some family dropped beyond chance, controlling the
-    family-wise error over all families at once.
+    paired differences ``d_c`` (candidate minus champion), against its sign-flip null (each
+    cluster's difference multiplied by an independent +-1, exact when candidate and champion are
+    exchangeable within a cluster). ``p = (1 + #{T* >= T}) / (1 + B)``; a small ``p`` says some
+    family dropped beyond chance, controlling the family-wise error over all families at once.
 
     ``diff``, ``clusters``, ``families``: per row ``(n,)``; a cluster belongs to the family of its
     first row. ``candidate``: per-row candidate outcomes (only for the pass counts reported).
