@@ -504,6 +504,12 @@ COMPARATORS = {
     "ci_low <=": "no regression: fails only if the whole CI of candidate minus champion lies "
                  "above the threshold (the lower bound must reach it)",
     "ci_low >=": "evidence of improvement: the lower CI bound of the change must clear it",
+    "ci_low >": "non-inferiority (or a win): the one-sided lower bound of the change must lie "
+                "above the threshold; a bound that straddles it fails",
+    "ci_high <": "non-inferiority: the one-sided upper bound of the rise must stay below the "
+                 "threshold; a bound that straddles it fails",
+    "p >": "per-family maximum drop: fails when the family-wise p-value is at or below the "
+           "threshold",
 }
 """What each kind of comparison in the gate table means (shown in the gate run's note)."""
 
@@ -512,8 +518,11 @@ def _note(v: GateVerdict, confidence: float, lineage: dict[str, str]) -> str:
     """The gate run's description in the MLflow UI: table, CI level, comparators, lineage."""
     lines = [f"**Gate {'PASS' if v.passed else 'FAIL'}**: candidate v{v.candidate_version} vs "
              f"champion {'none' if v.champion_version is None else f'v{v.champion_version}'}. "
-             f"Intervals are {confidence:.0%} two-sided paired-bootstrap CIs over distinct "
-             "prompts; improvement_evidence is tested at the decision's alpha_k.", "",
+             "Bounds are paired-bootstrap quantiles over independent clusters (functions, else "
+             "prompts): improvement_evidence's at the primary's one-sided level, the "
+             "non-inferiority guardrails' (`ci_low >`, `ci_high <`) at one-sided 0.05, the "
+             f"others' {confidence:.0%} two-sided.", "",
+             f"**{v.decision or decision_line(v)}**", "",
              f"```\n{format_table(v)}\n```", "", "Comparators:"]
     used = {g.comparator for g in v.gates}
     lines += [f"- `{k}`: {meaning}" for k, meaning in COMPARATORS.items() if k in used]
