@@ -11,8 +11,8 @@ nulls at 16/25/34% churn, boundary nulls of the shorter-answers route, and plant
 (+0.05 on the toy preset's 724 clusters, +0.10 on the real shapes' 69/130/236). Keys:
 ``false_promotion_rate``, ``upper95``, ``decisions``, ``power_at``.
 
-**Model nulls** (``--part gate``, written under ``model_nulls``): null candidates of the committed toy champion
-(``trainer.fixtures.champion_dir()``), none of which learned anything:
+**Model nulls** (``--part gate``, written under ``model_nulls``): null candidates of the
+committed toy champion (``trainer.fixtures.champion_dir()``), none of which learned anything:
 
 - weight-noise re-saves: the champion with Gaussian noise of ``--noise`` times each tensor's
   standard deviation added (a different model, not a better one);
