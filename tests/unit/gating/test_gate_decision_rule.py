@@ -131,3 +131,25 @@ def test_tokens_are_non_inferior_at_ten_percent_not_at_zero():
     bloated = _suite([True, False] * 100, tokens=[23] * 200)  # +15%
     gates = {g.name: g for g in evaluate_gates(bloated, champ, GateConfig())}
     assert not gates["tokens_non_inferior"].passed
+
+
+def test_the_decision_line_names_the_rule_that_decided():
+    champ = _suite([True, False] * 200)
+    win = _suite([True] * 400)  # 200 clusters better, none worse
+    gates = evaluate_gates(win, champ, GateConfig())
+    v = GateVerdict(passed=all(g.passed for g in gates), run_id="r", gates=gates,
+                    candidate=win.summary(), champion=champ.summary(), champion_version=1)
+    line = decision_line(v)
+    assert line.startswith("promoted: +0.500 [") and "superiority p = " in line
+    assert line.endswith("<= 0.04; guardrails held")
+    tie = _suite([False, True] * 10 + [True, False] * 190)  # 10 better, 10 worse
+    gates = evaluate_gates(tie, champ, GateConfig())
+    v = GateVerdict(passed=False, run_id="r", gates=gates, candidate=tie.summary(),
+                    champion=champ.summary(), champion_version=1,
+                    extras=power_figures(tie, champ, GateConfig(), 0.05))
+    line = decision_line(v)
+    assert line.startswith("rejected: no evidence of a win: +0.000 [")
+    assert "superiority p = 0.59 > 0.04 (10 better / 10 worse)" in line
+    assert "400 independent clusters, 5% discordant; detects +" in line
+    boot = GateVerdict(passed=True, run_id="r", gates=[], candidate=champ.summary())
+    assert decision_line(boot) == "promoted: first champion, absolute gates held (pass rate 0.500)"
