@@ -153,3 +153,17 @@ def test_the_decision_line_names_the_rule_that_decided():
     assert "400 independent clusters, 5% discordant; detects +" in line
     boot = GateVerdict(passed=True, run_id="r", gates=[], candidate=champ.summary())
     assert decision_line(boot) == "promoted: first champion, absolute gates held (pass rate 0.500)"
+
+
+def test_variants_of_one_function_are_one_cluster():
+    from types import SimpleNamespace
+
+    from gating.suite import prompt_key
+
+    a = SimpleNamespace(prompt="Write plus_38(x).", function="add_const/plus_38", messages=())
+    b = SimpleNamespace(prompt="Please write plus_38(x).", function="add_const/plus_38",
+                        messages=())
+    c = SimpleNamespace(prompt="Write plus_38(x).", function=None, messages=())
+    d = SimpleNamespace(prompt="Please write plus_38(x).", messages=())
+    assert prompt_key(a) == prompt_key(b)
+    assert prompt_key(c) != prompt_key(d) and prompt_key(c) != prompt_key(a)
