@@ -1,10 +1,18 @@
-"""A/A benchmark of the gate and the canary judge: how often does a candidate that is not better
-get promoted, and how often does an unchanged model get rolled back?
+"""A/A and power benchmark of the gate and the canary judge: how often does a candidate that is
+not better get promoted, how often is a real gain promoted, and how often does an unchanged model
+get rolled back?
 
-    python -m bench.aa_gate [--part all|gate|canary] [--lifetimes 4] [--decisions 13]
+    python -m bench.aa_gate [--part nulls|all|gate|canary] [--null-decisions 1000]
 
-**Gate** (``--part gate``): null candidates of the committed toy champion
-(``trainer.fixtures.champion_dir()``), none of which learned anything:
+**Nulls and power** (``--part nulls``, the default; no model is run): the shipped rule
+(``GateConfig()``) on the target suite's gates, fed sign-flip nulls resampled from recorded
+per-prompt verdicts of real candidate/champion pairs (:func:`recorded_pairs`), sign-symmetric
+nulls at 16/25/34% churn, boundary nulls of the shorter-answers route, and planted gains
+(+0.05 on the toy preset's 724 clusters, +0.10 on the real shapes' 69/130/236). Keys:
+``false_promotion_rate``, ``upper95``, ``decisions``, ``power_at``.
+
+**Model nulls** (``--part gate``, written under ``model_nulls``): null candidates of the
+committed toy champion (``trainer.fixtures.champion_dir()``), none of which learned anything:
 
 - weight-noise re-saves: the champion with Gaussian noise of ``--noise`` times each tensor's
   standard deviation added (a different model, not a better one);
@@ -184,6 +192,215 @@ def run_gate_part(args, work: Path) -> dict:
     }
 
 
+# -- sign-flip, boundary and planted-effect decisions (no model cost) --------------------------
+TOY_CLUSTERS = 724
+"""Independent clusters of the toy preset's gate draw (2,000 tasks of the gate pool)."""
+REAL_CLUSTERS = (69, 130, 236)
+"""The real preset's gate pool (69 functions' tasks), the 130 the issue of a larger pool targets,
+and the guard pool's 236 tasks."""
+
+
+def recorded_pairs() -> list[dict]:
+    """Real candidate/champion pairs with per-prompt greedy verdicts: the toy learning runs
+    (bench/results/learning_lazy_runs.jsonl, learning_runs.jsonl: every arm and seed against the
+    champion it started from, 2,000 fresh tasks clustered by prompt text) and the SmolLM2 run of
+    2026-11-26 on its whole guard pool (v2 and v4 against v1). Each pair becomes cluster-level
+    (champion, candidate) verdicts."""
+    import numpy as np
+
+    from bench.recluster_learning import legacy_fresh_tasks
+    from gating.stats import cluster_ids
+
+    pairs = []
+    keys = None
+    for name in ("learning_lazy_runs.jsonl", "learning_runs.jsonl"):
+        rows = [json.loads(x) for x in (ROOT / "bench/results" / name).read_text().splitlines()
+                if x.strip()]
+        befores = {(r["key"], r["start"]): r["result"]["passed"] for r in rows
+                   if r["arm"] == "before"}
+        before_by_start: dict[str, list] = {}
+        for (_, start), passed in befores.items():
+            before_by_start.setdefault(start, passed)
+        for r in rows:
+            if r["arm"] == "before" or r["start"] not in before_by_start:
+                continue
+            champ, cand = before_by_start[r["start"]], r["result"]["passed"]
+            if keys is None:
+                keys = cluster_ids([t.prompt for t in legacy_fresh_tasks(len(champ))])
+            pairs.append(_clusterise(f"toy {name.split('_runs')[0]} {r['arm']} seed "
+                                     f"{r['seed']}", champ, cand, keys))
+    guard = json.loads((ROOT / "bench/results/loop_real_guard_pool.json").read_text())
+    ids = np.arange(len(guard["passed"]["v1"]))
+    for v in ("v2", "v4"):
+        pairs.append(_clusterise(f"smollm2 guard pool {v} vs v1", guard["passed"]["v1"],
+                                 guard["passed"][v], ids))
+    return pairs
+
+
+def _clusterise(name: str, champ, cand, ids) -> dict:
+    import numpy as np
+
+    champ = np.asarray(champ, dtype=float)
+    cand = np.asarray(cand, dtype=float)
+    sizes = np.bincount(ids).astype(float)
+    h = np.bincount(ids, weights=champ) / sizes > 0.5
+    c = np.bincount(ids, weights=cand) / sizes > 0.5
+    return {"name": name, "champion": h, "candidate": c, "clusters": int(sizes.size),
+            "churn": float((h != c).mean()), "delta": float(c.mean() - h.mean())}
+
+
+def _suites(champ, cand, champ_tokens, cand_tokens):
+    from gating.records import SuiteResult, TaskOutcome
+
+    def one(passed, tokens):
+        return SuiteResult(tasks=[
+            TaskOutcome(task_id=f"t{i}", kind="k", prompt_key=f"c{i}", passed=bool(p),
+                        malformed=False, no_edit=False, completion_tokens=int(n),
+                        score=float(p)) for i, (p, n) in enumerate(zip(passed, tokens))])
+    return one(cand, cand_tokens), one(champ, champ_tokens)
+
+
+def _decide(config, champ, cand, rng, *, token_saving: float = 0.0) -> bool:
+    """The whole rule on the target suite (every champion gate, the default config): a
+    promotion is every gate passing. Tokens: the champion's ~ 20 +- 4, the candidate's the same
+    draw, exchangeable (or ``token_saving`` of it shorter, the boundary nulls)."""
+    import numpy as np
+
+    from gating.gates import evaluate_gates
+
+    base = rng.integers(16, 25, size=champ.size)
+    jitter = rng.integers(-1, 2, size=champ.size)
+    champ_tokens = base
+    cand_tokens = np.maximum(1, np.round((base + jitter) * (1.0 - token_saving))).astype(int)
+    gates = evaluate_gates(*_suites(champ, cand, champ_tokens, cand_tokens), config)
+    return all(g.passed for g in gates)
+
+
+def signflip_null(pair: dict, n_clusters: int, rng):
+    """A null decision from a recorded pair: ``n_clusters`` of its clusters drawn with
+    replacement, each pair's two verdicts swapped with probability 1/2 (candidate and champion
+    exchangeable: no true change), keeping the pair's churn."""
+    idx = rng.integers(0, pair["clusters"], size=n_clusters)
+    h, c = pair["champion"][idx], pair["candidate"][idx]
+    swap = rng.random(n_clusters) < 0.5
+    import numpy as np
+
+    return np.where(swap, c, h), np.where(swap, h, c)
+
+
+def planted(n_clusters: int, churn: float, gain: float, rng, base: float = 0.5):
+    """A champion passing ``base`` of ``n_clusters`` and a candidate that flips a known share:
+    ``(churn + gain) / 2`` of the clusters to pass, ``(churn - gain) / 2`` to fail (the true
+    gain ``gain``, the share of changed verdicts ``churn``). ``gain = -margin`` with shorter
+    answers is the secondary route's boundary null."""
+    import numpy as np
+
+    champ = rng.random(n_clusters) < base
+    u = rng.random(n_clusters)
+    better = u < (churn + gain) / 2.0
+    worse = (u >= (churn + gain) / 2.0) & (u < churn)
+    champ = np.where(better, False, np.where(worse, True, champ))
+    cand = np.where(better, True, np.where(worse, False, champ))
+    return champ, cand
+
+
+def _rate(decisions: list[dict]) -> dict:
+    from gating.stats import clopper_pearson_upper
+
+    n, fp = len(decisions), sum(x["promoted"] for x in decisions)
+    return {"decisions": n, "false_promotions": fp,
+            "upper95": clopper_pearson_upper(fp, n) if n else None}
+
+
+def run_nulls_part(args) -> dict:
+    """Sign-flip nulls from recorded pairs, boundary nulls of the shorter route, and planted
+    effects, through the shipped rule (``GateConfig()``: per-decision, one-sided 0.05)."""
+    import numpy as np
+
+    from gating.config import GateConfig
+    from gating.stats import clopper_pearson_upper, mcnemar_power
+
+    config = GateConfig.model_validate({"bootstrap": {"n_resamples": args.resamples}})
+    rng = np.random.default_rng(args.seed)
+    t0 = time.perf_counter()
+    pairs = recorded_pairs()
+    nulls = []
+    for i in range(args.null_decisions):
+        if i % 2 == 0:  # a recorded pair, its own churn
+            pair = pairs[(i // 2) % len(pairs)]
+            size = TOY_CLUSTERS if pair["name"].startswith("toy") else REAL_CLUSTERS[i % 3]
+            champ, cand = signflip_null(pair, size, rng)
+            source = pair["name"]
+        else:  # the churn the toy's candidates show at the gate: 16, 25, 34% of clusters
+            churn = (0.16, 0.25, 0.34)[(i // 2) % 3]
+            size = (TOY_CLUSTERS, *REAL_CLUSTERS)[(i // 6) % 4]
+            champ, cand = planted(size, churn, 0.0, rng)
+            source = f"sign-symmetric churn {churn:.2f}"
+        nulls.append({"source": source, "clusters": size,
+                      "churn": float((champ != cand).mean()),
+                      "promoted": _decide(config, champ, cand, rng)})
+        if (i + 1) % 100 == 0:
+            print(f"null {i + 1}: {sum(n['promoted'] for n in nulls)} promoted, "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+    boundary = []
+    margin = config.improvement.non_inferiority_margin
+    for i in range(args.boundary_decisions):
+        churn = (0.16, 0.25, 0.34)[i % 3]
+        champ, cand = planted(TOY_CLUSTERS, churn, -margin, rng)
+        boundary.append({"churn": churn, "promoted": _decide(config, champ, cand, rng,
+                                                             token_saving=0.2)})
+    power = {}
+    for label, clusters, gain in (("+0.05 toy", TOY_CLUSTERS, 0.05),
+                                  *((f"+0.10 real ({c} clusters)", c, 0.10)
+                                    for c in REAL_CLUSTERS)):
+        for churn in (0.16, 0.25, 0.34):
+            hits = sum(_decide(config, *planted(clusters, churn, gain, rng), rng)
+                       for _ in range(args.power_decisions))
+            a_primary = config.error_control.alpha * (
+                1.0 - config.improvement.shorter_route_share)
+            power[f"{label}, churn {churn:.2f}"] = {
+                "gain": gain, "clusters": clusters, "churn": churn,
+                "decisions": args.power_decisions, "promoted": hits,
+                "power": hits / args.power_decisions,
+                "exact_mcnemar_power": mcnemar_power(clusters, (churn + gain) / 2,
+                                                     (churn - gain) / 2, a_primary)}
+        print(f"power {label}: {[round(v['power'], 2) for k, v in power.items() if label in k]}"
+              f", {time.perf_counter() - t0:.0f} s", flush=True)
+    n = len(nulls)
+    fp = sum(x["promoted"] for x in nulls)
+    nb = len(boundary)
+    fb = sum(x["promoted"] for x in boundary)
+    churns = [x["churn"] for x in nulls]
+    return {
+        "rule": "per decision: superiority of the pass rate at one-sided 0.04 (exact McNemar over "
+                "independent clusters) or shorter and non-inferior at 0.01, and every guardrail "
+                "of the target suite non-inferior at one-sided 0.05 (GateConfig() defaults)",
+        "decisions": n, "false_promotions": fp, "false_promotion_rate": fp / n,
+        "upper95": clopper_pearson_upper(fp, n),
+        "null_churn": {"min": min(churns), "mean": float(np.mean(churns)), "max": max(churns)},
+        "by_source": {
+            "recorded_pairs_signflip": _rate([x for x in nulls if "churn " not in x["source"]]),
+            "churn_16_34": _rate([x for x in nulls if "churn " in x["source"]]),
+            "churn_16_34_toy_draw": _rate([x for x in nulls if "churn " in x["source"]
+                                           and x["clusters"] == TOY_CLUSTERS])},
+        "recorded_pairs": [{k: p[k] for k in ("name", "clusters", "churn", "delta")}
+                           for p in pairs],
+        "boundary": {"decisions": nb, "false_promotions": fb,
+                     "upper95": clopper_pearson_upper(fb, nb),
+                     "null": f"pass rate {-margin:+.2f} (the secondary route's margin) with "
+                             "answers 20% shorter, 724 clusters, churn 16/25/34%"},
+        "power_at": {"+0.05 toy": power["+0.05 toy, churn 0.25"]["power"],
+                     "+0.10 real": power[f"+0.10 real ({REAL_CLUSTERS[0]} clusters), churn "
+                                         "0.25"]["power"],
+                     "detail": power},
+        "bootstrap_resamples": args.resamples,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "not_run": "seed twins and the shuffled-reward placebo over dozens of lifetimes need "
+                   "model training and were not part of this run; --part gate runs the model-built "
+                   "nulls (noise re-saves, shuffled-reward candidates) under the shipped rule",
+    }
+
+
 # -- the canary part -----------------------------------------------------------------------------
 def recorded_units(path: Path) -> list[dict]:
     """Per completion of the recorded traffic: latency, edit persistence (longest window seen),
@@ -264,7 +481,14 @@ def _gate_in_tmp(args) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=("all", "gate", "canary"), default="all")
+    p.add_argument("--part", choices=("all", "nulls", "gate", "canary"), default="nulls")
+    p.add_argument("--null-decisions", type=int, default=1200)
+    p.add_argument("--boundary-decisions", type=int, default=300)
+    p.add_argument("--power-decisions", type=int, default=100,
+                   help="decisions per planted effect and churn")
+    p.add_argument("--resamples", type=int, default=2000,
+                   help="nulls part: bootstrap.n_resamples (one-sided bounds still get >= 20 "
+                   "draws in their tail: gating.stats.resamples_for)")
     p.add_argument("--lifetimes", type=int, default=4)
     p.add_argument("--decisions", type=int, default=13, help="gate decisions per lifetime")
     p.add_argument("--placebo-per-lifetime", type=int, default=3)
@@ -283,18 +507,28 @@ def main(argv: list[str] | None = None) -> None:
 
     result["date"] = datetime.now(UTC).strftime("%Y-%m-%d")
     machine = result.setdefault("machine", {})
-    for part, run in (("gate", lambda: _gate_in_tmp(args)), ("canary", lambda: run_canary_part(
-            args))):
+    for part, run in (("nulls", lambda: run_nulls_part(args)),
+                      ("gate", lambda: _gate_in_tmp(args)),
+                      ("canary", lambda: run_canary_part(args))):
         if args.part not in ("all", part):
             continue
         load = os.getloadavg()[0]
-        result.update(run())
+        figures = run()
+        if part == "gate":  # the model-built nulls
+            result["model_nulls"] = figures
+        elif part == "canary":
+            result["canary"] = {"canary_windows": figures["canary_windows"],
+                                "false_rollbacks": figures["false_rollbacks"],
+                                **figures["canary"]}
+        else:
+            result.update(figures)
         machine[part] = {"cpus": os.cpu_count(), "load_at_start": load,
                          "load_at_end": os.getloadavg()[0], "nice": os.nice(0)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
-    keys = ("decisions", "false_promotions", "upper95", "canary_windows", "false_rollbacks")
+    keys = ("decisions", "false_promotions", "false_promotion_rate", "upper95")
     print(json.dumps({k: result.get(k) for k in keys}))
+    print(json.dumps({k: v for k, v in result.get("power_at", {}).items() if k != "detail"}))
 
 
 if __name__ == "__main__":

@@ -145,8 +145,9 @@ class BootstrapConfig(_Config):
         ge=0.0,
         le=1e4,
         description=(
-            "No significant token bloat: fails iff the CI's lower bound of the mean-token"
-            " difference is above max_token_rise (the candidate is surely longer)."
+            "tokens_non_inferior: absolute margin in tokens; the one-sided upper bound of the"
+            " mean-token change must stay below max(this, guardrails.token_rise_rel x the"
+            " champion's mean tokens)."
         ),
     )
 
@@ -154,14 +155,14 @@ class BootstrapConfig(_Config):
 class ImprovementEvidence(_Config):
     """What counts as evidence that the candidate is better, not a tie that noise promoted.
 
-    Two routes to a win, each tested at half the decision's level ``alpha_k`` (Bonferroni over the
-    routes, so the union is a level-``alpha_k`` test; ``alpha_k`` comes from
-    :class:`ErrorControlConfig`):
+    Two routes to a win sharing the decision's level (Bonferroni over the routes, so the union is
+    a level-``alpha_k`` test): under ``per_decision`` the secondary gets ``shorter_route_share``
+    of it and the primary the rest; under lord, pi2 and fixed each gets half.
 
-    - primary: the one-sided prompt-clustered bootstrap lower bound of the pass-rate change at
-      level ``alpha_k / 2`` is > ``min_pass_rate_ci_low`` AND the exact one-sided McNemar test on
-      the discordant prompts rejects at ``alpha_k / 2``;
-    - secondary (surely shorter, not worse): an intersection-union test, both at ``alpha_k / 2``:
+    - primary: the exact one-sided McNemar test on the discordant clusters rejects at the
+      primary's level (and, when ``min_pass_rate_ci_low`` > 0, the one-sided clustered bootstrap
+      lower bound at that level is above it);
+    - secondary (surely shorter, not worse): an intersection-union test, both at its level:
       the pass-rate lower bound > ``-non_inferiority_margin`` (non-inferiority) and the mean-token
       upper bound < ``-max(min_token_saving, min_token_saving_rel * champion mean tokens)``.
 
@@ -206,6 +207,16 @@ class ImprovementEvidence(_Config):
         le=1.0,
         description="Secondary win: relative saving required (5% of the champion's mean tokens).",
     )
+    shorter_route_share: float = Field(
+        0.2,
+        ge=0.0,
+        le=0.5,
+        description=(
+            "Share of the decision's level the secondary (shorter answers) route is tested at; "
+            "the primary route gets the rest (0.2 of 0.05: primary at 0.04, shorter at 0.01). "
+            "0 drops the secondary route. Rules lord, pi2 and fixed split alpha_k in halves."
+        ),
+    )
 
 
 class ErrorControlConfig(_Config):
@@ -217,14 +228,20 @@ class ErrorControlConfig(_Config):
 
     alpha: float = Field(
         0.05, gt=0.0, lt=1.0,
-        description="Lifetime budget: bound on the false-promotion rate over the model's life.",
+        description="Level of the improvement test: per decision (rule per_decision, fixed) or "
+        "the lifetime budget spent over the model's decisions (lord, pi2).",
     )
-    rule: Literal["lord", "pi2", "fixed"] = Field(
-        "lord",
+    rule: Literal["per_decision", "lord", "pi2", "fixed"] = Field(
+        "per_decision",
         description=(
-            "lord: LORD++ online FDR (alpha_k = gamma_k W0 + earnings from past promotions, "
-            "gamma_j = 1/(j(j+1)), W0 = alpha/2); pi2: alpha_k = 6 alpha / (pi^2 k^2) "
-            "(family-wise); fixed: alpha every decision (no control across cycles)."
+            "per_decision: each decision is its own test at one-sided alpha (the primary route "
+            "at alpha minus the shorter route's share); a false promotion is bounded per "
+            "decision, as experimentation platforms bound each launch, and a regression is "
+            "held back by the guardrails, which need proof of non-inferiority. lord: LORD++ "
+            "online FDR over the model's life (alpha_k = gamma_k W0 + earnings from past "
+            "promotions, gamma_j = 1/(j(j+1)), W0 = alpha/2); pi2: alpha_k = 6 alpha / (pi^2 "
+            "k^2) (family-wise over the life); fixed: alpha every decision, routes at alpha/2 "
+            "each (the older per-decision rule)."
         ),
     )
 
@@ -285,10 +302,13 @@ class HackMonitorConfig(_Config):
         0.05,
         ge=0.0,
         le=1.0,
-        description="Largest allowed rise of the no-edit rate (empty / question-only answers).",
+        description="Non-inferiority margin of the no-edit rate (empty / question-only answers): "
+        "its one-sided upper bound may rise at most this.",
     )
     max_malformed_increase: float = Field(
-        0.05, ge=0.0, le=1.0, description="Largest allowed rise of the malformed-answer rate."
+        0.05, ge=0.0, le=1.0,
+        description="Non-inferiority margin of the malformed-answer rate: its one-sided upper "
+        "bound may rise at most this."
     )
 
 
@@ -328,16 +348,16 @@ class InfraConfig(_Config):
 
 
 class GuardSuite(_Config):
-    """A suite of what the champion can already do, which the candidate must not be surely worse
-    at: catches an update that wins on the target suite by breaking something else.
+    """A suite of what the champion can already do, which the candidate must not have broken:
+    catches an update that wins on the target suite by breaking something else.
 
-    Both models run it greedily on a fresh draw per decision (``suite.draw``); the gate
-    ``guard.<name>`` fails iff the whole paired CI of the pass-rate change (prompt-clustered, at
-    ``bootstrap.confidence``) lies below ``-max_drop``. With no change it fails at most
-    ``(1 - confidence) / 2`` of the time; a guard can only block promotions, so it does not weaken
-    the false-promotion bound. Power at 95%: on 48 distinct prompts that disagree on about 20% of
-    them (standard error of the change ~0.064), a true drop of 0.13 is caught about half the
-    time, 0.19 about five times in six, 0.05 rarely.
+    Both models run it greedily on a draw per decision (``suite.draw``; a ``size`` at or above the
+    pool runs the whole pool, which the presets do). Two guardrails use it, the burden of proof
+    on the candidate: ``guard.<name>`` passes iff the candidate is shown non-inferior (the
+    one-sided ``guardrails.alpha`` lower bound of the function-clustered pass-rate change lies
+    above ``-max_drop``), and its families join the per-family maximum-drop test
+    (``guard.families``). ``test = "surely_worse"`` keeps the older rule (fail only if the whole
+    two-sided CI lies below ``-max_drop``), which lets an unproven candidate through.
     """
 
     name: str = Field(
@@ -345,9 +365,41 @@ class GuardSuite(_Config):
     suite: SuiteConfig = Field(description="The guard's suite (a pool of tasks, drawn per "
                                "decision like the target suite).")
     max_drop: float = Field(
-        0.0, ge=0.0, le=1.0,
-        description="Fails iff the CI's upper bound of the pass-rate change is below -max_drop "
-        "(the candidate is surely worse by more than this).")
+        0.03, ge=0.0, le=1.0,
+        description="Non-inferiority margin: the candidate must be shown to lose less than this "
+        "pass rate (0.03: three tasks in a hundred, below the +0.05 a cycle is meant to add).")
+    test: Literal["non_inferior", "surely_worse", "families_only"] = Field(
+        "non_inferior",
+        description="non_inferior: pass iff the one-sided lower bound > -max_drop (burden on the "
+        "candidate); surely_worse: fail iff the two-sided CI's upper bound < -max_drop; "
+        "families_only: no pool-wide gate, the suite's families take only the max-drop test "
+        "(held-out transfer families, whose pass rate a cycle may move either way).")
+    families: bool = Field(
+        True, description="Include this suite's task families in the per-family max-drop test.")
+
+
+class GuardrailConfig(_Config):
+    """Levels and margins of the guardrails: tests the candidate must pass to show it did not
+    get worse (non-inferiority, one-sided, not corrected across guardrails: each one only blocks).
+    """
+
+    alpha: float = Field(
+        0.05, gt=0.0, lt=0.5,
+        description="One-sided level of each non-inferiority guardrail (guard pools, tokens, "
+        "malformed and empty answers).")
+    family_alpha: float = Field(
+        0.05, gt=0.0, lt=0.5,
+        description="Family-wise level of the per-family maximum-drop test over the guard "
+        "suites' families (guard.families fails iff its sign-flip p-value <= this).")
+    family_permutations: int = Field(
+        10_000, ge=100, le=1_000_000, description="Sign flips of the maximum-drop test.")
+    token_rise_rel: float = Field(
+        0.10, ge=0.0, le=10.0,
+        description="tokens_non_inferior: the one-sided upper bound of the mean-token change "
+        "must stay below max(bootstrap.max_token_rise, this x the champion's mean tokens).")
+    power: float = Field(
+        0.8, gt=0.5, lt=1.0,
+        description="Power at which the verdict reports the minimum detectable effect.")
 
 
 class GateConfig(_Config):
@@ -384,8 +436,12 @@ class GateConfig(_Config):
     )
     guards: list[GuardSuite] = Field(
         default_factory=list,
-        description="Regression guards: suites the candidate must not be surely worse at than "
-        "the champion (skipped without a champion).",
+        description="Regression guards: suites the candidate must be shown non-inferior on "
+        "(skipped without a champion).",
+    )
+    guardrails: GuardrailConfig = Field(
+        default_factory=GuardrailConfig,
+        description="Levels and margins of the non-inferiority guardrails.",
     )
     health: HealthConfig = Field(
         default_factory=HealthConfig, description="Weight and routing health checks."

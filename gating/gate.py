@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gating.config import GateConfig, SuiteConfig
-from gating.gates import HealthFigures, evaluate_gates
+from gating.gates import HealthFigures, evaluate_gates, power_figures
 from gating.records import FAIL, PASS, GateResult, GateVerdict, SuiteResult
-from gating.report import format_table, render_html
+from gating.report import decision_line, format_table, render_html
 from gating.stats import AlphaSpending
 from gating.suite import draw_seed
 from runtime import registry
@@ -148,6 +148,10 @@ class GateRunner:
         )
         clock.lap("seconds.health")
         gates = evaluate_gates(cand, champ, self.config, health=health, alpha=alpha_k)
+        if champ is not None:
+            extras.update(power_figures(cand, champ, self.config,
+                                        self.config.error_control.alpha
+                                        if alpha_k is None else alpha_k))
         clock.lap("seconds.gates")
         gates += self._guards(extras)
         clock.lap("seconds.guards")
@@ -165,6 +169,7 @@ class GateRunner:
         import numpy as np
         from scipy.stats import norm
 
+        from gating.gates import route_levels
         from gating.stats import cluster_ids, cluster_signs, mcnemar_z, obrien_fleming_bounds
         from gating.suite import prompt_key
 
@@ -172,7 +177,13 @@ class GateRunner:
         first = tasks[:n1]
         keys = [prompt_key(t) for t in tasks]
         t1 = len(set(keys[:n1])) / len(set(keys))
-        c1, c2 = obrien_fleming_bounds(alpha_k / 2.0, t1) if t1 < 1.0 else (math.inf, 0.0)
+        imp = self.config.improvement
+        share = 0.0 if imp is None else imp.shorter_route_share
+        # the boundaries are set on the primary route; a look's nominal level is handed back as
+        # the decision level whose primary share it is
+        primary = route_levels(alpha_k, self.config.error_control.rule, share)[0]
+        ratio = primary / alpha_k
+        c1, c2 = obrien_fleming_bounds(primary, t1) if t1 < 1.0 else (math.inf, 0.0)
         cand = self._cached_suite(self.candidate_dir, self.candidate, first, checker, "look1")
         champ = self._cached_suite(self.champion_dir, self.champion, first, checker, "look1")
         d = (np.asarray([t.passed for t in cand.tasks], dtype=float)
@@ -182,12 +193,12 @@ class GateRunner:
                        "sequential.c2": c2})
         if abs(z1) >= c1:  # a clear win or a clear loss: stop at the first look
             extras["sequential.look"] = 1.0
-            return first, cand, champ, 2.0 * float(norm.sf(c1))
+            return first, cand, champ, float(norm.sf(c1)) / ratio
         rest = tasks[n1:]
         cand2 = self._cached_suite(self.candidate_dir, self.candidate, rest, checker, "look2")
         champ2 = self._cached_suite(self.champion_dir, self.champion, rest, checker, "look2")
         extras["sequential.look"] = 2.0
-        return tasks, _joined(cand, cand2), _joined(champ, champ2), 2.0 * float(norm.sf(c2))
+        return tasks, _joined(cand, cand2), _joined(champ, champ2), float(norm.sf(c2)) / ratio
 
     def _record_load_failure(self) -> GateVerdict:
         """A candidate that does not load (shape mismatch, corrupt file) fails the ``loads`` gate;
@@ -237,22 +248,26 @@ class GateRunner:
     def _guards(self, extras: dict[str, float]) -> list[GateResult]:
         """The regression-guard suites (``config.guards``), each drawn for this decision and run
         by both models; none without a champion."""
-        from gating.gates import guard_gate
+        from gating.gates import families_gate, guard_gate
         from gating.suite import build_suite
 
         if self.champion is None:
             return []
-        gates = []
+        gates, pairs = [], []
         for guard in self.config.guards:
             tasks, checker = build_suite(guard.suite, self.decision)
             results = [self._cached_suite(ckpt, model, tasks, checker, suite=guard.suite)
                        for ckpt, model in ((self.candidate_dir, self.candidate),
                                            (self.champion_dir, self.champion))]
-            gates.append(guard_gate(guard, *results, self.config.bootstrap))
+            if guard.test != "families_only":
+                gates.append(guard_gate(guard, *results, self.config.bootstrap,
+                                        self.config.guardrails))
+            pairs.append((guard, *results))
             extras[f"guard.{guard.name}.candidate_pass_rate"] = results[0].pass_rate
             extras[f"guard.{guard.name}.champion_pass_rate"] = results[1].pass_rate
             extras[f"guard.{guard.name}.tasks"] = float(len(tasks))
-        return gates
+        families = families_gate(pairs, self.config.bootstrap, self.config.guardrails)
+        return gates + ([] if families is None else [families])
 
     def _kl(self, tasks, cand: SuiteResult) -> float | None:
         """KL on the candidate's own completions (of the first ``health.kl_max_tasks`` tasks),
@@ -311,6 +326,7 @@ class GateRunner:
                 candidate=cand.summary(), champion=None if champ is None else champ.summary(),
                 extras=extras, promoted=self.promote and all(g.passed for g in gates),
             )
+            verdict = verdict.model_copy(update={"decision": decision_line(verdict)})
             self._log_run(verdict, cand, champ)
         self._tag_version(verdict, run.info.experiment_id)
         self._spend(verdict)
@@ -362,6 +378,7 @@ class GateRunner:
             "gate.candidate_version": str(v.candidate_version),
             "gate.champion_version": str(v.champion_version),
             "gate.promoted": str(v.promoted).lower(),
+            "gate.decision": (v.decision or decision_line(v))[:5000],
             "gate.suite.decision": str(self.decision),
             "gate.suite.seed": str(draw_seed(self.config.suite, self.decision)),
             **({} if self.spending is None else {
@@ -388,8 +405,10 @@ class GateRunner:
         rescheduled loop continues it."""
         if self.spending is None or not v.gates or v.gates[0].name == "loads":
             return
+        # LORD++ earns wealth back only for a decision that promoted (not for evidence that a
+        # guardrail then overruled): the schedule's discoveries are the promotions.
         evidence = next((g for g in v.gates if g.name == "improvement_evidence"), None)
-        self.spending.record(evidence is not None and evidence.passed)
+        self.spending.record(evidence is not None and evidence.passed and v.passed)
         registry.set_model_tags(self.tracking_uri, self.model_name, self.spending.to_tags())
 
     def _tag_version(self, v: GateVerdict, experiment_id: str) -> None:
@@ -399,6 +418,7 @@ class GateRunner:
         # Relative to the tracking server: the link survives a new host or port.
         link = f"#/experiments/{experiment_id}/runs/{v.run_id}"
         description = (
+            f"{v.decision or decision_line(v)}. "
             f"Gate {status.upper()} vs champion {champ}; failed gates: {failed}. "
             f"Pass rate {v.candidate.pass_rate:.3f}, mean tokens "
             f"{v.candidate.mean_completion_tokens:.2f}. [Gate run {v.run_id}]({link})"
@@ -407,7 +427,8 @@ class GateRunner:
         tags = {
             "gate.verdict": status, "gate.run_id": v.run_id,
             "gate.champion_version": str(v.champion_version),
-            "gate.failed": failed, **{f"gate.{g.name}": status_of(g) for g in v.gates},
+            "gate.failed": failed, "gate.decision": (v.decision or decision_line(v))[:5000],
+            **{f"gate.{g.name}": status_of(g) for g in v.gates},
         }
         registry.set_version_tags(
             self.tracking_uri, self.model_name, v.candidate_version, tags, description
@@ -483,6 +504,12 @@ COMPARATORS = {
     "ci_low <=": "no regression: fails only if the whole CI of candidate minus champion lies "
                  "above the threshold (the lower bound must reach it)",
     "ci_low >=": "evidence of improvement: the lower CI bound of the change must clear it",
+    "ci_low >": "non-inferiority (or a win): the one-sided lower bound of the change must lie "
+                "above the threshold; a bound that straddles it fails",
+    "ci_high <": "non-inferiority: the one-sided upper bound of the rise must stay below the "
+                 "threshold; a bound that straddles it fails",
+    "p >": "per-family maximum drop: fails when the family-wise p-value is at or below the "
+           "threshold",
 }
 """What each kind of comparison in the gate table means (shown in the gate run's note)."""
 
@@ -491,8 +518,11 @@ def _note(v: GateVerdict, confidence: float, lineage: dict[str, str]) -> str:
     """The gate run's description in the MLflow UI: table, CI level, comparators, lineage."""
     lines = [f"**Gate {'PASS' if v.passed else 'FAIL'}**: candidate v{v.candidate_version} vs "
              f"champion {'none' if v.champion_version is None else f'v{v.champion_version}'}. "
-             f"Intervals are {confidence:.0%} two-sided paired-bootstrap CIs over distinct "
-             "prompts; improvement_evidence is tested at the decision's alpha_k.", "",
+             "Bounds are paired-bootstrap quantiles over independent clusters (functions, else "
+             "prompts): improvement_evidence's at the primary's one-sided level, the "
+             "non-inferiority guardrails' (`ci_low >`, `ci_high <`) at one-sided 0.05, the "
+             f"others' {confidence:.0%} two-sided.", "",
+             f"**{v.decision or decision_line(v)}**", "",
              f"```\n{format_table(v)}\n```", "", "Comparators:"]
     used = {g.comparator for g in v.gates}
     lines += [f"- `{k}`: {meaning}" for k, meaning in COMPARATORS.items() if k in used]

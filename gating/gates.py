@@ -5,22 +5,26 @@ it was held to, the comparison, and — for the differences against the champion
 bootstrap CI over distinct prompts. :func:`evaluate_gates` composes them; with no champion
 (bootstrap of the registry) only the absolute gates run.
 
+The rule (docs/STATISTICS.md section 3): promote iff the primary is superior and every
+guardrail is shown non-inferior, the burden of proof on the candidate everywhere.
+
 Gates:
 - ``pass_rate`` (absolute): candidate pass rate >= ``min_pass_rate``.
-- ``pass_rate_change``: signed pass-rate delta vs champion >= min abs / min rel change.
-- ``token_budget``: mean completion tokens may rise at most the budget.
-- ``pass_rate_no_regression`` / ``tokens_no_regression``: the paired bootstrap CI must not show a
-  significant regression (CI entirely below -drop / entirely above +rise).
-- ``improvement_evidence``: at the decision's level alpha_k (gating/stats.py), a pass-rate win
-  (one-sided lower bound above a margin and an exact McNemar test on the discordant prompts) or a
-  non-inferior pass rate with surely shorter answers (a tie does not pass: noise is not promoted).
-
-Every CI resamples distinct prompts (``bootstrap.cluster``), not rows: greedy answers to a
-repeated prompt are identical, so its rows are one observation.
-- ``guard.<name>``: on a regression-guard suite (``GateConfig.guards``), the paired CI of the
-  pass-rate change must not lie entirely below ``-max_drop``.
-- ``no_edit_rate`` / ``malformed_rate`` (hack monitors): may rise at most a set amount.
+- ``improvement_evidence`` (the primary): the exact McNemar test on the discordant independent
+  clusters rejects at the primary's one-sided level (0.04 of the decision's 0.05), or the
+  shorter-answers route (non-inferior pass rate and surely shorter, at 0.01) passes.
+- ``tokens_non_inferior``, ``malformed_rate``, ``no_edit_rate`` (guardrails): the one-sided 95%
+  bound of the change must stay below its margin (+10% tokens, +0.05 rates).
+- ``guard.<name>``: on a regression-guard suite (``GateConfig.guards``), the one-sided 95% lower
+  bound of the pass-rate change must lie above ``-max_drop`` (0.03).
+- ``guard.families``: the per-family maximum-drop test (sign flips, family-wise 0.05) over the
+  guard suites' families.
+- ``pass_rate_change``, ``token_budget``, ``pass_rate_no_regression``: point and two-sided checks
+  kept beside them.
 - ``finite_weights``, ``expert_load_entropy``, ``kl_to_champion`` (health).
+
+Every bound resamples independent clusters (``bootstrap.cluster``: the function a task asks for,
+else its prompt), not rows. :func:`power_figures` says what a draw could detect.
 
 Deliberately left out: producing the inputs (gating/suite.py, gating/health.py) and recording
 the verdict (gating/gate.py).
@@ -37,6 +41,7 @@ from gating.config import (
     BootstrapConfig,
     ChangeThreshold,
     GateConfig,
+    GuardrailConfig,
     GuardSuite,
     ImprovementEvidence,
     TokenBudget,
@@ -47,7 +52,9 @@ from gating.stats import (
     cluster_bootstrap,
     cluster_ids,
     cluster_signs,
+    max_drop_test,
     mcnemar_exact,
+    mde_at_power,
     resamples_for,
 )
 
@@ -142,54 +149,103 @@ def no_regression_gate(
     )
 
 
+def route_levels(alpha: float, rule: str, share: float) -> tuple[float, float]:
+    """(primary, shorter) one-sided levels of the two routes to a win at the decision's level
+    ``alpha``: ``per_decision`` gives the shorter-answers route ``share`` of it, the older rules
+    (lord, pi2, fixed) half each. The union of the routes is a level-``alpha`` test."""
+    if rule == "per_decision":
+        return alpha * (1.0 - share), alpha * share
+    return alpha / 2.0, alpha / 2.0
+
+
 @dataclass(frozen=True)
 class Evidence:
-    """What the improvement test needs: one-sided bounds at ``alpha_k / 2`` and McNemar counts."""
+    """What the improvement test needs: one-sided bounds at each route's level, McNemar counts."""
 
     alpha: float
-    """The decision's level alpha_k (each route to a win is tested at alpha / 2)."""
+    """The decision's level alpha_k (split over the two routes: ``primary`` + ``shorter``)."""
     passed_ci: PairedCI
-    """Pass-rate change, bounds at quantiles alpha/2 and 1 - alpha/2."""
+    """Pass-rate change, bounds at quantiles ``primary`` and ``1 - primary``."""
     tokens_ci: PairedCI
-    """Mean-token change, bounds at quantiles alpha/2 and 1 - alpha/2."""
+    """Mean-token change, bounds at quantiles ``shorter`` and ``1 - shorter``."""
     better: int
-    """Distinct prompts the candidate passes and the champion fails."""
+    """Distinct clusters (functions) the candidate passes and the champion fails."""
     worse: int
-    """Distinct prompts the champion passes and the candidate fails."""
+    """Distinct clusters the champion passes and the candidate fails."""
     champion_tokens: float
+    primary: float = 0.0
+    """One-sided level of the primary (pass-rate) route; 0: ``alpha / 2``."""
+    shorter: float = 0.0
+    """One-sided level of the shorter-answers route; 0: ``alpha / 2``; no route when < 0."""
+    passed_ci_shorter: PairedCI | None = None
+    """Pass-rate change bounds at the shorter route's level (its non-inferiority part)."""
+
+    @property
+    def levels(self) -> tuple[float, float]:
+        return (self.primary or self.alpha / 2.0, self.shorter or self.alpha / 2.0)
 
 
 def improvement_gate(e: Evidence, rule: ImprovementEvidence) -> GateResult:
-    """Evidence of a win at level ``e.alpha``: primary (pass-rate lower bound > margin and the exact
-    McNemar test rejects, at alpha/2) or secondary (non-inferior pass rate and surely shorter:
-    both bounds at alpha/2, an intersection-union test)."""
-    half = e.alpha / 2.0
+    """Evidence of a win at level ``e.alpha``: primary (the exact McNemar test on the discordant
+    clusters rejects at the primary level, and the pass-rate lower bound at that level is above
+    ``min_pass_rate_ci_low`` when that margin is positive) or secondary (non-inferior pass rate and
+    surely shorter, both at the shorter route's level: an intersection-union test). A negative
+    margin accepts on the bound alone (tests that need a tie to pass)."""
+    a_primary, a_shorter = e.levels
     p = mcnemar_exact(e.better, e.worse)
-    primary = e.passed_ci.low > rule.min_pass_rate_ci_low and (
-        p <= half or rule.min_pass_rate_ci_low < 0.0)
+    margin = rule.min_pass_rate_ci_low
+    if margin < 0.0:
+        primary = e.passed_ci.low > margin
+    else:
+        primary = p <= a_primary and (margin == 0.0 or e.passed_ci.low > margin)
     saving = max(rule.min_token_saving, rule.min_token_saving_rel * e.champion_tokens)
-    non_inferior = e.passed_ci.low > -rule.non_inferiority_margin
+    ni_ci = e.passed_ci_shorter or e.passed_ci
+    non_inferior = ni_ci.low > -rule.non_inferiority_margin
     shorter = e.tokens_ci.high < -saving
-    secondary = non_inferior and shorter
+    secondary = a_shorter > 0.0 and non_inferior and shorter
     why = ("pass-rate win" if primary else "shorter and non-inferior" if secondary
            else "no evidence of improvement (a tie is noise)")
+    if primary:
+        reason = (f"{e.passed_ci.mean:+.3f} [{e.passed_ci.low:+.3f}, {e.passed_ci.high:+.3f}], "
+                  f"superiority p = {p:.2g} <= {a_primary:.2g}")
+    elif secondary:
+        reason = (f"shorter by {-e.tokens_ci.mean:.2f} tokens (upper bound {e.tokens_ci.high:+.2f}"
+                  f" < {-saving:+.2f}) and not worse (pass {ni_ci.mean:+.3f}, lower bound "
+                  f"{ni_ci.low:+.3f} > {-rule.non_inferiority_margin:+.3f})")
+    else:
+        reason = (f"no evidence of a win: {e.passed_ci.mean:+.3f} [{e.passed_ci.low:+.3f}, "
+                  f"{e.passed_ci.high:+.3f}], superiority p = {p:.2g} > {a_primary:.2g} "
+                  f"({e.better} better / {e.worse} worse)")
     return GateResult(
-        name="improvement_evidence", value=e.passed_ci.low, threshold=rule.min_pass_rate_ci_low,
+        name="improvement_evidence", value=e.passed_ci.low, threshold=margin,
         passed=primary or secondary, ci_low=e.passed_ci.low, ci_high=e.passed_ci.high,
-        comparator="ci_low >",
-        detail=(f"{why}; alpha_k {e.alpha:.3g} (each route at {half:.3g}); McNemar "
-                f"{e.better} better / {e.worse} worse prompts, p = {p:.3g}; pass CI low "
-                f"{e.passed_ci.low:+.4f} (non-inferior if > {-rule.non_inferiority_margin:+.3f}); "
-                f"tokens CI [{e.tokens_ci.low:+.2f}, {e.tokens_ci.high:+.2f}] "
-                f"(shorter if ci_high < {-saving:+.2f})"),
+        comparator="ci_low >", reason=reason,
+        detail=(f"{why}; alpha_k {e.alpha:.3g} (primary at {a_primary:.3g}, shorter at "
+                f"{a_shorter:.3g}); McNemar {e.better} better / {e.worse} worse clusters, "
+                f"p = {p:.3g}; pass bounds [{e.passed_ci.low:+.4f}, {e.passed_ci.high:+.4f}] at "
+                f"{a_primary:.3g} (non-inferior if {ni_ci.low:+.4f} > "
+                f"{-rule.non_inferiority_margin:+.3f}); tokens bounds [{e.tokens_ci.low:+.2f}, "
+                f"{e.tokens_ci.high:+.2f}] (shorter if < {-saving:+.2f})"),
     )
 
 
-def rate_jump_gate(name: str, candidate: float, champion: float, max_increase: float) -> GateResult:
-    rise = candidate - champion
+def non_inferiority_gate(name: str, ci: PairedCI, *, margin: float, worse_is_lower: bool,
+                         alpha: float, unit: str = "") -> GateResult:
+    """Burden of proof on the candidate: passes iff the one-sided level-``alpha`` bound of the
+    change (``ci``'s low for a metric where lower is worse, its high otherwise) is on the good
+    side of the margin. A CI that straddles the margin fails."""
+    if worse_is_lower:
+        passed, bound, threshold, cmp = ci.low > -margin, ci.low, -margin, "ci_low >"
+    else:
+        passed, bound, threshold, cmp = ci.high < margin, ci.high, margin, "ci_high <"
+    shown = "shown non-inferior" if passed else "not shown non-inferior"
     return GateResult(
-        name=name, value=rise, threshold=max_increase, passed=rise <= max_increase,
-        comparator="<=", detail=f"candidate {candidate:.3f} vs champion {champion:.3f}",
+        name=name, value=ci.mean, threshold=threshold, passed=passed, ci_low=ci.low,
+        ci_high=ci.high, comparator=cmp,
+        reason=(f"{name} {shown}: {ci.mean:+.3g}{unit}, one-sided {1 - alpha:.0%} bound "
+                f"{bound:+.3g} {'>' if worse_is_lower else '<'}{'' if passed else ' needed'} "
+                f"{threshold:+.3g}"),
+        detail=f"one-sided level {alpha:.3g}; margin {margin:.3g}{unit}",
     )
 
 
@@ -242,34 +298,58 @@ def _paired_ci(candidate: list, champion: list, b: BootstrapConfig,
                              low_q=tail, high_q=1.0 - tail, seed=b.seed)
 
 
-def _evidence(candidate: SuiteResult, champion: SuiteResult, b: BootstrapConfig,
+def _evidence(candidate: SuiteResult, champion: SuiteResult, config: GateConfig,
               clusters: np.ndarray | None, alpha: float) -> Evidence:
+    b = config.bootstrap
+    share = 0.0 if config.improvement is None else config.improvement.shorter_route_share
+    a_primary, a_shorter = route_levels(alpha, config.error_control.rule, share)
     cp = [t.passed for t in candidate.tasks]
     hp = [t.passed for t in champion.tasks]
     d = np.asarray(cp, dtype=np.float64) - np.asarray(hp, dtype=np.float64)
     better, worse = cluster_signs(d, clusters)
+    tail_shorter = a_shorter if a_shorter > 0.0 else a_primary
+    passed_ci = _paired_ci(cp, hp, b, clusters, tail=a_primary)
     return Evidence(
-        alpha=alpha,
-        passed_ci=_paired_ci(cp, hp, b, clusters, tail=alpha / 2.0),
+        alpha=alpha, primary=a_primary, shorter=a_shorter if a_shorter > 0.0 else -1.0,
+        passed_ci=passed_ci,
+        passed_ci_shorter=(passed_ci if tail_shorter == a_primary
+                           else _paired_ci(cp, hp, b, clusters, tail=tail_shorter)),
         tokens_ci=_paired_ci([t.completion_tokens for t in candidate.tasks],
                              [t.completion_tokens for t in champion.tasks], b, clusters,
-                             tail=alpha / 2.0),
+                             tail=tail_shorter),
         better=better, worse=worse, champion_tokens=champion.mean_completion_tokens,
     )
+
+
+def _rate_gate(name: str, candidate: list, champion: list, margin: float, config: GateConfig,
+               clusters: np.ndarray | None) -> GateResult:
+    """A rate that must not rise (malformed, empty answers): non-inferior at ``margin``."""
+    g = config.guardrails
+    ci = _paired_ci([float(x) for x in candidate], [float(x) for x in champion],
+                    config.bootstrap, clusters, tail=g.alpha)
+    gate = non_inferiority_gate(name, ci, margin=margin, worse_is_lower=False, alpha=g.alpha)
+    rate_c, rate_h = float(np.mean(candidate)), float(np.mean(champion))
+    return gate.model_copy(update={"detail": (
+        f"candidate {rate_c:.3f} vs champion {rate_h:.3f}; {gate.detail}")})
 
 
 def _champion_gates(
     candidate: SuiteResult, champion: SuiteResult, config: GateConfig, alpha: float
 ) -> list[GateResult]:
     _check_paired(candidate, champion)
-    b = config.bootstrap
+    b, g = config.bootstrap, config.guardrails
     clusters = _clusters(candidate, b)
+    cand_tokens = [t.completion_tokens for t in candidate.tasks]
+    champ_tokens = [t.completion_tokens for t in champion.tasks]
     passed_ci = _paired_ci([t.passed for t in candidate.tasks],
                            [t.passed for t in champion.tasks], b, clusters)
-    tokens_ci = _paired_ci([t.completion_tokens for t in candidate.tasks],
-                           [t.completion_tokens for t in champion.tasks], b, clusters)
+    tokens_ci = _paired_ci(cand_tokens, champ_tokens, b, clusters)
     evidence = ([] if config.improvement is None else [improvement_gate(
-        _evidence(candidate, champion, b, clusters, alpha), config.improvement)])
+        _evidence(candidate, champion, config, clusters, alpha), config.improvement)])
+    token_margin = max(b.max_token_rise, g.token_rise_rel * champion.mean_completion_tokens)
+    tokens = non_inferiority_gate(
+        "tokens_non_inferior", _paired_ci(cand_tokens, champ_tokens, b, clusters, tail=g.alpha),
+        margin=token_margin, worse_is_lower=False, alpha=g.alpha, unit=" tokens")
     return evidence + [
         change_gate("pass_rate_change", candidate.pass_rate, champion.pass_rate,
                     config.pass_rate_change, passed_ci),
@@ -277,27 +357,101 @@ def _champion_gates(
                           config.token_budget, tokens_ci),
         no_regression_gate("pass_rate_no_regression", passed_ci, worse_is_lower=True,
                            tolerance=b.max_pass_rate_drop),
-        no_regression_gate("tokens_no_regression", tokens_ci, worse_is_lower=False,
-                           tolerance=b.max_token_rise),
-        rate_jump_gate("no_edit_rate", candidate.no_edit_rate, champion.no_edit_rate,
-                       config.hack.max_no_edit_increase),
-        rate_jump_gate("malformed_rate", candidate.malformed_rate, champion.malformed_rate,
-                       config.hack.max_malformed_increase),
+        tokens.model_copy(update={"detail": (
+            f"candidate {candidate.mean_completion_tokens:.2f} vs champion "
+            f"{champion.mean_completion_tokens:.2f} tokens; {tokens.detail}")}),
+        _rate_gate("no_edit_rate", [t.no_edit for t in candidate.tasks],
+                   [t.no_edit for t in champion.tasks], config.hack.max_no_edit_increase,
+                   config, clusters),
+        _rate_gate("malformed_rate", [t.malformed for t in candidate.tasks],
+                   [t.malformed for t in champion.tasks], config.hack.max_malformed_increase,
+                   config, clusters),
     ]
 
 
 def guard_gate(guard: GuardSuite, candidate: SuiteResult, champion: SuiteResult,
-               b: BootstrapConfig) -> GateResult:
-    """``guard.<name>``: fails iff the candidate is surely worse than the champion on the guard
-    suite (the whole prompt-clustered CI of the pass-rate change below ``-guard.max_drop``)."""
+               b: BootstrapConfig, g: GuardrailConfig | None = None) -> GateResult:
+    """``guard.<name>``: the candidate must be shown non-inferior on the guard suite (the
+    one-sided ``g.alpha`` lower bound of the function-clustered pass-rate change above
+    ``-guard.max_drop``); ``guard.test = "surely_worse"``: fails only iff the whole two-sided CI
+    lies below ``-guard.max_drop``."""
+    g = g or GuardrailConfig()
     _check_paired(candidate, champion)
-    ci = _paired_ci([t.passed for t in candidate.tasks], [t.passed for t in champion.tasks], b,
-                    _clusters(candidate, b))
-    gate = no_regression_gate(f"guard.{guard.name}", ci, worse_is_lower=True,
-                              tolerance=guard.max_drop)
+    cp, hp = [t.passed for t in candidate.tasks], [t.passed for t in champion.tasks]
+    clusters = _clusters(candidate, b)
+    name = f"guard.{guard.name}"
+    if guard.test == "surely_worse":
+        gate = no_regression_gate(name, _paired_ci(cp, hp, b, clusters), worse_is_lower=True,
+                                  tolerance=guard.max_drop)
+        gate = gate.model_copy(update={"reason": (
+            f"guard `{guard.name}` {'' if gate.passed else 'surely '}"
+            f"{'held' if gate.passed else 'worse'}: {gate.value:+.3f} "
+            f"[{gate.ci_low:+.3f}, {gate.ci_high:+.3f}]")})
+    else:
+        gate = non_inferiority_gate(name, _paired_ci(cp, hp, b, clusters, tail=g.alpha),
+                                    margin=guard.max_drop, worse_is_lower=True, alpha=g.alpha)
+        gate = gate.model_copy(update={"reason": gate.reason.replace(
+            f"{name} ", f"guard `{guard.name}` ", 1)})
     return gate.model_copy(update={"detail": (
         f"candidate {candidate.pass_rate:.3f} vs champion {champion.pass_rate:.3f} on "
-        f"{len(candidate.tasks)} guard tasks")})
+        f"{len(candidate.tasks)} guard tasks; {gate.detail}")})
+
+
+def families_gate(pairs: list[tuple[GuardSuite, SuiteResult, SuiteResult]], b: BootstrapConfig,
+                  g: GuardrailConfig) -> GateResult | None:
+    """``guard.families``: the per-family maximum-drop test over the families of the guard
+    suites (``GuardSuite.families``), family-wise at ``g.family_alpha``; fails iff some family
+    dropped beyond what sign flips of its functions explain. None when no suite takes part."""
+    diff: list[float] = []
+    cand: list[float] = []
+    keys: list[str] = []
+    fams: list[str] = []
+    for guard, c, h in pairs:
+        if not guard.families:
+            continue
+        _check_paired(c, h)
+        for tc, th, key in zip(c.tasks, h.tasks, c.clusters, strict=True):
+            diff.append(float(tc.passed) - float(th.passed))
+            cand.append(float(tc.passed))
+            keys.append(f"{guard.name}/{key}" if b.cluster == "prompt"
+                        else f"{guard.name}/{tc.task_id}")
+            fams.append(f"{guard.name}/{tc.kind}" if len(pairs) > 1 else tc.kind)
+    if not diff:
+        return None
+    r = max_drop_test(np.asarray(diff), np.asarray(keys), fams, candidate=np.asarray(cand),
+                      n_permutations=g.family_permutations, seed=b.seed)
+    passed = r.p_value > g.family_alpha
+    lost = r.champion_passed - r.candidate_passed
+    reason = (f"guard `{r.family}` dropped {lost} of {r.champion_passed}, p = {r.p_value:.2g}"
+              f" {'>' if passed else '<='} {g.family_alpha:.2g} (largest of {r.n_families} "
+              f"families)")
+    return GateResult(
+        name="guard.families", value=r.p_value, threshold=g.family_alpha, passed=passed,
+        comparator="p >", reason=reason,
+        detail=(f"max-drop family {r.family}: champion {r.champion_passed} -> candidate "
+                f"{r.candidate_passed} of {r.n_clusters} functions, studentised drop "
+                f"{r.z:.2f}; sign-flip p over {r.n_families} families "
+                f"({g.family_permutations} flips)"),
+    )
+
+
+def power_figures(candidate: SuiteResult, champion: SuiteResult, config: GateConfig,
+                  alpha: float) -> dict[str, float]:
+    """What the draw could have detected: independent clusters, the share of them whose
+    verdict changed, and the minimum detectable gain at ``guardrails.power`` for the primary
+    route's level (docs/STATISTICS.md)."""
+    b = config.bootstrap
+    clusters = _clusters(candidate, b)
+    d = (np.asarray([t.passed for t in candidate.tasks], dtype=np.float64)
+         - np.asarray([t.passed for t in champion.tasks], dtype=np.float64))
+    better, worse = cluster_signs(d, clusters)
+    n_c = len(set(candidate.clusters)) if clusters is not None else len(candidate.tasks)
+    share = 0.0 if config.improvement is None else config.improvement.shorter_route_share
+    a_primary, _ = route_levels(alpha, config.error_control.rule, share)
+    q = (better + worse) / n_c if n_c else 0.0
+    return {"power.clusters": float(n_c), "power.discordant_share": q,
+            "power.level": a_primary, "power.target": config.guardrails.power,
+            "power.mde": mde_at_power(n_c, q, a_primary, config.guardrails.power)}
 
 
 def evaluate_gates(
@@ -311,10 +465,10 @@ def evaluate_gates(
     """All gates for ``candidate``; relative gates only when a champion result is given.
 
     ``alpha``: the decision's level alpha_k for the improvement test (gating.stats.AlphaSpending);
-    None tests a single decision at ``(1 - bootstrap.confidence) / 2`` one-sided.
+    None tests one decision at ``error_control.alpha``.
     """
     if alpha is None:
-        alpha = (1.0 - config.bootstrap.confidence) / 2.0
+        alpha = config.error_control.alpha
     gates = [absolute_gate("pass_rate", candidate.pass_rate, config.min_pass_rate, at_least=True)]
     if champion is not None:
         gates += _champion_gates(candidate, champion, config, alpha)

@@ -120,6 +120,8 @@ class GateResult(BaseModel):
     ci_high: float | None = None
     comparator: str = Field(">=", description="How value is compared with threshold.")
     detail: str = ""
+    reason: str = Field("", description="Why it passed or failed, in words and figures (the "
+                        "verdict's decision line quotes the gate that decided).")
 
 
 class GateVerdict(BaseModel):
@@ -137,6 +139,8 @@ class GateVerdict(BaseModel):
     extras: dict[str, float] = Field(
         default_factory=dict, description="Supporting figures (e.g. OPE effective sample size)."
     )
+    decision: str = Field("", description="The verdict in one line: which rule decided, with "
+                          "its figures (gating.report.decision_line).")
 
     @property
     def failed_gates(self) -> list[str]:

@@ -65,9 +65,55 @@ def _text_table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join(lines)
 
 
+_FIRST = ("loads", "guard.families", "improvement_evidence")
+"""Which failed gate a rejection line names first: a candidate that did not load, then harm
+shown in a family, then the missing evidence of a win; the rest in table order."""
+
+
+def _power_note(v: GateVerdict) -> str:
+    e = v.extras
+    if "power.mde" not in e:
+        return ""
+    return (f"{int(e['power.clusters'])} independent clusters, {e['power.discordant_share']:.0%} "
+            f"discordant; detects +{e['power.mde']:.3f} with {e.get('power.target', 0.8):.0%} "
+            "power")
+
+
+def decision_line(v: GateVerdict, verbs: tuple[str, str] = ("promoted", "rejected")) -> str:
+    """The verdict in one line: which rule decided, with its figures. E.g. ``promoted: +0.062
+    [+0.020, +0.100], superiority p = 0.004 <= 0.04; guardrails held`` or ``rejected: guard
+    `count_even` dropped 5 of 7, p = 0.03 <= 0.05 (largest of 31 families)``. ``verbs``: the
+    words for a pass and a fail (a comparison that decides nothing says "would promote")."""
+    yes, no = verbs
+    by_name = {g.name: g for g in v.gates}
+    if v.passed:
+        if v.champion_version is None:
+            return (f"{yes}: first champion, absolute gates held (pass rate "
+                    f"{v.candidate.pass_rate:.3f})")
+        ev = by_name.get("improvement_evidence")
+        win = ev.reason if ev is not None and ev.reason else "every gate held"
+        return f"{yes}: {win}; guardrails held"
+    failed = [g for g in v.gates if not g.passed]
+    first = sorted(failed, key=lambda g: _FIRST.index(g.name) if g.name in _FIRST else len(_FIRST))
+    g = first[0]
+    figures = g.detail or f"{_fmt(g.value)} {g.comparator} {_fmt(g.threshold)}"
+    why = g.reason or f"{g.name} failed ({figures})"
+    others = [x.name for x in first[1:]]
+    line = f"{no}: {why}"
+    if g.name == "improvement_evidence" and _power_note(v):
+        line += f" ({_power_note(v)})"
+    if others:
+        line += f"; also failed: {', '.join(others)}"
+    return line
+
+
 def format_table(verdict: GateVerdict) -> str:
-    """The gate table for the terminal."""
-    parts = [_title(verdict), "", _text_table(_HEAD, gate_rows(verdict.gates)), ""]
+    """The gate table for the terminal: the decision line, the power of the draw, the gates."""
+    head = [_title(verdict), verdict.decision or decision_line(verdict)]
+    if _power_note(verdict):
+        head.append(f"power: {_power_note(verdict)} at one-sided "
+                    f"{verdict.extras['power.level']:.2g}")
+    parts = [*head, "", _text_table(_HEAD, gate_rows(verdict.gates)), ""]
     parts.append(_text_table(
         ("suite", "candidate", "champion"), summary_rows(verdict.candidate, verdict.champion)
     ))
@@ -132,6 +178,9 @@ def render_html(verdict: GateVerdict, config_json: str, candidate: SuiteResult |
         "<!doctype html>", "<html><head><meta charset='utf-8'>",
         f"<title>{title}</title><style>{_CSS}</style></head><body>",
         f"<h1 id='verdict' class='{PASS if verdict.passed else FAIL}'>{title}</h1>",
+        f"<p id='decision'>{html.escape(verdict.decision or decision_line(verdict))}</p>",
+        (f"<p id='power'>power: {html.escape(_power_note(verdict))}</p>"
+         if _power_note(verdict) else ""),
         "<h2>Gates</h2>", _html_table(_HEAD, gate_rows(verdict.gates), verdict_col=6),
         "<h2>Suite</h2>",
         _html_table(("suite", "candidate", "champion"),

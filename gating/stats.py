@@ -209,8 +209,9 @@ class AlphaSpending:
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
             raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
-        if self.rule not in ("lord", "pi2", "fixed"):
-            raise ValueError(f"rule must be 'lord', 'pi2' or 'fixed', got {self.rule!r}")
+        if self.rule not in ("per_decision", "lord", "pi2", "fixed"):
+            raise ValueError(
+                f"rule must be 'per_decision', 'lord', 'pi2' or 'fixed', got {self.rule!r}")
         if self.w0 is None:
             self.w0 = self.alpha / 2.0
         if not 0.0 < self.w0 <= self.alpha:
@@ -219,7 +220,7 @@ class AlphaSpending:
     def level(self, k: int | None = None) -> float:
         """``alpha_k`` for decision ``k`` (default: the next one) given the promotions so far."""
         k = self.k + 1 if k is None else k
-        if self.rule == "fixed":
+        if self.rule in ("fixed", "per_decision"):
             return self.alpha
         if self.rule == "pi2":
             return 6.0 * self.alpha / (math.pi**2 * k * k)
@@ -293,3 +294,131 @@ def normalised_load_entropy(load: list[list[int]]) -> float:
         p = c[c > 0] / total
         worst = min(worst, float(-(p * np.log(p)).sum() / math.log(c.size)))
     return worst
+
+
+# -- power and per-family guardrails ------------------------------------------------------------
+
+def mde_at_power(n_clusters: int, discordant_share: float, alpha: float,
+                 power: float = 0.8) -> float:
+    """Smallest pass-rate gain a one-sided level-``alpha`` paired test detects with ``power``:
+    ``(z_{1-alpha} + z_power) sqrt(q / C)`` for ``C`` independent clusters of which a share ``q``
+    is discordant (the variance of a per-cluster difference in {-1, 0, 1} is about ``q`` near no
+    change). ``inf`` without clusters; with no discordant cluster observed, one in ``C`` stands in
+    (a draw without disagreement says little about the next one's churn)."""
+    from scipy.stats import norm
+
+    if n_clusters <= 0:
+        return math.inf
+    q = max(discordant_share, 1.0 / n_clusters)
+    return float((norm.ppf(1.0 - alpha) + norm.ppf(power)) * math.sqrt(q / n_clusters))
+
+
+@dataclass(frozen=True)
+class FamilyDrop:
+    """The per-family maximum-drop test: which family lost most, by how much, and its p-value."""
+
+    family: str
+    """The family with the largest drop (its pass-rate loss, candidate vs champion)."""
+    drop: float
+    """That family's drop in pass rate over its clusters (champion minus candidate)."""
+    z: float
+    """The test statistic: that family's summed drop over its sign-flip sd (the largest)."""
+    champion_passed: int
+    """Clusters of that family the champion passes (cluster mean > 0.5 counts as a pass)."""
+    candidate_passed: int
+    n_clusters: int
+    """Clusters (functions) of that family."""
+    p_value: float
+    """Sign-flip permutation p-value of the maximum over families (family-wise)."""
+    n_families: int
+
+
+def max_drop_test(diff: np.ndarray, clusters: np.ndarray, families: Sequence[str], *,
+                  candidate: np.ndarray | None = None, n_permutations: int = 10_000,
+                  seed: int = 0) -> FamilyDrop:
+    """Family-wise test that no family got worse: ``T = max_f sum_{c in f}(-d_c) / sqrt(sum_{c in
+    f} d_c^2)`` (each family's drop over its sign-flip sd, the max-T of Westfall and Young, so a
+    family of 7 functions and one of 40 weigh alike) over families ``f`` of the cluster-level
+    paired differences ``d_c`` (candidate minus champion), against its sign-flip null (each
+    cluster's difference multiplied by an independent +-1, exact when candidate and champion are
+    exchangeable within a cluster). ``p = (1 + #{T* >= T}) / (1 + B)``; a small ``p`` says some
+    family dropped beyond chance, controlling the family-wise error over all families at once.
+
+    ``diff``, ``clusters``, ``families``: per row ``(n,)``; a cluster belongs to the family of its
+    first row. ``candidate``: per-row candidate outcomes (only for the pass counts reported).
+    """
+    d = np.asarray(diff, dtype=np.float64)
+    if d.ndim != 1 or d.size == 0 or len(families) != d.size:
+        raise ValueError(f"max_drop_test needs equal non-empty 1-d inputs, got {d.shape} and "
+                         f"{len(families)} families")
+    _, ids = np.unique(np.asarray(clusters), return_inverse=True)
+    n_c = int(ids.max()) + 1
+    sizes = np.bincount(ids, minlength=n_c).astype(np.float64)
+    dc = np.bincount(ids, weights=d, minlength=n_c) / sizes  # (C,) cluster mean difference
+    first_row = np.full(n_c, -1)
+    for row in range(d.size - 1, -1, -1):
+        first_row[ids[row]] = row
+    fam_names = sorted({families[r] for r in first_row})
+    fam_index = {f: i for i, f in enumerate(fam_names)}
+    fam = np.asarray([fam_index[families[r]] for r in first_row])  # (C,)
+    n_f = len(fam_names)
+    per_fam = np.bincount(fam, minlength=n_f).astype(np.float64)  # (F,) clusters per family
+
+    # sign-flip sd of each family's summed drop (0 where no cluster of it is discordant)
+    sd = np.sqrt(np.bincount(fam, weights=dc * dc, minlength=n_f))  # (F,)
+    scale = np.where(sd > 0, 1.0 / np.where(sd > 0, sd, 1.0), 0.0)  # (F,)
+    onehot = (fam[:, None] == np.arange(n_f)[None, :]).astype(np.float64)  # (C, F)
+
+    def stat(x: np.ndarray) -> np.ndarray:  # x (B, C) -> (B,): the largest studentised drop
+        return ((-x @ onehot) * scale).max(axis=1)
+
+    t = float(stat(dc[None, :])[0])
+    observed = -np.bincount(fam, weights=dc, minlength=n_f) * scale  # (F,)
+    rng = np.random.default_rng(seed)
+    exceed = 0
+    for start in range(0, n_permutations, _CHUNK):
+        b = min(_CHUNK, n_permutations - start)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(b, n_c))
+        exceed += int((stat(signs * dc) >= t - 1e-12).sum())
+    worst = int(observed.argmax())
+    members = fam == worst
+    if candidate is None:
+        cand_c = np.zeros(n_c)
+    else:
+        cand_c = np.bincount(ids, weights=np.asarray(candidate, dtype=np.float64),
+                             minlength=n_c) / sizes
+    champ_c = cand_c - dc
+    return FamilyDrop(
+        family=fam_names[worst], drop=float(-dc[members].sum() / per_fam[worst]), z=t,
+        champion_passed=int((champ_c[members] > 0.5).sum()),
+        candidate_passed=int((cand_c[members] > 0.5).sum()),
+        n_clusters=int(members.sum()), p_value=(1 + exceed) / (1 + n_permutations),
+        n_families=n_f,
+    )
+
+
+def mcnemar_power(n_clusters: int, better_share: float, worse_share: float,
+                  alpha: float) -> float:
+    """Exact probability that the one-sided exact McNemar test (:func:`mcnemar_exact`) rejects at
+    ``alpha`` on ``n_clusters`` independent clusters when each is, independently, better with
+    probability ``better_share`` and worse with ``worse_share`` (so the true gain is their
+    difference and the churn their sum): a sum over the discordant count ``D ~ Bin(C, b + w)``
+    of ``P(better >= crit(D))`` with ``better | D ~ Bin(D, b / (b + w))``."""
+    from scipy.stats import binom
+
+    churn = better_share + worse_share
+    if n_clusters <= 0 or churn <= 0.0:
+        return 0.0
+    if not 0.0 <= better_share <= 1.0 or not 0.0 <= worse_share or churn > 1.0:
+        raise ValueError(f"need shares in [0, 1] summing to <= 1, got {better_share}, "
+                         f"{worse_share}")
+    p_better = better_share / churn
+    n = np.arange(n_clusters + 1)
+    p_n = binom.pmf(n, n_clusters, churn)  # (C + 1,)
+    # crit(n): the smallest count of better clusters whose exact p-value is <= alpha
+    # (P(X >= k | n, 1/2) <= alpha  <=>  binom.sf(k - 1, n, 1/2) <= alpha)
+    crit = binom.isf(alpha, n, 0.5) + 1  # (C + 1,): smallest k with sf(k - 1) <= alpha
+    crit = np.where(binom.sf(crit - 2, n, 0.5) <= alpha, crit - 1, crit)
+    reject = binom.sf(crit - 1, n, p_better)  # P(better >= crit)
+    reject = np.where(crit > n, 0.0, reject)
+    return float((p_n * reject).sum())

@@ -68,7 +68,12 @@ def build_suite(config: SuiteConfig, decision: int = 0) -> tuple[list[Task], Che
 
 
 def prompt_key(task: Task) -> str:
-    """The cluster of a task in the paired statistics: a hash of its prompt text and turns."""
+    """The cluster of a task in the paired statistics: a hash of the function it asks for when
+    the task names one (``task.function``: variants of one function are not independent
+    observations), else of its prompt text and turns."""
+    function = getattr(task, "function", None)
+    if function:
+        return hashlib.sha256(b"function\0" + str(function).encode()).hexdigest()[:16]
     turns = getattr(task, "messages", ())
     h = hashlib.sha256(task.prompt.encode())
     for role, content in turns:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -100,6 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--tracking-uri", help="an MLflow tracking server")
     where.add_argument("--workdir", type=Path, help="a local store (e.g. .demo), no server needed")
     show.add_argument("--config", type=Path)
+    cmp = gsub.add_parser(
+        "compare", help="compare version B (candidate) with version A (baseline) on your own "
+        "JSONL suite, with the gate's statistics (nothing recorded, nothing promoted)")
+    cmp.add_argument("version_a", type=int, help="baseline version (e.g. the old champion)")
+    cmp.add_argument("version_b", type=int, help="candidate version")
+    cmp.add_argument("--suite", type=Path, required=True,
+                     help="a JSONL suite (docs/GATE.md); every task runs on both versions")
+    where = cmp.add_mutually_exclusive_group(required=True)
+    where.add_argument("--tracking-uri", help="an MLflow tracking server")
+    where.add_argument("--workdir", type=Path, help="a local store (e.g. .demo): its MLflow "
+                       "server is started for the comparison and stopped after")
+    cmp.add_argument("--config", type=Path)
 
     p = sub.add_parser("spans", help="ingested spans: list, show one, release a quarantined one")
     ssub = p.add_subparsers(dest="spans_command", required=True)
@@ -139,9 +152,26 @@ def check_inputs(args: argparse.Namespace):
                 raise UsageError(f"--max-cycles {args.max_cycles}: must be at least 1")
         if args.command == "demo" and args.cycles < 1:
             raise UsageError(f"--cycles {args.cycles}: must be at least 1")
+        if args.command == "gates" and args.gates_command == "compare":
+            _check_suite(args.suite)
     except (ConfigError, RecordingError, ValueError) as e:
         raise UsageError(str(e)) from None
     return config
+
+
+def _check_suite(path: Path) -> None:
+    """A ``--suite`` file that exists and parses (the line and field of a bad task named)."""
+    from gating.config import SuiteConfig
+    from gating.suite import build_suite
+
+    if not path.is_file():
+        raise UsageError(f"--suite {path}: no such file")
+    try:
+        tasks, _ = build_suite(SuiteConfig(kind="jsonl", path=str(path), size=10_000))
+    except (OSError, KeyError, TypeError) as e:
+        raise UsageError(f"--suite {path}: {e}") from None
+    if not tasks:
+        raise UsageError(f"--suite {path}: holds no task")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,6 +227,8 @@ def _dispatch(args: argparse.Namespace, config) -> int:
             tracking_uri=args.tracking_uri,
         )
     if args.command == "gates":
+        if args.gates_command == "compare":
+            return _gates_compare(args, config)
         return _gates_show(args, config)
     if args.command == "config":
         print(json.dumps(json.loads(config.model_dump_json()), indent=2))
@@ -230,6 +262,36 @@ def _gates_show(args: argparse.Namespace, config) -> int:
     except GateLookupError as e:
         print(f"ratchet: error: {e}", file=sys.stderr)
         return EXIT_FAILED
+    return 0
+
+
+def _gates_compare(args: argparse.Namespace, config) -> int:
+    from gating.compare import compare_versions
+    from gating.report import format_table
+    from gating.show import GateLookupError, check_reachable, local_store
+
+    server = None
+    try:
+        if args.workdir is not None:
+            from runtime.services import MlflowServer
+
+            local_store(args.workdir)  # a clear error when there is no store
+            server = MlflowServer.start(args.workdir / "mlflow")
+            uri, scratch = server.uri, args.workdir / "compare"
+        else:
+            check_reachable(args.tracking_uri)
+            uri, scratch = args.tracking_uri, Path(tempfile.mkdtemp(prefix="ratchet-compare-"))
+        verdict = compare_versions(
+            tracking_uri=uri, model_name=config.model_name, baseline=args.version_a,
+            candidate=args.version_b, suite_path=args.suite, config=config.gate,
+            workdir=scratch)
+    except (GateLookupError, ValueError, FileNotFoundError) as e:
+        print(f"ratchet: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        if server is not None:
+            server.stop()
+    print(format_table(verdict))
     return 0
 
 

@@ -22,10 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 _GATE = """
 import sys
 from pathlib import Path
-from gating.config import GateConfig, SuiteConfig
+from gating.config import ErrorControlConfig, GateConfig, SuiteConfig
 from gating.gate import run_gate
 uri, name, cand, champ, work = sys.argv[1:6]
-config = GateConfig(suite=SuiteConfig(size=12, max_new_tokens=4), min_pass_rate=0.0)
+config = GateConfig(suite=SuiteConfig(size=12, max_new_tokens=4), min_pass_rate=0.0,
+                    error_control=ErrorControlConfig(rule="lord"))
 v = run_gate(tracking_uri=uri, model_name=name, candidate_version=int(cand),
              champion_version=None if champ == "-" else int(champ), config=config,
              workdir=Path(work))

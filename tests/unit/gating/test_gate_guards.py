@@ -28,12 +28,27 @@ def test_a_candidate_surely_worse_on_the_guard_fails_it():
     assert gate.value == pytest.approx(-0.5) and gate.ci_high < 0.0
 
 
-def test_a_tie_or_noise_on_the_guard_passes():
+def test_a_tie_on_the_guard_passes():
     champion = _result([True, False] * 20)
     assert guard_gate(GUARD, champion, champion, BootstrapConfig()).passed
-    # one prompt lost, one won: no evidence of a regression
+
+
+def test_the_burden_of_proof_is_on_the_candidate():
+    """One prompt lost and one won of 40: no evidence of harm, but no proof of non-inferiority
+    either (one-sided 95% lower bound -0.05 below the -0.03 margin): the guard fails. The older
+    rule (fail only when surely worse) let it through."""
+    champion = _result([True, False] * 20)
     candidate = _result([False, True] + [True, False] * 19)
-    assert guard_gate(GUARD, candidate, champion, BootstrapConfig()).passed
+    gate = guard_gate(GUARD, candidate, champion, BootstrapConfig())
+    assert not gate.passed and gate.value == 0.0
+    assert gate.ci_low < -0.03 < 0.0 < gate.ci_high  # the interval straddles the margin
+    assert "not shown non-inferior" in gate.reason
+    old = GUARD.model_copy(update={"test": "surely_worse", "max_drop": 0.0})
+    assert guard_gate(old, candidate, champion, BootstrapConfig()).passed
+    # the same churn on 400 prompts is proven within the margin
+    big_champ = _result([True, False] * 200)
+    big_cand = _result([False, True] + [True, False] * 199)
+    assert guard_gate(GUARD, big_cand, big_champ, BootstrapConfig()).passed
 
 
 def test_max_drop_tolerates_a_small_sure_regression():
@@ -84,7 +99,7 @@ def _runner(tmp_path, cand, champ, *, champion_version: int | None = 1):
 def test_the_runner_runs_each_guard_on_both_models(checkpoints, tmp_path):
     extras: dict[str, float] = {}
     worse = _runner(tmp_path, checkpoints["worse"], checkpoints["champion"])._guards(extras)
-    assert [g.name for g in worse] == ["guard.toy"] and not worse[0].passed
+    assert [g.name for g in worse] == ["guard.toy", "guard.families"] and not worse[0].passed
     assert extras["guard.toy.tasks"] == 40.0
     assert extras["guard.toy.candidate_pass_rate"] < extras["guard.toy.champion_pass_rate"]
     same = _runner(tmp_path, checkpoints["champion"], checkpoints["champion"])._guards({})

@@ -142,7 +142,7 @@ def test_token_saving_must_clear_five_percent():
     cfg = GateConfig(min_pass_rate=0.0, improvement=ImprovementEvidence())
     g = {x.name: x for x in evaluate_gates(candidate, champion, cfg,
                                            alpha=0.05)}["improvement_evidence"]
-    assert not g.passed and "ci_high < -2.00" in g.detail
+    assert not g.passed and "shorter if < -2.00" in g.detail
 
 
 # -- alpha spending -----------------------------------------------------------------------------
