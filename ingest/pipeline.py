@@ -319,6 +319,7 @@ class SpanJob:
             drain=self.drain,
             now_ms=self.now_ms,
             expected_signals=tuple(self.join.expected_signals),
+            open_at_drain=self.join.open_at_drain,
             row_checks={
                 "reward_bounds": self.reward_config.bounds(),
                 "max_completion_tokens": self.validation.max_completion_tokens,
