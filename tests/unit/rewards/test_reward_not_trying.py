@@ -104,3 +104,20 @@ def test_no_persistence_for_an_answer_without_code():
         persistence("", "")
     with pytest.raises(ValueError, match="no code"):
         persistence("```python\n```", "anything")
+
+
+def test_every_shipped_config_charges_length_in_the_gates_proportion():
+    from pathlib import Path
+
+    from ratchet.config import load_config
+
+    files = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.json"))
+    assert files
+    for path in files:
+        cfg = load_config(path)
+        rewards = cfg.ingest.rewards
+        # the gate scores a passed task 1 - token_penalty * tokens / max_new_tokens; the reward
+        # charges weight * tokens / length_scale_tokens from the first token
+        assert rewards.length_free_tokens == 0, path.name
+        assert rewards.length_scale_tokens == cfg.gate.suite.max_new_tokens, path.name
+        assert rewards.weights.length == cfg.gate.suite.token_penalty, path.name
