@@ -37,8 +37,8 @@ from pydantic_core import from_json
 from ingest.followup import followup_columns
 from ingest.parse import EventItem, dead_letter
 from ingest.schema import EDIT_WINDOWS_S, SCHEMA_VERSION, DeadLetter
-from rewards.config import RewardConfig
 from rewards.answers import answer_kind
+from rewards.config import RewardConfig
 from rewards.signals import RowSignals, compute_reward, is_trainable
 
 US = 1_000_000

@@ -51,7 +51,8 @@ def answer_kind(text: str) -> AnswerKind:
 def persistence(served_text: str, text_now: str) -> float:
     """Edit persistence of a served answer: 1 - normalised Levenshtein distance (rapidfuzz)
     between the code served and the code as it stands now (``code_of`` of each, without the
-    blank space around it: a client may send the code alone or the reply as edited). 1.0 = untouched, 0.0 = all rewritten.
+    blank space around it: a client may send the code alone or the reply as edited).
+    1.0 = untouched, 0.0 = all rewritten.
 
     Raises ``ValueError`` when the served answer holds no code: nothing could be inserted, so
     there is nothing whose persistence to measure (two empty texts are not "100% kept")."""

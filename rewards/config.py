@@ -109,7 +109,8 @@ class RewardConfig(BaseModel):
         "linear", description="linear: x / scale, a per-token cost (what the policy controls; "
         "it stands in for latency, which the policy's reward leaves to the canary). concave "
         "(Composer 2): C(x) / C(scale) with C(x) = ((1 + k x)^(1-q) - 1) / (k (1-q)), x = "
-        "tokens over the free budget — each extra token costs less than the one before, so easy tasks stay short without starving hard ones. quadratic: "
+        "tokens over the free budget — each extra token costs less than the one before, so "
+        "easy tasks stay short without starving hard ones. quadratic: "
         "(x / scale)^2. All are 0 at x = 0 and 1 at x = length_scale_tokens."
     )
     length_k: float = Field(

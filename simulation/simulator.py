@@ -9,10 +9,11 @@ served the
 completion, over HTTP with a client API key. Each signal's ``created`` is the completion's
 ``created`` + its delay; it is *posted* ``delay / speed`` wall seconds after the answer arrived
 (``speed=600`` makes ten event-minutes cost one second), by a few sender threads. Edits are sent
-as text (``edited_texts``: the code served (``rewards.answers.code_of``: what a user inserts) with a share of its characters
-rewritten so that the API's persistence equals the policy's planned score, to within one
-character). An empty or refused answer gets no persistence at all, as from a real editor:
-nothing of it was inserted (its other signals, a complaint or a reject, still go). ``drain()`` waits until every signal was posted.
+as text (``edited_texts``: the code served, ``rewards.answers.code_of``, which is what a user
+inserts, with a share of its characters rewritten so that the API's persistence equals the
+policy's planned score, to within one character). An empty or refused answer gets no
+persistence at all, as from a real editor: nothing of it was inserted (its other signals, a
+complaint or a reject, still go). ``drain()`` waits until every signal was posted.
 
 With ``tasks=`` (suite tasks in the shared JSONL format, tasks/pyfuncs.py, e.g. a train-traffic
 pool) the users are chat users instead: each request is the task's ``messages`` sent to

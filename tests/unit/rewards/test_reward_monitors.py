@@ -163,7 +163,8 @@ def test_a_rise_of_empty_or_refused_answers_is_flagged():
                           Answer("t9", "   ", False)]
     assert non_answer_rate(after) == pytest.approx(0.3)
     flags = hack_flags(after, REF, previous=before)
-    assert [(f.name, f.count, f.value) for f in flags] == [("non_answer_rise", 3, pytest.approx(0.3))]
+    assert [(f.name, f.count, f.value) for f in flags] == [
+        ("non_answer_rise", 3, pytest.approx(0.3))]
     assert hack_flags(after, REF, previous=after) == []  # no rise, no flag
     figures = flag_figures(flags, after, before)
     assert figures == {"monitor.flagged": 1.0, "monitor.non_answer_rate": pytest.approx(0.3),
