@@ -189,7 +189,10 @@ class IngestConfig(BaseModel):
     )
     rewards: RewardConfig = Field(default_factory=RewardConfig, description="Reward config.")
     drain: bool = Field(
-        False, description="Finalise every pending completion now (end of stream, demos)."
+        False, description="End of stream (a recording, a replay, demos): finalise now every "
+        "pending completion whose persistence window has closed or whose checkpoints all came, "
+        "without waiting for its other windows; one whose persistence window is still open "
+        "follows ``join.open_at_drain``."
     )
     chunk_events: int = Field(
         250_000,
