@@ -778,8 +778,9 @@ def run(argv: list[str] | None = None) -> SpanResult:
     parser.add_argument("--bootstrap", help="Kafka bootstrap (when no --config).")
     parser.add_argument("--group-id", default="ratchet-ingest")
     parser.add_argument("--output-root", type=Path)
-    parser.add_argument("--drain", action="store_true", help="End of stream: finalise every pending completion whose "
-                        "persistence window has closed (join.open_at_drain decides the others).")
+    parser.add_argument("--drain", action="store_true",
+                        help="End of stream: finalise every pending completion whose persistence "
+                        "window has closed (join.open_at_drain decides the others).")
     args, beam_args = parser.parse_known_args(argv)
     if args.config:
         config = IngestConfig.model_validate_json(args.config.read_text())
