@@ -53,6 +53,8 @@ def batch_monitors(
       (stale, too large, unparseable...), kept apart from malformed model output.
     - ``defaulted_share``: share of rows missing at least one of ``expected_signals``; per
       signal (every signal) in ``defaulted_share_<signal>``.
+    - ``left_out_share``: share of rows the trainer leaves out (``trainable`` false: nothing
+      known of their persistence); a rise means signals stopped arriving.
     - ``mean_length``, ``reward_mean``, ``reward_std``, ``rows``.
     """
     n = table.num_rows
@@ -74,6 +76,8 @@ def batch_monitors(
     flat = pc.list_flatten(table.column("defaulted_signals"))
     for signal in SIGNALS:
         out[f"defaulted_share_{signal}"] = _share(pc.equal(flat, signal), n)
+    if "trainable" in table.column_names:
+        out["left_out_share"] = _share(pc.fill_null(pc.invert(table.column("trainable")), False), n)
     out["mean_length"] = float(pc.mean(table.column("completion_tokens")).as_py() or 0.0)
     out["reward_mean"] = float(pc.mean(table.column("reward")).as_py() or 0.0)
     out["reward_std"] = float(pc.stddev(table.column("reward")).as_py() or 0.0) if n > 1 else 0.0

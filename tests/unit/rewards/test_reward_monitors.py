@@ -39,6 +39,7 @@ def test_batch_monitors_hand_counted():
     assert m["dead_letter_rate"] == pytest.approx(1 / 5)
     assert m["defaulted_share"] == 1.0  # no row has feedback or follow-up
     assert m["defaulted_share_edit_persistence"] == pytest.approx(0.25)
+    assert m["left_out_share"] == pytest.approx(0.25)  # no persistence, no feedback, no client
     assert m["mean_length"] == 8.0
 
 
