@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from gating.config import GateConfig, SuiteConfig
 from gating.gates import HealthFigures, evaluate_gates, power_figures
+from gating.hack_monitors import hack_figures
 from gating.records import FAIL, PASS, GateResult, GateVerdict, SuiteResult
 from gating.report import decision_line, format_table, render_html
 from gating.stats import AlphaSpending
@@ -153,6 +154,7 @@ class GateRunner:
                                         self.config.error_control.alpha
                                         if alpha_k is None else alpha_k))
         clock.lap("seconds.gates")
+        extras.update(hack_figures(tasks, cand, champ))  # answer monitors: recorded, not gated
         gates += self._guards(extras)
         clock.lap("seconds.guards")
         extras["candidate.suite_seconds"] = cand.seconds

@@ -112,6 +112,14 @@ class JoinConfig(BaseModel):
     allowed_lateness_s: float = Field(
         60.0, ge=0.0, description="How far behind the largest event time the watermark trails."
     )
+    open_at_drain: Literal["pending", "neutral"] = Field(
+        "pending",
+        description="What a drain (end of a recording or replay) does with a completion whose "
+        "persistence window is still open against the watermark: 'pending' keeps it for the "
+        "next span (its checkpoints can still come); 'neutral' finalises it now, and a missing "
+        "checkpoint then means nothing (never a rejection): the row is left out of training "
+        "unless feedback or the checkpoints that came score it.",
+    )
     finalized_retention_s: float = Field(
         86400.0,
         gt=0.0,
@@ -181,7 +189,10 @@ class IngestConfig(BaseModel):
     )
     rewards: RewardConfig = Field(default_factory=RewardConfig, description="Reward config.")
     drain: bool = Field(
-        False, description="Finalise every pending completion now (end of stream, demos)."
+        False, description="End of stream (a recording, a replay, demos): finalise now every "
+        "pending completion whose persistence window has closed or whose checkpoints all came, "
+        "without waiting for its other windows; one whose persistence window is still open "
+        "follows ``join.open_at_drain``."
     )
     chunk_events: int = Field(
         250_000,

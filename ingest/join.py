@@ -37,15 +37,20 @@ from pydantic_core import from_json
 from ingest.followup import followup_columns
 from ingest.parse import EventItem, dead_letter
 from ingest.schema import EDIT_WINDOWS_S, SCHEMA_VERSION, DeadLetter
+from rewards.answers import answer_kind
 from rewards.config import RewardConfig
-from rewards.signals import RowSignals, compute_reward
+from rewards.signals import RowSignals, compute_reward, is_trainable
 
 US = 1_000_000
 NEXT = "next_completion"
 """Kind of the marker item that carries the time of the conversation's next completion."""
 PERSISTENCE_OPEN = "persistence_window_open"
-"""Kind of the marker joined to a completion finalised (by a drain) while its persistence window
-was still open: a missing checkpoint then means nothing, whatever the client declared."""
+"""Kind of the marker joined to a completion finalised while its persistence window was still
+open and some checkpoint had not come (a drain with ``open_at_drain="neutral"``, or expected
+signals that leave persistence out): a missing checkpoint then means nothing, whatever the
+client declared."""
+OPEN_AT_DRAIN = ("pending", "neutral")
+"""What a drain does with a completion whose persistence window is still open."""
 
 
 SIGNAL_KINDS = ("edit_persistence", "followup", "feedback")
@@ -164,8 +169,13 @@ def join_group(
     expected: Iterable[str] = SIGNAL_KINDS,
     early: bool = True,
     build_row: bool = True,
+    open_at_drain: str = "pending",
 ) -> JoinOutcome:
     """Decide the fate of every event of ``response_id`` (see the module docstring).
+
+    ``watermark_us`` is the real watermark (largest event time less the lateness) also when
+    ``drain``: the drain decides what it finalises (``open_at_drain``), the watermark decides
+    which persistence windows are still open.
 
     ``early=False`` finalises a completion only once every window has closed (never on the
     expected signals having arrived): what a chunk of a span that is not its last uses, so that
@@ -203,15 +213,19 @@ def join_group(
     ends = window_ends(t, windows, t_next, acceptance_time(t, signals, windows))
     in_window = [s for s in signals if s.event_time_us <= ends[s.kind]]
     outside = [s for s in signals if s.event_time_us > ends[s.kind]]
+    if open_at_drain not in OPEN_AT_DRAIN:
+        raise ValueError(f"open_at_drain must be one of {OPEN_AT_DRAIN}, got {open_at_drain!r}")
     closed = max(ends.values()) <= watermark_us
     complete = early and _complete(in_window, set(expected), ends, watermark_us)
-    if not (drain or closed or complete):
+    persistence_open = ends["edit_persistence"] > watermark_us and not _all_checkpoints(in_window)
+    drained = drain and (not persistence_open or open_at_drain == "neutral")
+    if not (drained or closed or complete):
         out.pending = [completion, *signals]
         return out
     out.late = [dead_letter(s, "late_signal", f"outside the {s.kind} window") for s in outside]
     in_window, refused = _first_feedback(in_window)
     out.dead += refused
-    if ends["edit_persistence"] > watermark_us:
+    if persistence_open:
         in_window.append(EventItem(PERSISTENCE_OPEN, f"open:{response_id}", watermark_us, "",
                                    -1, -1, b"", -1))
     if build_row:
@@ -222,15 +236,19 @@ def join_group(
     return out
 
 
+def _all_checkpoints(signals: list[EventItem]) -> bool:
+    """Every persistence checkpoint (``EDIT_WINDOWS_S``) is among ``signals``."""
+    return {s.window_s for s in signals if s.kind == "edit_persistence"} >= set(EDIT_WINDOWS_S)
+
+
 def _complete(
     signals: list[EventItem], expected: set[str], ends: Mapping[str, int], watermark_us: int
 ) -> bool:
     """Every expected signal kind has arrived (persistence: every checkpoint) or can no longer
     arrive in its window; kinds that are not expected are not waited for."""
     kinds = {s.kind for s in signals}
-    checkpoints = {s.window_s for s in signals if s.kind == "edit_persistence"}
     arrived = {
-        "edit_persistence": checkpoints >= set(EDIT_WINDOWS_S),
+        "edit_persistence": _all_checkpoints(signals),
         "followup": "followup" in kinds,
         "feedback": "feedback" in kinds,
     }
@@ -319,7 +337,6 @@ def reward_row(
             reward_config,
             prompt=c["prompt"],
             response_text=c["response_text"],
-            latency_ms=float(c["latency_ms"]),
             n_tokens=n_tokens,
             client_id=c.get("client_id"),
         )
@@ -333,29 +350,27 @@ def signal_columns(
     *,
     prompt: str,
     response_text: str,
-    latency_ms: float,
     n_tokens: int,
     client_id: str | None = None,
 ) -> dict[str, Any]:
     """The reward row's columns that come from the joined signals: the chosen signals, the
-    follow-up detector's columns, the reward, its components, the defaulted signals and what
-    the completion's client declared it reports (``RewardConfig.clients``)."""
+    follow-up detector's columns, the reward, its components, the defaulted signals, what the
+    completion's client declared it reports (``RewardConfig.clients``) and whether the row is
+    trained on (``is_trainable``)."""
     persistence, followup, label = _pick_signals(signals)
     declares = reward_config.client(client_id).reports_persistence_for_inserted
-    window_closed = not any(s.kind == PERSISTENCE_OPEN for s in signals)
     fu = followup_columns(followup, prompt, response_text)
     dissatisfied = fu["followup_dissatisfied"]  # the detector's decision, never the flag
-    reward, components, defaulted = compute_reward(
-        RowSignals(
-            latency_ms=latency_ms,
-            completion_tokens=n_tokens,
-            edit_persistence=persistence,
-            followup_dissatisfied=dissatisfied,
-            feedback_label=label,  # type: ignore[arg-type]
-            reports_persistence_for_inserted=declares and window_closed,
-        ),
-        reward_config,
+    row_signals = RowSignals(
+        completion_tokens=n_tokens,
+        edit_persistence=persistence,
+        followup_dissatisfied=dissatisfied,
+        feedback_label=label,  # type: ignore[arg-type]
+        reports_persistence_for_inserted=declares,
+        persistence_window_open=any(s.kind == PERSISTENCE_OPEN for s in signals),
+        answered=answer_kind(response_text) == "code",
     )
+    reward, components, defaulted = compute_reward(row_signals, reward_config)
     cols = {
         "followup_dissatisfied": dissatisfied,
         "feedback_accept": None if label is None else label == "accept",
@@ -363,6 +378,7 @@ def signal_columns(
         "reward_components": list(components.items()),
         "defaulted_signals": defaulted,
         "client_reports_persistence": None if client_id is None else declares,
+        "trainable": is_trainable(row_signals, reward_config),
         **fu,
     }
     for w in EDIT_WINDOWS_S:

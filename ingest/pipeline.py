@@ -319,6 +319,7 @@ class SpanJob:
             drain=self.drain,
             now_ms=self.now_ms,
             expected_signals=tuple(self.join.expected_signals),
+            open_at_drain=self.join.open_at_drain,
             row_checks={
                 "reward_bounds": self.reward_config.bounds(),
                 "max_completion_tokens": self.validation.max_completion_tokens,
@@ -736,8 +737,10 @@ def run_span(
 
     ``config`` gives join windows, parse limits, validation bounds, rewards and ``drain``
     (defaults: ``IngestConfig()``); ``reward_config`` and ``drain``, when given, override it.
-    ``drain=True`` finalises every carried completion now (end of stream); otherwise completions
-    whose join windows are still open are carried to the next span.
+    ``drain=True`` (end of stream) finalises every carried completion whose persistence window
+    has closed or whose checkpoints all came, without waiting for its other windows (one whose
+    persistence window is still open stays pending unless ``join.open_at_drain`` is
+    ``"neutral"``); otherwise completions whose join windows are still open are carried.
     """
     cfg = config or IngestConfig()
     source = KafkaSource(bootstrap=bootstrap, group_id=group_id, partitions=cfg.partitions)
@@ -775,7 +778,9 @@ def run(argv: list[str] | None = None) -> SpanResult:
     parser.add_argument("--bootstrap", help="Kafka bootstrap (when no --config).")
     parser.add_argument("--group-id", default="ratchet-ingest")
     parser.add_argument("--output-root", type=Path)
-    parser.add_argument("--drain", action="store_true", help="Finalise every pending completion.")
+    parser.add_argument("--drain", action="store_true",
+                        help="End of stream: finalise every pending completion whose persistence "
+                        "window has closed (join.open_at_drain decides the others).")
     args, beam_args = parser.parse_known_args(argv)
     if args.config:
         config = IngestConfig.model_validate_json(args.config.read_text())

@@ -69,7 +69,6 @@ def reward_table(
         rows = [reward_row(rid, comp, sigs, reward_config) for rid, comp, sigs in finals]
         return pa.Table.from_pylist(rows, schema=REWARD_SCHEMA)
     n_tokens = pc.list_value_length(c["response_token_ids"]).cast(pa.int32())
-    latency = c["latency_ms"].to_pylist()
     prompts, responses = c["prompt"].to_pylist(), c["response_text"].to_pylist()
     clients = c["client_id"].to_pylist()
     signal_rows = [
@@ -78,7 +77,6 @@ def reward_table(
             reward_config,
             prompt=prompts[i],
             response_text=responses[i],
-            latency_ms=latency[i],
             n_tokens=n,
             client_id=clients[i],
         )

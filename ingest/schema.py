@@ -373,6 +373,9 @@ REWARD_SCHEMA = pa.schema(
         pa.field("reward", pa.float32(), nullable=False),
         pa.field("reward_components", pa.map_(pa.string(), pa.float32()), nullable=False),
         pa.field("defaulted_signals", pa.list_(pa.string()), nullable=False),
+        # Whether the trainer uses the row (false: nothing is known of its persistence,
+        # rewards.signals.is_trainable); null in rows written before the column existed: true.
+        pa.field("trainable", pa.bool_()),
     ],
     metadata={b"ratchet.schema_version": str(SCHEMA_VERSION).encode()},
 )

@@ -262,6 +262,7 @@ class JoinSignals(beam.DoFn):
         drain: bool,
         expected: tuple[str, ...],
         early: bool = True,
+        open_at_drain: str = "pending",
     ) -> None:
         self.windows = windows
         self.reward_config = reward_config
@@ -271,6 +272,7 @@ class JoinSignals(beam.DoFn):
         self.drain = drain
         self.expected = expected
         self.early = early
+        self.open_at_drain = open_at_drain
         self.duplicates = Metrics.counter("ingest", "duplicates")
 
     def setup(self) -> None:
@@ -315,6 +317,7 @@ class JoinSignals(beam.DoFn):
             expected=self.expected,
             early=self.early,
             build_row=False,
+            open_at_drain=self.open_at_drain,
         )
         if out.duplicates:
             self.duplicates.inc(out.duplicates)
@@ -410,6 +413,9 @@ class PipelineSpec:
     now_ms: int
     """Ingest's own clock for this span: bounds event times and the watermark."""
     expected_signals: tuple[str, ...]
+    open_at_drain: str = "pending"
+    """What a drain does with a completion whose persistence window is still open
+    (``JoinConfig.open_at_drain``)."""
     early: bool = True
     """False in a chunk of a span that is not its last: completions are finalised only once
     every window has closed (``join_group``), so later chunks can still add their signals."""
@@ -469,6 +475,7 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
                 spec.drain,
                 spec.expected_signals,
                 spec.early,
+                spec.open_at_drain,
             ),
             watermark=beam.pvalue.AsSingleton(watermark),
         ).with_outputs("pending", "late", "dead", "finalized", main="rows")
@@ -560,7 +567,8 @@ class _WatermarkFn(beam.CombineFn):
 
     Input: ``("topic:partition", batch's largest event time)``. Output: ``[max_event_time_us,
     watermark_us, {"topic:partition": largest event time}]`` where watermark = max - allowed
-    lateness, or a far-future value when draining. With no events at all, both come from the
+    lateness, draining or not (a drain finalises what the watermark has not closed, except a
+    persistence window still open: ``join_group``). With no events at all, both come from the
     carried max. The max never passes ``now_us`` (ingest's clock), whatever a record claims.
 
     ``hold`` (a chunk of a span that is not its last: the partitions that later chunks still
@@ -608,8 +616,6 @@ class _WatermarkFn(beam.CombineFn):
         top, parts = acc
         top = None if top is None else min(top, self.now_us)
         parts = {k: min(t, self.now_us) for k, t in sorted(parts.items())}
-        if self.drain:
-            return [top, 2**62, parts]
         wm = -(2**62) if top is None else top - self.lateness_us
         if self.hold:
             wm = min(wm, min(parts.get(k, -(2**62)) for k in self.hold) - self.lateness_us)

@@ -19,8 +19,10 @@ class RewardWeights(BaseModel):
     edit_persistence: float = Field(1.0, ge=0.0, le=10.0, description="Weight of persistence.")
     followup: float = Field(0.5, ge=0.0, le=10.0, description="Weight of the follow-up signal.")
     feedback: float = Field(1.0, ge=0.0, le=10.0, description="Weight of explicit feedback.")
-    latency: float = Field(0.1, ge=0.0, le=10.0, description="Weight of the latency reward.")
-    length: float = Field(0.5, ge=0.0, le=10.0, description="Weight of the length penalty.")
+    length: float = Field(
+        0.5, ge=0.0, le=10.0, description="Weight of the length penalty (the gate's "
+        "``token_penalty`` is 0.5 too: a passed task scores 1 - 0.5 * tokens / max_new_tokens)."
+    )
 
 
 class SignalDefaults(BaseModel):
@@ -31,8 +33,10 @@ class SignalDefaults(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     edit_persistence: float = Field(
-        0.0, ge=-1.0, le=1.0, description="Persistence component when no checkpoint and no "
-        "feedback arrived: nothing is known about the suggestion (0: as if half were kept)."
+        0.0, ge=-1.0, le=1.0, description="Persistence component recorded on a row left out of "
+        "training (no checkpoint and no feedback from a client that declares nothing, or a "
+        "persistence window still open): it is never trained on, so this value only shows in "
+        "the row's components and reward."
     )
     edit_persistence_rejected: float = Field(
         -1.0, ge=-1.0, le=1.0, description="Persistence component when no checkpoint arrived "
@@ -55,7 +59,8 @@ class SignalDefaults(BaseModel):
 
 class ClientSignals(BaseModel):
     """What one client declares it reports, which decides what a *missing* signal means for its
-    completions. A client that declares nothing keeps the neutral defaults."""
+    completions. For a client that declares nothing, a completion with no checkpoint and no
+    feedback is left out of training (nothing is known about it)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -64,7 +69,8 @@ class ClientSignals(BaseModel):
         "the user inserted (as Copilot-style telemetry does, with or without accept/reject "
         "events). Then a completion with no checkpoint and no feedback once the windows closed "
         "was never inserted: it is scored as a rejection (persistence "
-        "``defaults.edit_persistence_rejected`` and feedback -1), not as unknown."
+        "``defaults.edit_persistence_rejected`` and feedback -1). False: such a completion is "
+        "left out of training (its row is written with ``trainable`` false)."
     )
 
 
@@ -87,26 +93,25 @@ class RewardConfig(BaseModel):
         default_factory=lambda: {30: 0.1, 120: 0.2, 300: 0.3, 600: 0.4},
         description="Weight of each edit-persistence checkpoint (seconds) in its weighted mean.",
     )
-    latency_target_ms: float = Field(
-        500.0, gt=0.0, description="Latency at or below which the latency component is 1."
-    )
-    latency_max_ms: float = Field(
-        5000.0, gt=0.0, description="Latency at or above which the latency component is 0."
-    )
     length_free_tokens: int = Field(
-        256, ge=0, le=100_000, description="Completion tokens that cost nothing."
+        0, ge=0, le=100_000, description="Completion tokens that cost nothing (0: every token "
+        "costs, from the first, as in the gate's length-aware score)."
     )
     length_scale_tokens: int = Field(
-        256, ge=1, le=100_000, description="Tokens over budget at which the penalty reaches 1."
+        32, ge=1, le=100_000, description="Tokens over budget at which the penalty reaches 1: "
+        "set it to the gate suite's ``max_new_tokens`` (and the traffic's ``max_tokens``) so the "
+        "reward charges length in the gate's proportion (a shipped-config test checks it)."
     )
     length_max_penalty: float = Field(
         1.0, gt=0.0, le=1.0, description="Upper bound of the length penalty."
     )
-    length_shape: Literal["concave", "quadratic"] = Field(
-        "concave", description="concave (Composer 2): C(x) / C(scale) with C(x) = ((1 + k x)^(1-q)"
-        " - 1) / (k (1-q)), x = tokens over the free budget — each extra token costs less than "
-        "the one before, so easy tasks stay short without starving hard ones. quadratic: "
-        "(x / scale)^2 (the old term). Both are 0 at x = 0 and 1 at x = length_scale_tokens."
+    length_shape: Literal["linear", "concave", "quadratic"] = Field(
+        "linear", description="linear: x / scale, a per-token cost (what the policy controls; "
+        "it stands in for latency, which the policy's reward leaves to the canary). concave "
+        "(Composer 2): C(x) / C(scale) with C(x) = ((1 + k x)^(1-q) - 1) / (k (1-q)), x = "
+        "tokens over the free budget — each extra token costs less than the one before, so "
+        "easy tasks stay short without starving hard ones. quadratic: "
+        "(x / scale)^2. All are 0 at x = 0 and 1 at x = length_scale_tokens."
     )
     length_k: float = Field(
         1.0 / 64, gt=0.0, le=10.0, description="k of the concave penalty (per token): where it "
@@ -119,11 +124,6 @@ class RewardConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> RewardConfig:
-        if self.latency_max_ms <= self.latency_target_ms:
-            raise ValueError(
-                f"latency_max_ms ({self.latency_max_ms}) must exceed "
-                f"latency_target_ms ({self.latency_target_ms})"
-            )
         bad = {w: v for w, v in self.persistence_window_weights.items() if v < 0}
         if bad or not self.persistence_window_weights:
             raise ValueError(f"persistence_window_weights must be non-empty and >= 0, got {bad}")
@@ -134,10 +134,11 @@ class RewardConfig(BaseModel):
         return self.clients.get(client_id or "", _NO_DECLARATION)
 
     def bounds(self) -> tuple[float, float]:
-        """The smallest and largest reward this config can produce."""
+        """The smallest and largest reward this config can produce (the smallest is what an
+        empty or refused answer scores)."""
         w = self.weights
         lo = -(w.edit_persistence + w.followup + w.feedback + w.length * self.length_max_penalty)
-        hi = w.edit_persistence + w.followup + w.feedback + w.latency
+        hi = w.edit_persistence + w.followup + w.feedback
         return lo, hi
 
 

@@ -9,9 +9,11 @@ served the
 completion, over HTTP with a client API key. Each signal's ``created`` is the completion's
 ``created`` + its delay; it is *posted* ``delay / speed`` wall seconds after the answer arrived
 (``speed=600`` makes ten event-minutes cost one second), by a few sender threads. Edits are sent
-as text (``edited_texts``: the served text with a share of its characters rewritten so that the
-API's persistence equals the policy's planned score, to within one character); the planned score
-is sent as such only for an empty response. ``drain()`` waits until every signal was posted.
+as text (``edited_texts``: the code served, ``rewards.answers.code_of``, which is what a user
+inserts, with a share of its characters rewritten so that the API's persistence equals the
+policy's planned score, to within one character). An empty or refused answer gets no
+persistence at all, as from a real editor: nothing of it was inserted (its other signals, a
+complaint or a reject, still go). ``drain()`` waits until every signal was posted.
 
 With ``tasks=`` (suite tasks in the shared JSONL format, tasks/pyfuncs.py, e.g. a train-traffic
 pool) the users are chat users instead: each request is the task's ``messages`` sent to
@@ -40,6 +42,7 @@ from typing import Self
 
 import httpx
 
+from rewards.answers import answer_kind, code_of
 from runtime.progress import Progress
 from simulation.signal_policy import Outcome, PlannedSignal, SignalPolicy, plan_signals
 from tasks.toy import Task, check, generate_tasks
@@ -304,16 +307,17 @@ class UserSimulator:
                 _output_tokens(s.response),
             )
             plan = plan_signals(outcome, self.policy, self._rng)
+            code = code_of(text).strip() if answer_kind(text) == "code" else ""
+            if not code:  # nothing to insert: a real client reports no persistence
+                plan = [p for p in plan if p.kind != "edit_persistence"]
             created = _created(s.response)
-            edits = edited_texts(text, {p.window_s: p.score for p in plan if p.window_s}, self._rng)
+            edits = edited_texts(code, {p.window_s: p.score for p in plan if p.window_s}, self._rng)
             for signal in plan:
                 body = _body(signal, s.response["id"], created, edits.get(signal.window_s))
                 self._scheduler.schedule(s.arrived + signal.delay_s / self.speed, s.url, body)
             scheduled += len(plan)
             passed.append(result.passed)
-            persist.append(edits[600][1] if 600 in edits else next(
-                p.score for p in plan if p.window_s == 600
-            ))
+            persist.append(edits[600][1] if 600 in edits else 0.0)  # nothing inserted, none kept
             dissatisfied.append(any(p.dissatisfied for p in plan if p.kind == "followup"))
         samples = {
             "pass_rate": passed, "edit_persistence": persist,
@@ -398,7 +402,7 @@ def edited_texts(
     return out
 
 
-_REPLACEMENTS = "qzjxkvwQZJXKVW#@$~`^|"
+_REPLACEMENTS = "qzjxkvwQZJXKVW#@$~^|"  # no backtick: an edit never makes a fence
 
 
 def _body(

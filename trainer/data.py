@@ -45,6 +45,7 @@ class Sample:
     weight: float = 1.0
     top_p: float = 1.0  # nucleus the row was sampled from (1 = none; null in v1 rows)
     prompt_routes: list = field(default_factory=list)  # (len(prompt_ids), layers, top_k) or []
+    trainable: bool = True  # False: nothing known of its persistence (rewards.signals.is_trainable)
 
 
 @dataclass
@@ -75,8 +76,9 @@ class Batch:
 
 REQUIRED = ("prompt", "response_token_ids", "response_logprobs", "routed_experts", "reward",
             "task_kind", "model_version", "temperature")
-OPTIONAL = ("top_p", "prompt_token_ids", "prompt_routed_experts")
-"""REWARD_SCHEMA v2 columns; absent or null (v1 rows): top_p 1.0, prompt re-tokenised."""
+OPTIONAL = ("top_p", "prompt_token_ids", "prompt_routed_experts", "trainable")
+"""REWARD_SCHEMA v2 columns; absent or null (v1 rows): top_p 1.0, prompt re-tokenised,
+trainable."""
 
 IDENTITY = ("prompt", "prompt_token_ids", "response_token_ids", "task_kind", "model_version",
             "temperature", "top_p")
@@ -141,7 +143,8 @@ def _sample(i: int, cols: dict[str, list], vocab_size: int,
                   float(cols["reward"][i]), str(cols["task_kind"][i]), prompt,
                   int(cols["model_version"][i]), float(cols["temperature"][i]),
                   top_p=1.0 if top_p is None else float(top_p),
-                  prompt_routes=prompt_routes if len(prompt_routes) == len(prompt_ids) else [])
+                  prompt_routes=prompt_routes if len(prompt_routes) == len(prompt_ids) else [],
+                  trainable=cols["trainable"][i] is not False)
 
 
 def _fit(s: Sample, max_seq_len: int) -> bool:

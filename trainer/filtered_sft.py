@@ -23,6 +23,9 @@ def filtered_sft(champion_dir, rows, out_dir, *, steps: int, batch_size: int = 6
     from trainer.data import collate, rows_to_samples
 
     kept = rows.filter(pc.greater(rows.column("reward"), min_reward))
+    if "trainable" in kept.column_names:  # rows whose persistence is unknown are left out
+        kept = kept.filter(pc.invert(pc.fill_null(pc.equal(kept.column("trainable"), False),
+                                                  False)))
     if kept.num_rows == 0:
         raise ValueError(f"no row has reward > {min_reward}")
     torch.manual_seed(seed)

@@ -245,7 +245,7 @@ class RLRecipe:
                                            cfg.staleness_decay)
         for s, w in zip(samples, weights):
             s.weight = w
-        self.samples = [s for s in samples if s.weight > 0 and s.response_ids]
+        self.samples = [s for s in samples if s.weight > 0 and s.response_ids and s.trainable]
         greedy = [s for s in self.samples if s.temperature <= 0]
         imitated = sum(1 for s in greedy if self._imitated(s))
         if not any(s.temperature > 0 for s in self.samples) and not imitated:
@@ -259,6 +259,7 @@ class RLRecipe:
             "rows_stale": stale, "rows_stale_dropped": stale if cfg.staleness_mode == "drop" else 0,
             "rows_truncated": truncated,
             "rows_empty": sum(1 for s in samples if not s.response_ids),
+            "rows_left_out": sum(1 for s in samples if not s.trainable),
             "rows_without_routing": sum(1 for s in self.samples if not s.routes),
             "rows_greedy": len(greedy), "rows_greedy_imitated": imitated,
             "rows_top_p": sum(1 for s in self.samples if s.top_p < 1 and s.temperature > 0),

@@ -83,8 +83,8 @@ def test_events_become_reward_rows_and_bad_ones_dead_letters(broker, tmp_path):
     # everything whose windows closed (watermark = last event - 60 s) is in; the rest pending
     assert "known" in ids and r.rows >= n - 32 and r.pending > 0
     known = table.filter(ds.field("response_id") == "known").to_pylist()[0]
-    # persistence 1.0 -> 1 (w 1); reject -1 (w 1); followup default 0; latency 0.5 (w .1)
-    assert known["reward"] == pytest.approx(1.0 - 1.0 + 0.05)
+    # persistence 1.0 -> 1 (w 1); reject -1 (w 1); followup default 0; 8 tokens / 32 (w 0.5)
+    assert known["reward"] == pytest.approx(1.0 - 1.0 - 0.5 * 8 / 32)
     assert known["defaulted_signals"] == ["followup"]
 
     reasons = sorted(d["reason"] for d in _letters(broker.bootstrap, DEAD_LETTER_TOPIC, dlq_before))

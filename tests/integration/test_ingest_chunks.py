@@ -68,8 +68,9 @@ def _write(path: Path, events: list[Any], bad: list[dict[str, Any]], at: int) ->
 
 
 def _span(src: Path, out: Path, drain: bool, chunk_events: int) -> dict[str, Any]:
-    job = SpanJob.from_config(IngestConfig(drain=drain, chunk_events=chunk_events),
-                              source=FileSource(path=src), output_root=out)
+    # a drain that finalises everything, open persistence windows too (their rows neutral)
+    cfg = IngestConfig(drain=drain, chunk_events=chunk_events, join={"open_at_drain": "neutral"})
+    job = SpanJob.from_config(cfg, source=FileSource(path=src), output_root=out)
     job.setup()
     try:
         job.run()

@@ -119,7 +119,7 @@ def _reference(job: SpanJob, records: list[KafkaRecord]) -> dict[str, Any]:
             groups.setdefault(rid, []).append(marker)
     max_t = None if max_t is None else min(max_t, job.now_ms * 1000)
     lateness = int(job.join.allowed_lateness_s * US)
-    watermark = 2**62 if job.drain else (-(2**62) if max_t is None else max_t - lateness)
+    watermark = -(2**62) if max_t is None else max_t - lateness  # drained or not
     spec = job._spec()
     rows, pending, late, finalized = [], [], [], {}
     for rid in sorted(groups):
@@ -132,6 +132,7 @@ def _reference(job: SpanJob, records: list[KafkaRecord]) -> dict[str, Any]:
             reward_config=job.reward_config,
             drain=job.drain,
             expected=spec.expected_signals,
+            open_at_drain=spec.open_at_drain,
         )
         if out.row is not None:
             rows.append(out.row)
@@ -164,8 +165,10 @@ def _run(job: SpanJob) -> dict[str, Any]:
 
 
 def _job(src: Path, out: Path, drain: bool, beam_args: list[str] | None = None) -> SpanJob:
-    return SpanJob.from_config(IngestConfig(drain=drain), source=FileSource(path=src),
-                               output_root=out, beam_args=beam_args)
+    # a drain that finalises everything, open persistence windows too (their rows neutral)
+    cfg = IngestConfig(drain=drain, join={"open_at_drain": "neutral"})
+    return SpanJob.from_config(cfg, source=FileSource(path=src), output_root=out,
+                               beam_args=beam_args)
 
 
 def _same(got: dict[str, Any], want: dict[str, Any]) -> None:

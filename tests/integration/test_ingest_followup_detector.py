@@ -33,7 +33,9 @@ def test_span_rows_take_the_detectors_decision_and_monitors_compare(tmp_path):
         completion("c", t0), _followup("c", later, "IndexError: list index out of range", None),
         completion("d", t0),
     ])
-    cfg = IngestConfig(source=FileSource(path=src), output_root=tmp_path / "out", drain=True)
+    # no checkpoints came: finalise now all the same (open_at_drain neutral), for the detector
+    cfg = IngestConfig(source=FileSource(path=src), output_root=tmp_path / "out", drain=True,
+                       join={"open_at_drain": "neutral"})
     result = run_config(cfg)
     rows = {r["response_id"]: r for r in read_spans(tmp_path / "out").to_pylist()}
     assert result.rows == 4
@@ -67,7 +69,8 @@ def test_validation_rejects_a_follow_up_without_detector_or_with_a_bad_score():
                                   max_age_s=86400)[1])
         return join_group(rid, items, watermark_us=int(t0.timestamp() * US), finalized={},
                           windows=Windows.from_seconds(600, 900, 1800),
-                          reward_config=RewardConfig(), drain=True).row
+                          reward_config=RewardConfig(), drain=True,
+                          open_at_drain="neutral").row
 
     def check(rows):
         return validate_span(pa.Table.from_pylist(rows, schema=REWARD_SCHEMA),

@@ -200,7 +200,9 @@ def test_generated_payloads_never_crash_and_every_one_is_accounted_for(broker, t
                 signals.append(expect)
     sent = len(futures)
 
-    cfg = IngestConfig(parse=ParseConfig(max_event_bytes=MAX_BYTES), drain=True)
+    # finalise everything now, open persistence windows too (neutral): this is about parsing
+    cfg = IngestConfig(parse=ParseConfig(max_event_bytes=MAX_BYTES), drain=True,
+                       join={"open_at_drain": "neutral"})
     r = run_span(
         bootstrap=broker.bootstrap, group_id="fuzz", output_root=tmp_path / "out", config=cfg
     )

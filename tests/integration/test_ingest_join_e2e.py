@@ -34,7 +34,9 @@ def test_followup_window_ends_at_the_next_completion_across_spans(tmp_path):
             followup("q2", t1 + timedelta(seconds=10), dissatisfied=False),
         ],
     )
-    second = run_config(cfg.model_copy(update={"drain": True}))
+    # q1's persistence window is still open: a drain finalises it only when asked to (neutral)
+    neutral = cfg.join.model_copy(update={"open_at_drain": "neutral"})
+    second = run_config(cfg.model_copy(update={"drain": True, "join": neutral}))
     rows = {r["response_id"]: r for r in read_spans(tmp_path / "out").to_pylist()}
     assert set(rows) == {"q1", "q2"} and second.late == 1
     assert rows["q1"]["followup_dissatisfied"] is None  # after q2: belongs to q2's turn

@@ -11,8 +11,10 @@ to another client), 409 (this signal was already given: one feedback and one fol
 response, one edit per window), 413 (body over the replica's limit), 422 (a field out of bounds,
 named in ``error.param``), 503 (logging off or its queue full). Every error is in OpenAI's shape.
 
-Edit persistence is ``1 - normalised Levenshtein distance`` between the served text and the text
-as it stands now (rapidfuzz), or a precomputed score.
+Edit persistence is ``1 - normalised Levenshtein distance`` between the code served and the code
+as it stands now (rapidfuzz, ``rewards.answers.persistence``: the fenced blocks of a chat reply,
+or the whole text without a fence, so prose around the code earns nothing), or a precomputed
+score. A response that holds no code (empty) has nothing to persist: an edit for it is a 422.
 
 Deliberately left out: rate limits per key, and interpreting follow-ups (ingest's detector does).
 """
@@ -72,10 +74,11 @@ ResponsesDep = Annotated[ResponseMemory, Depends(get_responses)]
 
 
 def persistence(served_text: str, text_now: str) -> float:
-    """1 - normalised Levenshtein distance (rapidfuzz): 1.0 = untouched, 0.0 = all rewritten."""
-    from rapidfuzz.distance import Levenshtein
+    """1 - normalised Levenshtein distance between the code served and the code now
+    (``rewards.answers.persistence``): 1.0 = untouched, 0.0 = all rewritten."""
+    from rewards.answers import persistence as code_persistence
 
-    return float(Levenshtein.normalized_similarity(served_text, text_now))
+    return code_persistence(served_text, text_now)
 
 
 def _event_time(body: _SignalRequest, served: ServedResponse, max_skew_s: float) -> datetime:
@@ -154,6 +157,15 @@ def post_edit(
     metrics: MetricsDep, settings: SettingsDep,
 ) -> SignalAccepted:
     def build(served, common):
+        from rewards.answers import code_of
+
+        if not code_of(served.text).strip():
+            responses.release(body.response_id, f"edit:{body.window_s}")
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                f"response_id: {body.response_id!r} holds no code: nothing was inserted, so "
+                "there is no edit persistence to report",
+            )
         score = body.score if body.text is None else persistence(served.text, body.text)
         return EditPersistence(**common, window_s=body.window_s, score=score)
 

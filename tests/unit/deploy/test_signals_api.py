@@ -185,7 +185,8 @@ def test_events_are_queued_with_persistence_and_event_time_stamp(client, app, ke
     assert r.status_code == 202
     from rapidfuzz.distance import Levenshtein
 
-    expected = 1 - Levenshtein.distance(SERVED, edited) / max(len(SERVED), len(edited))
+    code, now = SERVED.strip(), edited.strip()  # the code, without the blank space around it
+    expected = 1 - Levenshtein.distance(code, now) / max(len(code), len(now))
     assert r.json()["score"] == pytest.approx(expected) and 0.8 < expected < 1.0
     assert client.post("/v1/followups", json={"response_id": "cmpl-1", "text": "still wrong",
                                               "dissatisfied": True},
@@ -208,3 +209,23 @@ def test_events_are_queued_with_persistence_and_event_time_stamp(client, app, ke
     assert json.loads(records[2][2])["event_time"].startswith(created[:19])
     text = client.get("/metrics").text
     assert 'ratchet_signals_total{kind="feedback",result="accepted"} 1.0' in text
+
+
+def test_persistence_is_measured_over_the_code_not_the_prose(client, app, key):
+    created = datetime.now(UTC) - timedelta(seconds=1)
+    padded = "Sure! " * 50 + f"```python\n{SERVED}```" + "\nHope this helps." * 20
+    app.state.responses.remember("cmpl-pad", text=padded, created=created, conversation_id="c")
+    _serve(app)
+    edited = SERVED.replace("a + b", "b + a")
+    scores = [client.post("/v1/edits", json={"response_id": rid, "window_s": 30, "text": edited},
+                          headers=_auth(key)).json()["score"] for rid in ("cmpl-pad", "cmpl-1")]
+    assert scores[0] == pytest.approx(scores[1]) and scores[0] < 0.95  # padding earns nothing
+
+
+def test_an_answer_without_code_has_no_persistence_to_report(client, app, key):
+    created = datetime.now(UTC) - timedelta(seconds=1)
+    app.state.responses.remember("cmpl-empty", text="  ", created=created, conversation_id="c")
+    for body in ({"score": 0.9}, {"text": "anything"}):
+        r = client.post("/v1/edits", json={"response_id": "cmpl-empty", "window_s": 30, **body},
+                        headers=_auth(key))
+        assert r.status_code == 422 and "holds no code" in r.text  # not a 409: claim released

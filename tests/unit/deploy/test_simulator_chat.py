@@ -16,7 +16,7 @@ RIGHT = "```python\ndef {name}(x):\n    return x + {k}\n```"
 WRONG = "```python\ndef {name}(x):\n    return x - {k}\n```"
 
 
-def _replica(requests: list, signals: list):
+def _replica(requests: list, signals: list, empty_every: int = 0):
     def handle(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         if request.url.path != "/v1/chat/completions":
@@ -27,6 +27,8 @@ def _replica(requests: list, signals: list):
                       body["messages"][0]["content"])
         name, k = m.group(1), int(m.group(2))
         reply = (RIGHT if k % 2 == 0 else WRONG).format(name=name, k=k)
+        if empty_every and len(requests) % empty_every == 0:
+            reply = "I'm sorry, I can't help with that." if k % 2 else ""
         return httpx.Response(200, headers={"x-ratchet-created": "2026-11-25T12:00:00+00:00"},
                               json={"id": f"chatcmpl-{len(requests)}", "object": "chat.completion",
                                     "created": 1795000000, "model": "ratchet",
@@ -72,3 +74,23 @@ def test_chat_traffic_is_graded_by_hidden_tests_and_answered_with_signals():
     by_id = {f"chatcmpl-{i + 1}": ok for i, ok in enumerate(right)}
     assert all(not by_id[f["response_id"]] for f in followups if f["dissatisfied"])
     assert any(f["dissatisfied"] for f in followups)
+
+
+def test_an_empty_or_refused_reply_gets_no_persistence_as_from_a_real_editor():
+    tasks = [t.to_json() for t in instances(BY_FAMILY["add_const"], 12, seed=0)]
+    requests, signals = [], []
+    sim = UserSimulator(urls=["http://replica"], api_key="k", speed=1e6, seed=1, tasks=tasks,
+                        max_tokens=64, policy=SignalPolicy(p_feedback=1.0))
+    transport = _replica(requests, signals, empty_every=3)
+    sim._client = httpx.Client(transport=transport)
+    sim._scheduler._client = httpx.Client(transport=transport)
+    try:
+        sim.run_round(12, concurrency=1)
+        assert sim.drain(30)
+    finally:
+        sim.close()
+    silent = {f"chatcmpl-{i}" for i in range(3, 13, 3)}  # the 4 empty or refused replies
+    edited = {b["response_id"] for p, b in signals if p == "/v1/edits"}
+    assert edited == {f"chatcmpl-{i}" for i in range(1, 13)} - silent
+    rated = {b["response_id"]: b["label"] for p, b in signals if p == "/v1/feedback"}
+    assert {rated[r] for r in silent} <= {"reject", "accept"} and silent <= set(rated)

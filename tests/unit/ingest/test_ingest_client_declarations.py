@@ -68,12 +68,13 @@ def test_declaring_client_without_feedback_events_ranks_kept_rewritten_never_ins
 
 
 @pytest.mark.parametrize("client_id", [None, "someone-else"])
-def test_a_client_that_declares_nothing_keeps_the_neutral_default(client_id):
+def test_a_client_that_declares_nothing_has_its_silent_rows_left_out_of_training(client_id):
     rows = _rows(DECLARING, client_id)
     never = dict(rows["never"]["reward_components"])
-    assert never["edit_persistence"] == 0.0 and never["feedback"] == 0.0
-    # the old order, which is what a declaration exists to fix: never inserted above rewritten
-    assert rows["never"]["reward"] > rows["rewritten"]["reward"]
+    assert never["edit_persistence"] == 0.0 and never["feedback"] == 0.0  # recorded only
+    # its reward would rank never-inserted above rewritten (the old bug): it is not trained on
+    assert rows["never"]["trainable"] is False
+    assert rows["kept"]["trainable"] is True and rows["rewritten"]["trainable"] is True
     assert rows["never"]["client_reports_persistence"] is (None if client_id is None else False)
 
 
@@ -108,14 +109,23 @@ def test_completion_without_client_id_parses_as_before():
     assert parse_event(raw).client_id is None
 
 
-def test_a_drain_before_the_persistence_window_closed_keeps_the_neutral_default():
-    items = _recording("editor-telemetry")["never"]
+@pytest.mark.parametrize("client_id", ["editor-telemetry", None])
+def test_a_drain_before_the_persistence_window_closed_keeps_the_row_pending(client_id):
+    items = _recording(client_id)["never"]
     drained = join_group("never", items, watermark_us=T0_US + 100 * US, finalized={},
                          windows=WIN, reward_config=DECLARING, drain=True)
-    assert drained.row is not None
-    comps = dict(drained.row["reward_components"])
+    assert drained.row is None and {i.kind for i in drained.pending} == {"completion"}
+    # the operator may ask for the neutral default instead: finalised, never a rejection,
+    # left out of training (nothing is known of its persistence)
+    neutral = join_group("never", items, watermark_us=T0_US + 100 * US, finalized={},
+                         windows=WIN, reward_config=DECLARING, drain=True,
+                         open_at_drain="neutral")
+    comps = dict(neutral.row["reward_components"])
     assert comps["edit_persistence"] == 0.0 and comps["feedback"] == 0.0
-    # the same completion once its windows have closed is scored as a rejection
+    assert neutral.row["trainable"] is False
+    # the same completion once its windows have closed: a rejection for the declaring client
+    if client_id is None:
+        return
     closed = join_group("never", items, watermark_us=T0_US + 4000 * US, finalized={},
                         windows=WIN, reward_config=DECLARING)
     assert dict(closed.row["reward_components"])["edit_persistence"] == -1.0

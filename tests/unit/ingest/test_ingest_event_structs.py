@@ -222,7 +222,8 @@ def _joined(classified: list[Any]) -> list[Any]:
     out = []
     for rid in sorted(by_id):
         o = join_group(rid, by_id[rid], watermark_us=int(T0.timestamp() * US), finalized={},
-                       windows=windows, reward_config=RewardConfig(), drain=True)
+                       windows=windows, reward_config=RewardConfig(), drain=True,
+                       open_at_drain="neutral")
         out.append((rid, o.row, o.pending, o.late, o.dead, o.duplicates))
     return out
 

@@ -32,7 +32,7 @@ def _row(text: str | None, flag: bool | None) -> dict:
         items.append(_item(fu, 1))
     out = join_group("r1", items, watermark_us=T0_US, finalized={},
                      windows=Windows.from_seconds(600, 900, 1800), reward_config=RewardConfig(),
-                     drain=True)
+                     drain=True, open_at_drain="neutral")
     assert out.row is not None
     return out.row
 
@@ -51,8 +51,9 @@ def test_a_pasted_traceback_is_dissatisfied_without_any_flag():
     assert row["followup_dissatisfied"] is True and row["followup_flag"] is None
     assert row["dissatisfied_score"] >= 0.9
     assert dict(row["reward_components"])["followup"] == -1.0
-    # reward = persistence default 0 + 0.5 * (-1) + latency 0.1 * 1.0 + feedback default 0
-    assert row["reward"] == pytest.approx(-0.4)
+    # reward = persistence default 0 + 0.5 * (-1) + feedback default 0 + 0.5 * -(8 tokens / 32)
+    assert row["completion_tokens"] == 8
+    assert row["reward"] == pytest.approx(-0.625)
 
 
 def test_no_followup_leaves_every_detector_column_null():

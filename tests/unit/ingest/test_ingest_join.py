@@ -41,7 +41,7 @@ def _all_signals(rid="r1"):
     ]
 
 
-def join(items, watermark_us, finalized=None, drain=False):
+def join(items, watermark_us, finalized=None, drain=False, open_at_drain="pending"):
     return join_group(
         "r1",
         items,
@@ -50,6 +50,7 @@ def join(items, watermark_us, finalized=None, drain=False):
         windows=WIN,
         reward_config=CFG,
         drain=drain,
+        open_at_drain=open_at_drain,
     )
 
 
@@ -67,8 +68,10 @@ def test_final_when_every_window_closed_with_defaults_for_missing():
     assert out.row["edit_persistence_600"] == 0.75 and out.row["edit_persistence_30"] is None
     assert out.row["followup_dissatisfied"] is None and out.row["feedback_accept"] is None
     assert out.row["defaulted_signals"] == ["followup", "feedback"]
-    # persistence 2*0.75-1 = 0.5 (w 1.0); defaults 0; latency 200 ms -> 1.0 (w 0.1); no penalty
-    assert out.row["reward"] == pytest.approx(0.6)
+    # persistence 2*0.75-1 = 0.5 (w 1.0); defaults 0; length 8 tokens / 32 = 0.25 (w 0.5)
+    assert out.row["completion_tokens"] == 8
+    assert out.row["reward"] == pytest.approx(0.5 - 0.5 * 8 / 32)
+    assert out.row["trainable"] is True
     assert out.finalized_at_us == T0_US
 
 
@@ -79,13 +82,33 @@ def test_final_early_when_every_signal_arrived():
     assert out.row["defaulted_signals"] == []
 
 
-def test_drain_finalises_now():
-    out = join([item(completion("r1", T0))], watermark_us=0, drain=True)
+def test_drain_keeps_an_open_persistence_window_pending():
+    # the watermark has not closed the persistence window (600 s): its checkpoints can still come
+    items = [item(completion("r1", T0)), item(persistence("r1", T0, 30, 1.0))]
+    out = join(items, watermark_us=T0_US + 100 * US, drain=True)
+    assert out.row is None and sorted(i.event_id for i in out.pending) == ["c-r1", "ep30-r1"]
+    # once it has closed, a drain finalises without waiting for the follow-up/feedback windows
+    out = join(items, watermark_us=T0_US + 700 * US, drain=True)
+    assert out.row is not None and out.row["edit_persistence_30"] == 1.0 and out.pending == []
+    # every checkpoint in: final at a drain even though the window is open
+    every = [item(completion("r1", T0))] + [item(persistence("r1", T0, w, 1.0))
+                                            for w in (30, 120, 300, 600)]
+    assert join(every, watermark_us=T0_US, drain=True).row is not None
+
+
+def test_drain_neutral_finalises_now_and_leaves_unknown_persistence_out_of_training():
+    out = join([item(completion("r1", T0))], watermark_us=0, drain=True, open_at_drain="neutral")
     assert out.row is not None and out.row["defaulted_signals"] == [
         "edit_persistence",
         "followup",
         "feedback",
     ]
+    assert out.row["trainable"] is False
+
+
+def test_open_at_drain_names_its_choices():
+    with pytest.raises(ValueError, match="open_at_drain"):
+        join([item(completion("r1", T0))], watermark_us=0, drain=True, open_at_drain="close")
 
 
 def test_duplicate_deliveries_are_removed_and_counted():
@@ -212,7 +235,7 @@ def test_feedback_after_the_first_is_a_dead_letter_with_its_reason():
                                      "event_time": T0 + timedelta(seconds=12)})
     items = [item(completion("r1", T0)), item(flip), item(first), item(again)]
 
-    out = join(items, watermark_us=T0_US, drain=True)
+    out = join(items, watermark_us=T0_US, drain=True, open_at_drain="neutral")
 
     assert out.row["feedback_accept"] is True  # the first verdict stands (was: the latest)
     assert sorted(d.reason for d in out.dead) == ["contradictory_feedback", "repeated_feedback"]
@@ -264,3 +287,27 @@ def test_without_an_acceptance_the_window_still_counts_from_the_completion():
     out = join_group("r1", rejected, watermark_us=T0_US + 4000 * US, finalized={},
                      windows=_default_windows(), reward_config=CFG)
     assert [d.reason for d in out.late] == ["late_signal"]
+
+
+def test_the_drain_watermark_is_real_and_keeps_a_cut_recordings_last_suggestions_pending():
+    # a declaring client, the recording cut 5 s after its last two suggestions: the watermark
+    # the pipeline computes for a drain (``_WatermarkFn``) is the largest event time less the
+    # lateness, so their persistence windows are still open: pending, not rejections
+    from ingest.transforms import _WatermarkFn
+
+    declaring = RewardConfig.model_validate(
+        {"clients": {"ide": {"reports_persistence_for_inserted": True}}})
+    fn = _WatermarkFn(None, 60 * US, True, 10**18)
+    acc = fn.add_input(fn.create_accumulator(), ("file:0", T0_US + 5 * US))
+    _, watermark, _ = fn.extract_output(acc)
+    assert watermark == T0_US + 5 * US - 60 * US
+    for rid in ("a", "b"):
+        c = completion(rid, T0).model_copy(update={"client_id": "ide"})
+        out = join_group(rid, [item(c)], watermark_us=watermark, finalized={}, windows=WIN,
+                         reward_config=declaring, drain=True)
+        assert out.row is None and [i.event_id for i in out.pending] == [f"c-{rid}"]
+        # the next span brings the kept checkpoints: scored as kept, once
+        kept = [item(c)] + [item(persistence(rid, T0, w, 1.0)) for w in (30, 120, 300, 600)]
+        later = join_group(rid, kept, watermark_us=T0_US + 700 * US, finalized={}, windows=WIN,
+                           reward_config=declaring, drain=True)
+        assert later.row["reward"] == pytest.approx(1.0 - 0.5 * 8 / 32)

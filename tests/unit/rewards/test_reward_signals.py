@@ -17,7 +17,7 @@ from rewards.signals import (
     edit_persistence_reward,
     feedback_reward,
     followup_reward,
-    latency_reward,
+    is_trainable,
     length_penalty,
 )
 
@@ -43,13 +43,6 @@ def test_followup_and_feedback():
     assert feedback_reward("reject") == -1.0
     with pytest.raises(ValueError, match="maybe"):
         feedback_reward("maybe")  # type: ignore[arg-type]
-
-
-def test_latency_reward_is_one_then_linear_to_zero():
-    assert latency_reward(100, 500, 5000) == 1.0
-    assert latency_reward(500, 500, 5000) == 1.0
-    assert latency_reward(2750, 500, 5000) == pytest.approx(0.5)
-    assert latency_reward(9000, 500, 5000) == 0.0
 
 
 def test_length_penalty_free_budget_then_quadratic_then_capped():
@@ -91,58 +84,73 @@ def test_concave_cost_is_increasing_and_concave(q):
     assert pen[1] > 64 / 256 and pen[2] > 128 / 256  # above the chord: concave
 
 
-def test_concave_penalty_is_the_default_length_term():
+CONCAVE = {"length_free_tokens": 256, "length_scale_tokens": 256, "length_shape": "concave"}
+
+
+def test_concave_penalty_when_configured():
     # 384 tokens, free 256: x = 128, k = 1/64, q = 1 -> log(1 + 2) / log(1 + 4) = 0.6826
-    _, comps, _ = compute_reward(RowSignals(latency_ms=0, completion_tokens=384), RewardConfig())
+    cfg = RewardConfig.model_validate(CONCAVE)
+    _, comps, _ = compute_reward(RowSignals(completion_tokens=384, feedback_label="accept"), cfg)
     assert comps["length"] == pytest.approx(-math.log(3) / math.log(5))
+
+
+def test_length_costs_from_the_first_token_in_proportion_by_default():
+    # linear, no free budget, scale 32 (the toy gate's max_new_tokens): n / 32, capped at 1
+    cfg = RewardConfig()
+    pen = [-compute_reward(RowSignals(n, feedback_label="accept"), cfg)[1]["length"]
+           for n in (0, 1, 8, 16, 32, 500)]
+    assert pen == pytest.approx([0.0, 1 / 32, 0.25, 0.5, 1.0, 1.0])
+    assert length_penalty(48, 0, 64, 1.0, "linear") == pytest.approx(0.75)
+
+
+def test_latency_is_not_in_the_reward():
+    assert "latency" not in RewardConfig().weights.model_dump()
+    _, comps, _ = compute_reward(RowSignals(8, {600: 1.0}), RewardConfig())
+    assert set(comps) == {"edit_persistence", "followup", "feedback", "length"}
+    with pytest.raises(ValidationError, match="latency"):
+        RewardConfig.model_validate({"weights": {"latency": 0.1}})
 
 
 def test_compute_reward_with_every_signal():
     cfg = RewardConfig()
     row = RowSignals(
-        latency_ms=2750,  # latency 0.5
-        completion_tokens=384,  # penalty 0.25
+        completion_tokens=8,  # penalty 8 / 32 = 0.25
         edit_persistence={30: 1.0, 600: 0.5},  # 0.2
         followup_dissatisfied=True,  # -1
         feedback_label="accept",  # +1
     )
     reward, comps, defaulted = compute_reward(row, cfg)
-    # length (concave, x = 128 over the budget): log(3) / log(5) = 0.6826
-    # 1.0*0.2 + 0.5*(-1) + 1.0*1 + 0.1*0.5 + 0.5*(-0.6826) = 0.4087
-    assert reward == pytest.approx(0.4087, abs=1e-4)
+    # 1.0*0.2 + 0.5*(-1) + 1.0*1 + 0.5*(-0.25) = 0.575
+    assert reward == pytest.approx(0.575)
     assert comps == pytest.approx(
-        {
-            "edit_persistence": 0.2,
-            "followup": -1.0,
-            "feedback": 1.0,
-            "latency": 0.5,
-            "length": -0.6826,
-        },
-        abs=1e-4,
+        {"edit_persistence": 0.2, "followup": -1.0, "feedback": 1.0, "length": -0.25}
     )
     assert defaulted == []
+    assert is_trainable(row, cfg)
 
 
 def test_missing_signals_take_their_configured_default_and_are_listed():
     cfg = RewardConfig.model_validate(
         {"defaults": {"edit_persistence": 0.1, "followup": 0.2, "feedback": -0.3}}
     )
-    reward, comps, defaulted = compute_reward(RowSignals(latency_ms=0, completion_tokens=0), cfg)
+    row = RowSignals(completion_tokens=0)
+    reward, comps, defaulted = compute_reward(row, cfg)
     assert defaulted == ["edit_persistence", "followup", "feedback"]
     assert comps["edit_persistence"] == 0.1 and comps["followup"] == 0.2
-    # 1.0*0.1 + 0.5*0.2 + 1.0*(-0.3) + 0.1*1.0 + 0 = 0.0
-    assert reward == pytest.approx(0.0)
+    # 1.0*0.1 + 0.5*0.2 + 1.0*(-0.3) + 0 = -0.1
+    assert reward == pytest.approx(-0.1)
+    assert not is_trainable(row, cfg)  # nothing known of its persistence: left out
 
 
 def test_rejected_ranks_below_accepted_then_rewritten_without_feedback_weight():
     # feedback weight 0: only persistence tells them apart (same latency, length, no follow-up)
     cfg = RewardConfig.model_validate({"weights": {"feedback": 0.0}})
-    kept = RowSignals(200, 20, {30: 1.0, 120: 1.0, 300: 1.0, 600: 1.0}, None, "accept")
+    kept = RowSignals(20, {30: 1.0, 120: 1.0, 300: 1.0, 600: 1.0}, None, "accept")
     # rewritten: (0.1*0.6 + 0.2*0.3 + 0.3*0.2 + 0.4*0.1) = 0.22 kept -> 2*0.22 - 1 = -0.56
-    rewritten = RowSignals(200, 20, {30: 0.6, 120: 0.3, 300: 0.2, 600: 0.1}, None, "accept")
+    rewritten = RowSignals(20, {30: 0.6, 120: 0.3, 300: 0.2, 600: 0.1}, None, "accept")
     # rejected: never inserted, no checkpoint -> edit_persistence_rejected = -1 (0% kept),
     # where the old single default 0 ("half kept") put it above the rewritten one
-    rejected = RowSignals(200, 20, {}, None, "reject")
+    rejected = RowSignals(20, {}, None, "reject")
     r_kept, c_kept, _ = compute_reward(kept, cfg)
     r_rewritten, c_rewritten, _ = compute_reward(rewritten, cfg)
     r_rejected, c_rejected, defaulted = compute_reward(rejected, cfg)
@@ -156,30 +164,27 @@ def test_missing_persistence_default_depends_on_what_is_known():
     cfg = RewardConfig.model_validate({"defaults": {"edit_persistence": 0.1,
                                                     "edit_persistence_accepted": 0.3,
                                                     "edit_persistence_rejected": -0.9}})
-    comps = {label: compute_reward(RowSignals(0, 0, {}, None, label), cfg)[1]["edit_persistence"]
+    comps = {label: compute_reward(RowSignals(0, {}, None, label), cfg)[1]["edit_persistence"]
              for label in (None, "accept", "reject")}
     assert comps == {None: 0.1, "accept": 0.3, "reject": -0.9}
 
 
-def test_config_rejects_inverted_latency_bounds_naming_the_fields():
-    with pytest.raises(ValidationError, match="latency_max_ms"):
-        RewardConfig(latency_target_ms=1000, latency_max_ms=900)
+def test_config_rejects_bad_values_naming_the_fields():
     with pytest.raises(ValidationError, match="length_free_tokens"):
         RewardConfig(length_free_tokens=-1)
 
 
 @given(
-    latency=st.floats(0, 1e6),
     tokens=st.integers(0, 10_000),
     scores=st.dictionaries(st.sampled_from([30, 120, 300, 600]), st.floats(0, 1)),
     dissatisfied=st.none() | st.booleans(),
     label=st.none() | st.sampled_from(["accept", "reject"]),
 )
 def test_reward_is_finite_and_within_the_config_bounds(
-    latency, tokens, scores, dissatisfied, label
+    tokens, scores, dissatisfied, label
 ):
     cfg = RewardConfig()
-    reward, _, _ = compute_reward(RowSignals(latency, tokens, scores, dissatisfied, label), cfg)
+    reward, _, _ = compute_reward(RowSignals(tokens, scores, dissatisfied, label), cfg)
     lo, hi = cfg.bounds()
     assert math.isfinite(reward)
     assert lo - 1e-9 <= reward <= hi + 1e-9

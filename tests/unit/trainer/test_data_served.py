@@ -42,3 +42,10 @@ def test_truncated_prompt_drops_its_routes_and_bad_ids_are_named():
     assert truncated and s.prompt_routes == []
     with pytest.raises(ValueError, match="prompt_token_ids has id 99"):
         rows_to_samples(_rows([1, 99], []), vocab_size=16, max_seq_len=64)
+
+
+def test_rows_left_out_of_training_are_marked_and_null_reads_as_trainable():
+    rows = pa.concat_tables([_rows(None, None, trainable=[v]) for v in (True, False, None)],
+                            promote_options="default")
+    samples, _ = rows_to_samples(rows, vocab_size=16, max_seq_len=64, encode_prompt=lambda p: [9])
+    assert [s.trainable for s in samples] == [True, False, True]

@@ -122,3 +122,13 @@ def test_reference_cache_reuses_logprobs_across_recipes(tiny_model, champion, to
                      ref_cache=cache)
     other.setup()  # another routing rule: its own scope, computed again
     assert other.counts["rows_reference_cached"] == 0 and len(cache) == 2
+
+
+def test_rows_whose_persistence_is_unknown_are_left_out(champion, rows):
+    marks = [False, False] + [True] * (rows.num_rows - 2)
+    marked = rows.set_column(rows.schema.get_field_index("trainable"), "trainable",
+                             pa.array(marks, pa.bool_()))
+    recipe = RLRecipe(champion, marked, TrainerConfig(steps=1, batch_size=4, max_staleness=100))
+    recipe.setup()
+    assert recipe.counts["rows_left_out"] == 2
+    assert recipe.counts["rows_used"] == rows.num_rows - 2
