@@ -88,6 +88,8 @@ class CycleResult:
     """Lower bound of the pass-rate change at level alpha_k: the figure the promotion hangs on."""
     gate_failed: str | None = None
     """The gates the candidate failed, comma-separated (``none`` when it passed every one)."""
+    gate_decision: str | None = None
+    """The verdict in one line: which rule decided, with its figures (gating.report)."""
     gate_guards: dict[str, dict[str, float | None]] = field(default_factory=dict)
     """Per regression guard: candidate and champion pass rates and the change's CI."""
     gate_run_id: str | None = None
@@ -455,7 +457,8 @@ class Cycle:
             state.champion_version
         ):  # the verdict was recorded before a crash: don't gate twice
             state.verdict = {"passed": tags["gate.verdict"] == "pass",
-                             "run_id": tags.get("gate.run_id"), "failed": tags.get("gate.failed")}
+                             "run_id": tags.get("gate.run_id"), "failed": tags.get("gate.failed"),
+                             "decision": tags.get("gate.decision")}
         else:
             verdict = run_gate(
                 tracking_uri=self.tracking_uri, model_name=name, candidate_version=version,
@@ -463,7 +466,8 @@ class Cycle:
                 workdir=self.workdir / "gate", promote=False, guard=self._guard,
             )
             state.verdict = {"passed": verdict.passed, "run_id": verdict.run_id,
-                             "failed": ", ".join(verdict.failed_gates) or "none"}
+                             "failed": ", ".join(verdict.failed_gates) or "none",
+                             "decision": verdict.decision}
             result.gate_tasks = verdict.candidate.n_tasks
             change = next((g for g in verdict.gates if g.name == "pass_rate_change"), None)
             if change is not None:
@@ -484,6 +488,7 @@ class Cycle:
             if verdict.champion is not None:
                 result.champion_pass_rate = verdict.champion.pass_rate
         result.gate_failed = state.verdict.get("failed")
+        result.gate_decision = state.verdict.get("decision")
         state.stage = "gated"
         self._save(state)
 
@@ -615,6 +620,7 @@ def _fill(result: CycleResult, state: CycleState) -> None:
     result.train_run_id = state.runs.get("train")
     if state.verdict:
         result.gate_run_id = state.verdict.get("run_id")
+        result.gate_decision = state.verdict.get("decision")
         result.gate_passed = bool(state.verdict.get("passed"))
         result.promoted = bool(state.verdict.get("promoted"))
         result.rollout = state.verdict.get("rollout")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -80,9 +81,8 @@ class CycleRow:
     train_run_id: str | None
     live_se: dict[str, float] = field(default_factory=dict)
     """Standard error of each live metric across the round's requests (simulator.RoundStats)."""
-    gate_alpha_k: float | None = None
-    """The level the decision spent; ``gate_evidence_low`` is the change's lower bound at it."""
-    gate_evidence_low: float | None = None
+    gate_decision: str | None = None
+    """The gate's verdict in one line: which rule decided, with its figures."""
 
 
 def _version(v: int | None) -> str:
@@ -97,14 +97,6 @@ def _ci(row: CycleRow) -> str:
     if row.gate_ci_low is None or row.gate_ci_high is None:
         return "-"
     return f"[{row.gate_ci_low:+.3f},{row.gate_ci_high:+.3f}]"
-
-
-def _evidence(row: CycleRow) -> str:
-    """The lower bound the promotion was decided on, at the decision's alpha_k (the 95% CI when
-    the decision spent no alpha)."""
-    if row.gate_evidence_low is None or row.gate_alpha_k is None:
-        return _ci(row)
-    return f"{row.gate_evidence_low:+.3f} @{row.gate_alpha_k:.2g}"
 
 
 def _rows(r: CycleRow) -> str:
@@ -124,19 +116,26 @@ _COLUMNS = [  # (header, width, cell)
     ("gated", 9, lambda r: f"{_version(r.candidate_version)}/{_version(r.champion_version)}"),
     ("cand", 5, lambda r: _num(r.gate_candidate)),
     ("champ", 5, lambda r: _num(r.gate_champion)),
-    ("low @ alpha_k", 15, _evidence),
+    ("95% CI", 15, _ci),
     ("n", 4, lambda r: "-" if r.gate_tasks is None else str(r.gate_tasks)),
     ("outcome", 11, lambda r: r.outcome),
     ("sec", 4, lambda r: f"{r.seconds:.0f}"),
 ]
-"""``live`` is the version serving the round's traffic; ``pass`` and ``edit`` are the live
-traffic's pass rate and 600-s edit persistence; ``gated`` is candidate/champion: the versions the
-gate compared; ``cand``/``champ`` are their gate-suite pass rates on the same ``n`` tasks and
-``low @ alpha_k`` the lower bound of their difference (prompt-clustered bootstrap) at the level
-alpha_k the decision spent, the bound a promotion needs above 0 (the 95% CI when none was
-spent); ``rows`` is the cycle's new span rows, then ``/`` and all rows the candidate was trained
-on when rows were carried from rejected cycles; ``detect`` is the follow-up detector's agreement
-with the simulator's own flag."""
+"""``live`` is the version serving the round's traffic; ``pass``, ``edit``, ``dissat``,
+``tokens`` are its live pass rate, 600-s edit persistence, share of dissatisfied follow-ups and
+completion tokens; ``rows`` is the cycle's new span rows, then ``/`` and all rows the candidate was
+trained on when rows were carried from rejected cycles; ``detect`` is the share of follow-ups where
+ingest's detector agreed with the simulated user; ``gated`` is candidate/champion, the versions the
+gate compared, ``cand``/``champ`` their pass rates on the same ``n`` gate tasks and
+``95% CI`` the function-clustered interval of candidate minus champion (context: the promotion is
+decided by the one-sided tests the decision line names)."""
+
+LEGEND = (
+    "live: version serving the round; pass/edit/dissat/tokens: its live pass rate, edit "
+    "persistence, dissatisfied follow-ups, answer tokens; rows: new span rows[/all trained on]; "
+    "detect: follow-up detector agreement with the simulated users; gated: candidate/champion; "
+    "cand/champ: their gate pass rates on n tasks; 95% CI: of candidate minus champion. "
+    "Each cycle's decision line says which rule decided.")
 
 
 def format_table(rows: list[CycleRow]) -> str:
@@ -153,7 +152,9 @@ def cycle_report(row: CycleRow, index: int, cycles: int, seconds: dict[str, floa
     table = format_table([row])
     if index > 0:
         table = table.split("\n", 1)[1]
-    return f"cycle {row.cycle} ({index + 1} of {cycles}): {row.outcome}; {stages}\n{table}"
+    decision = f"\n  {row.gate_decision}" if row.gate_decision else ""
+    return (f"cycle {row.cycle} ({index + 1} of {cycles}): {row.outcome}; {stages}{decision}\n"
+            f"{table}")
 
 
 def outcome_of(result) -> str:
@@ -434,7 +435,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                     gate_candidate=result.candidate_pass_rate,
                     gate_champion=result.champion_pass_rate, gate_ci_low=result.gate_ci_low,
                     gate_ci_high=result.gate_ci_high, gate_tasks=result.gate_tasks,
-                    gate_alpha_k=result.gate_alpha_k, gate_evidence_low=result.gate_evidence_low,
+                    gate_decision=result.gate_decision,
                     outcome=outcome_of(result), promoted=result.promoted,
                     rolled_back=result.rolled_back, seconds=time.perf_counter() - c0,
                     cycle_run_id=result.run_id, gate_run_id=result.gate_run_id,
@@ -450,6 +451,10 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
         total_s = time.perf_counter() - t0
         table = format_table(rows)
         print("\n" + table)
+        print(textwrap.fill(LEGEND, width=100))
+        for r in rows:
+            if r.gate_decision:
+                print(f"cycle {r.cycle}: {r.gate_decision}")
         if gain is not None:
             print(format_gain(gain))
         if start is not None:

@@ -281,27 +281,28 @@ def _row(cycle: int, champion: int, candidate: int, promoted: bool, rolled_back:
 
 
 def test_demo_table_names_the_versions_it_compared():
-    from ratchet.demo import format_table
+    from ratchet.demo import LEGEND, format_table
 
     lines = format_table([_row(0, 1, 2, True), _row(1, 2, 3, False)]).splitlines()
-    assert "gated" in lines[0] and "low @ alpha_k" in lines[0]
-    # no alpha spent (no record of it): the 95% CI stands in
+    assert "gated" in lines[0] and "95% CI" in lines[0]
     assert "v2/v1" in lines[1] and "promoted" in lines[1] and "[+0.010,+0.090]" in lines[1]
     assert "v3/v2" in lines[2] and "rejected" in lines[2]
     assert " 300/600 " in lines[1]  # the span's rows / all trained on, carried rows included
     assert "detect" in lines[0] and " 0.88 " in lines[1]  # detector vs simulator agreement
     assert max(len(line) for line in lines) <= 120
+    for header in lines[0].split():  # every column is in the legend printed under the table
+        assert header in LEGEND or header in ("cycle", "n", "outcome", "sec", "lat_ms"), header
 
 
-def test_demo_table_shows_the_bound_at_the_level_the_decision_spent():
+def test_demo_cycle_report_says_which_rule_decided():
     import dataclasses
 
-    from ratchet.demo import format_table
+    from ratchet.demo import cycle_report
 
-    row = dataclasses.replace(_row(2, 1, 3, False), gate_alpha_k=0.0125, gate_evidence_low=-0.004)
-    lines = format_table([row]).splitlines()
-    assert "-0.004 @0.013" in lines[1] and "[+0.010,+0.090]" not in lines[1]
-    assert max(len(line) for line in lines) <= 120
+    line = "rejected: guard `count_even` dropped 5 of 7, p = 0.029 <= 0.05 (largest of 31 families)"
+    row = dataclasses.replace(_row(2, 1, 3, False), gate_decision=line)
+    report = cycle_report(row, 1, 5, {"train": 3.0}).splitlines()
+    assert report[0].startswith("cycle 2 (2 of 5): rejected;") and report[1].strip() == line
 
 
 def test_one_heartbeat_per_silence_whoever_watches(monkeypatch):
