@@ -227,6 +227,13 @@ def figure(rows: list[CycleRow], gain: dict | None = None):  # -> matplotlib Fig
     return fig
 
 
+def short_reason(decision: str, width: int = 28) -> str:
+    """The rule that decided, cut to fit a plot label: "rejected: guard `count_even` dropped 5 of
+    7, p = 0.029 ..." -> "guard `count_even` dropped 5 of 7"."""
+    reason = decision.split(":", 1)[-1].strip().split(",")[0]
+    return reason if len(reason) <= width else reason[: width - 1].rstrip() + "…"
+
+
 def _gate_panel(ax, rows: list[CycleRow]) -> None:
     gated = [r for r in rows if r.gate_candidate is not None]
     x = [r.cycle for r in gated]
@@ -247,9 +254,16 @@ def _gate_panel(ax, rows: list[CycleRow]) -> None:
     if rolled:
         ax.scatter([r.cycle for r in rolled], [r.gate_candidate for r in rolled],
                    marker="x", s=80, color="red", zorder=3, label="rolled back")
+    rejected = [r for r in gated if not r.promoted and not r.rolled_back]
+    if rejected:
+        ax.scatter([r.cycle for r in rejected], [r.gate_candidate for r in rejected],
+                   marker="v", s=60, color="tab:orange", zorder=3, label="rejected")
     for r in gated:
-        if r.gate_tasks:
-            ax.annotate(f"n={r.gate_tasks}", (r.cycle, r.gate_candidate), fontsize=6,
+        note = f"n={r.gate_tasks}" if r.gate_tasks else ""
+        if r in rejected and r.gate_decision:
+            note += "\n" + short_reason(r.gate_decision)
+        if note:
+            ax.annotate(note, (r.cycle, r.gate_candidate), fontsize=6,
                         textcoords="offset points", xytext=(4, 4))
     ax.set_title("gate pass rate\n(higher is better)", fontsize=9)
     ax.set_xlabel("cycle", fontsize=7)

@@ -505,3 +505,17 @@ def test_only_the_demo_defaults_to_the_demo_folder():
     for argv in (["loop"], ["cycle"], ["serve"], ["rollout", "3"], ["ui"], ["spans", "list"],
                  ["replay", "events.jsonl"]):
         assert parser.parse_args(argv).workdir == Path(".ratchet"), argv
+
+
+def test_the_plot_marks_rejections_with_their_reason(tmp_path):
+    import dataclasses
+
+    from ratchet.demo import figure, short_reason
+
+    line = "rejected: guard `count_even` dropped 5 of 7, p = 0.029 <= 0.05"
+    assert short_reason(line) == "guard `count_even` dropped…"
+    rows = [_row(1, 1, 2, True), dataclasses.replace(_row(2, 2, 3, False), gate_decision=line)]
+    ax = figure(rows).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "promoted" in labels and "rejected" in labels
+    assert any("count_even" in t.get_text() for t in ax.texts)
