@@ -253,12 +253,15 @@ def _rollout(args: argparse.Namespace, config) -> int:
 
 
 def _gates_show(args: argparse.Namespace, config) -> int:
-    from gating.show import GateLookupError, format_gate_table, local_store
+    from gating.show import GateLookupError, VersionNotFound, format_gate_table, local_store
 
     try:
         uri, artifacts = (args.tracking_uri, None) if args.workdir is None else local_store(
             args.workdir)
         print(format_gate_table(uri, config.model_name, args.version, artifacts))
+    except VersionNotFound as e:
+        print(f"ratchet: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except GateLookupError as e:
         print(f"ratchet: error: {e}", file=sys.stderr)
         return EXIT_FAILED

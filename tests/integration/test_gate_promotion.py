@@ -9,7 +9,10 @@ it over a worse champion (old one kept as ``previous-champion``), served by a re
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,12 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MODEL = "gate-test"
+
+
+def _config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_name": MODEL}))
+    return path
 
 
 def _register(tracking_uri: str, model, directory: Path) -> int:
@@ -141,6 +150,18 @@ def test_gate_promotes_only_on_pass(mlflow_server, versions, tmp_path):
     local = format_gate_table(f"sqlite:///{store / 'mlflow.db'}", MODEL, versions["worse"],
                               artifacts_root=store / "artifacts")
     assert local == table
+    # A version that does not exist is a bad argument (exit 2), from the store or the server;
+    # neither path imports mlflow.
+    from gating.show import VersionNotFound
+
+    for where in (uri, f"sqlite:///{store / 'mlflow.db'}"):
+        with pytest.raises(VersionNotFound, match="has no version 999"):
+            format_gate_table(where, MODEL, 999, artifacts_root=store / "artifacts")
+    code = subprocess.run(
+        [sys.executable, "-c", "import sys; from ratchet.cli import main; "
+         "sys.exit(main(sys.argv[1:]))", "gates", "show", "999", "--tracking-uri", uri,
+         "--config", str(_config_file(tmp_path))], capture_output=True, text=True, timeout=120)
+    assert code.returncode == 2 and "has no version 999" in code.stderr, code.stderr
 
     # A NaN checkpoint fails health, whatever else it scores.
     nan = _gate(uri, versions["nan"], versions["decent"], work)
