@@ -431,3 +431,48 @@ def test_fair_tool_requests_still_pass_the_checks(tool_app):
     """The limits leave room: 20 levels of parameters and a history call are served."""
     r = _raw(tool_app, _with(tools_params=_deep(20), history_args=json.dumps('{"a": 1}')))
     assert r.status_code == 200, r.text
+
+
+# a model that answers with calls no client may receive: each must come back as plain text
+BAD_CALLS = [
+    ([{"role": "user", "content": "list?"}],
+     '<tool_call>\n{"name": ["add_numbers"], "arguments": {"a": 1}}\n</tool_call>'),
+    ([{"role": "user", "content": "odd?"}],
+     '<tool_call>\n{"name": "add_numbers", "arguments": {"a": "\\ud800"}}\n</tool_call>'),
+    ([{"role": "user", "content": "nan?"}],
+     '<tool_call>\n{"name": "add_numbers", "arguments": {"a": NaN}}\n</tool_call>'),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_caller(tmp_path_factory, tokenizer, live):
+    """A tiny Qwen3-MoE with the tool template taught to answer BAD_CALLS, served."""
+    from policy.hf import HFPolicy
+
+    model, tok = _model(tokenizer, TOOL_TEMPLATE)
+    _teach_to_call(model, tok, BAD_CALLS, steps=400)
+    app, test_client, server = _serve(tmp_path_factory.mktemp("bad"), HFPolicy(model, tok), live)
+    with server as url:
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", max_retries=0, timeout=60)
+    test_client.__exit__(None, None, None)
+
+
+@SERVED
+@pytest.mark.parametrize("lesson", range(len(BAD_CALLS)))
+def test_a_malformed_model_call_comes_back_as_text(bad_caller, lesson):
+    messages, text = BAD_CALLS[lesson]
+    reply = _chat(bad_caller, tools=[TOOL], messages=messages)
+    choice = reply.choices[0]
+    assert choice.message.content == text  # the model learnt it: what it wrote, as text
+    assert choice.message.tool_calls is None and choice.finish_reason == "stop"
+
+
+@SERVED
+@pytest.mark.parametrize("lesson", range(len(BAD_CALLS)))
+def test_a_malformed_model_call_streams_as_text_to_the_end(bad_caller, lesson):
+    messages, text = BAD_CALLS[lesson]
+    chunks = list(_chat(bad_caller, tools=[TOOL], messages=messages, stream=True))
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert content == text
+    assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
+    assert chunks[-1].choices[0].finish_reason == "stop"
