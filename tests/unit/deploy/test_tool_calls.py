@@ -439,9 +439,7 @@ BAD_CALLS = [
      '<tool_call>\n{"name": ["add_numbers"], "arguments": {"a": 1}}\n</tool_call>'),
     ([{"role": "user", "content": "odd?"}],
      '<tool_call>\n{"name": "add_numbers", "arguments": {"a": "\\ud800"}}\n</tool_call>'),
-    ([{"role": "user", "content": "nan?"}],
-     '<tool_call>\n{"name": "add_numbers", "arguments": {"a": NaN}}\n</tool_call>'),
-]
+]  # NaN/Infinity in a call: on strings above and in tests/unit/deploy/test_tool_call_fuzz.py
 
 
 @pytest.fixture(scope="module")
