@@ -314,7 +314,7 @@ def test_a_template_without_tools_refuses_them(plain):
     assert _chat(plain, tools=[TOOL], tool_choice="none", max_tokens=2).choices  # honoured
 
 
-# -- hostile tool calls: never a 500 ----------------------------------------------------------------
+# -- hostile tool calls: never a 500 ------------------------------------------------------------
 def _deep(n: int, leaf: str = "{}") -> str:
     return '{"a": ' * n + leaf + "}" * n
 
@@ -335,8 +335,10 @@ def test_a_call_that_is_not_strict_json_to_an_offered_tool_stays_text(text):
 
 
 def test_arguments_sent_out_are_strict_json():
-    text = '<tool_call>{"name": "add_numbers", "arguments": {"a": 1e308, "b": "\\u00e9"}}</tool_call>'
+    text = ('<tool_call>{"name": "add_numbers", "arguments": {"a": 1e308, "b": "\\u00e9"}}'
+            "</tool_call>")
     (call,) = parse_tool_calls(text, NAMES).tool_calls
+
     def no_constants(name):
         raise AssertionError(f"{name} in arguments")
 
