@@ -588,3 +588,29 @@ def run_gate(
         return runner.run()
     finally:
         runner.cleanup()
+
+
+def record_gate_died(
+    *,
+    tracking_uri: str,
+    model_name: str,
+    candidate_version: int,
+    champion_version: int | None,
+    config: GateConfig,
+    workdir: Path,
+    reason: str,
+    guard: Callable[[], None] | None = None,
+) -> GateVerdict:
+    """Record a failing verdict for a candidate whose gate never finished (its process died or
+    crashed again and again, e.g. an answer that kills the grader's parent): one failing gate
+    ``completes`` with ``reason`` as its detail, recorded like any other verdict (the gate run,
+    the version's tags and description), so the caller can release the candidate. Loads nothing
+    and runs no suite."""
+    runner = GateRunner(
+        tracking_uri=tracking_uri, model_name=model_name, candidate_version=candidate_version,
+        champion_version=champion_version, config=config, workdir=workdir, promote=False,
+        guard=guard,
+    )
+    gate = GateResult(name="completes", value=0.0, threshold=1.0, passed=False,
+                      detail=reason[:2000])
+    return runner._record(SuiteResult(tasks=[]), None, [gate], {})

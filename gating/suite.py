@@ -5,7 +5,9 @@ through the policy's own tokenizer) for a greedy completion of every task's prom
 reproducible: no sampling), grades each answer with a checker — by default
 :func:`tasks.toy.check`, the same function the rewards use, so benchmark and reward cannot
 drift apart — and scores it so that a correct but bloated answer scores below a correct tight
-one. It also counts the experts the generated tokens were routed to (for the collapse check).
+one. It also counts the experts the generated tokens were routed to (for the collapse check). A
+grade that raises (the sandbox could not start, died, or the answer broke the grader) fails that
+task with the reason in its ``detail``; it never ends the suite.
 
 :func:`build_suite` turns a :class:`~gating.config.SuiteConfig` into tasks and their checker:
 the toy family's gate pool (split ``gate``: never the sealed set), HumanEval or your own JSONL
@@ -21,6 +23,7 @@ Deliberately left out: comparing two runs (gating/gates.py) and model loading (g
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -32,6 +35,8 @@ from tasks.toy import CheckResult, Task, check, generate_tasks
 
 if TYPE_CHECKING:
     from policy.base import Policy
+
+log = logging.getLogger(__name__)
 
 Checker = Callable[[Task, str], CheckResult]
 
@@ -151,6 +156,18 @@ def _count_experts(load: list[list[int]], routed: list[list[list[int]]]) -> None
                 load[layer][e] += 1
 
 
+def _grade(checker: Checker, task: Task, answer: str, chat: bool) -> CheckResult:
+    """``checker``'s verdict; a checker that raises (its sandbox could not start or died, the
+    answer broke the grader) fails that task with the reason: one task's grade never ends the
+    suite. Only ``Exception`` is caught: an interrupt still stops the gate."""
+    try:
+        return checker(task, answer, chat=True) if chat else checker(task, answer)
+    except Exception as exc:  # any grader failure is this task's failure, with its reason
+        log.warning("grading %s crashed: %s: %s", task.task_id, type(exc).__name__, exc)
+        return CheckResult(passed=False, malformed=False, no_edit=False,
+                           detail=f"grader crashed: {type(exc).__name__}: {str(exc)[:150]}")
+
+
 def run_suite(
     model: Policy,
     tasks: list[Task],
@@ -188,7 +205,7 @@ def run_suite(
             max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, seed=seed, **stop,
         )
         for task, gen in zip(batch, gens, strict=True):
-            result = checker(task, gen.text, chat=True) if chat else checker(task, gen.text)
+            result = _grade(checker, task, gen.text, chat)
             if spec.is_moe:
                 _count_experts(load, gen.routed_experts)
             n = len(gen.token_ids)

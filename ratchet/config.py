@@ -188,6 +188,13 @@ class RatchetConfig(_Config):
     )
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
     lock: LockConfig = Field(default_factory=LockConfig)
+    stage_max_deaths: int = Field(
+        3, ge=1, le=100,
+        description="Attempts of the gate stage that may end without a verdict (the process "
+        "killed, e.g. by the answer being graded, or an error) before the cycle records a "
+        "failing verdict (gate 'completes', with the reasons) and releases the candidate, so "
+        "no candidate can wedge the loop.",
+    )
     torch_threads: int = Field(
         1, ge=1, le=256,
         description="torch intra-op threads of the process that runs cycles (ingest, train, "

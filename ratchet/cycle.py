@@ -10,6 +10,12 @@ without a verdict that this cycle will not gate is tagged abandoned and removed.
 in the deploy stage, compare-and-set: only if ``champion`` still is the version the candidate was
 gated against.
 
+A gate attempt is counted in the state before it starts; one that never finished (its process was
+killed, e.g. by the answer being graded, or it raised) is counted by the next run, which re-enters
+the same stage. After ``stage_max_deaths`` such attempts (default 3) the cycle records a failing
+verdict instead (gate ``completes``, the reasons in its detail and in the version's tag
+``gate.died``), and the deploy stage releases ``candidate``: no candidate can wedge the loop.
+
 Each attempt is one MLflow parent run with a nested run per stage; the stages talk only through
 typed records: the reward spans (ingest.pipeline.SpanResult, Parquet rows of
 ingest.schema.REWARD_SCHEMA), the checkpoint reference (runtime.registry.CheckpointRef) and the
@@ -36,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ratchet.config import RatchetConfig
-from ratchet.cycle_state import CycleState, CycleStore, pause_point
+from ratchet.cycle_state import DIED, CycleState, CycleStore, die_point, pause_point
 from runtime import registry
 
 if TYPE_CHECKING:
@@ -460,11 +466,15 @@ class Cycle:
                              "run_id": tags.get("gate.run_id"), "failed": tags.get("gate.failed"),
                              "decision": tags.get("gate.decision")}
         else:
-            verdict = run_gate(
-                tracking_uri=self.tracking_uri, model_name=name, candidate_version=version,
-                champion_version=state.champion_version, config=self.config.gate,
-                workdir=self.workdir / "gate", promote=False, guard=self._guard,
-            )
+            failures = state.stage_failures.get("gate", [])
+            if len(failures) >= self.config.stage_max_deaths:
+                verdict = self._gate_died(state, failures)
+            else:
+                verdict = self._attempt(state, "gate", lambda: run_gate(
+                    tracking_uri=self.tracking_uri, model_name=name, candidate_version=version,
+                    champion_version=state.champion_version, config=self.config.gate,
+                    workdir=self.workdir / "gate", promote=False, guard=self._guard,
+                ))
             state.verdict = {"passed": verdict.passed, "run_id": verdict.run_id,
                              "failed": ", ".join(verdict.failed_gates) or "none",
                              "decision": verdict.decision}
@@ -491,6 +501,52 @@ class Cycle:
         result.gate_decision = state.verdict.get("decision")
         state.stage = "gated"
         self._save(state)
+
+    def _attempt(self, state: CycleState, stage: str, fn):
+        """Run one attempt of ``stage``, counted in ``state.stage_failures`` before it starts (so
+        a process killed inside it is counted by the next run) and cleared once it returns. An
+        exception replaces the count's reason with its own and is raised on; a lost lease is
+        not the stage's failure."""
+        from runtime.lease import LeaseLost
+
+        failures = state.stage_failures.setdefault(stage, [])
+        failures.append(DIED)
+        self._save(state)
+        die_point(stage)
+        try:
+            out = fn()
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            failures[-1] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            self._save(state)
+            raise
+        state.stage_failures.pop(stage, None)
+        return out
+
+    def _gate_died(self, state: CycleState, failures: list[str]):
+        """The gate stage ended without a verdict ``stage_max_deaths`` times: record a failing
+        verdict with the reasons (the deploy stage then releases ``candidate``)."""
+        from gating.gate import record_gate_died
+
+        reasons = "; ".join(f"{failures.count(r)}x {r}" for r in dict.fromkeys(failures))
+        reason = (f"the gate stage ended without a verdict {len(failures)} times "
+                  f"(stage_max_deaths={self.config.stage_max_deaths}): {reasons}")
+        log.error("candidate v%s: %s", state.candidate_version, reason)
+        verdict = record_gate_died(
+            tracking_uri=self.tracking_uri, model_name=self.config.model_name,
+            candidate_version=state.candidate_version, champion_version=state.champion_version,
+            config=self.config.gate, workdir=self.workdir / "gate", reason=reason,
+            guard=self._guard,
+        )
+        registry.set_version_tags(self.tracking_uri, self.config.model_name,
+                                  state.candidate_version, {"gate.died": reason[:4000]})
+        import mlflow
+
+        mlflow.set_tag("ratchet.gate_died", reason[:4000])  # on the cycle's own run
+        state.note = reason
+        state.stage_failures.pop("gate", None)
+        return verdict
 
     def _deploy(self, state: CycleState) -> None:
         """Promote (compare-and-set, under the lease) a passing candidate, then roll it out."""

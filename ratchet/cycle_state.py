@@ -35,6 +35,12 @@ CYCLES = "_cycles"
 STAGES = ("started", "ingested", "trained", "gated", "deployed")
 FINAL = ("deployed", "skipped")
 CONSUMING = ("gated", "deployed")
+DIED = "the process ended inside the stage (killed by a signal or crashed)"
+"""A stage attempt's failure when nothing else was written: the process died in it."""
+DIE_ENV = "RATCHET_TEST_DIE_AT"
+"""Test-only hook: a stage name (``gate``). The cycle SIGKILLs itself when an attempt of that
+stage starts, as an answer that kills the grader's parent would (tests/integration/
+test_cycle_stage_deaths.py). Unset in production: then it costs nothing."""
 PAUSE_ENV = "RATCHET_TEST_PAUSE_AT"
 """Test-only hook: ``ingest`` | ``train`` | ``gate`` | ``deploy``. The cycle writes
 ``<workdir>/paused-<stage>`` at that point of the stage and sleeps, so a test can SIGKILL it
@@ -59,6 +65,9 @@ class CycleState:
     """Stage -> MLflow run id of its latest attempt (``cycle`` is the parent run)."""
     verdict: dict | None = None
     """``passed``, ``run_id``, ``failed`` of the gate; ``promoted`` once the deploy stage ran."""
+    stage_failures: dict[str, list[str]] = field(default_factory=dict)
+    """Stage -> one reason per attempt of it that did not finish, since it last finished: an
+    exception's text, or ``DIED`` when the process ended inside the stage (killed, crashed)."""
     attempts: int = 0
     seq: int = 0
     """1, 2, 3, ... per workdir: the number the operator sees (run names, the overview)."""
@@ -155,3 +164,11 @@ def pause_point(stage: str, workdir: Path) -> None:
     Path(workdir).mkdir(parents=True, exist_ok=True)
     (Path(workdir) / f"paused-{stage}").write_text(str(os.getpid()))
     time.sleep(float(os.environ.get("RATCHET_TEST_PAUSE_S", "3600")))
+
+
+def die_point(stage: str) -> None:
+    """Test-only: if ``RATCHET_TEST_DIE_AT`` names ``stage``, SIGKILL this process."""
+    if os.environ.get(DIE_ENV) == stage:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -25,8 +25,10 @@ them (deploy/replica/tool_calls.py) and refused where it does not. What ratchet 
 
 Sampling bounds are tighter than OpenAI's where the sampler would otherwise produce NaN:
 ``temperature`` is 0 (greedy) or at least ``MIN_TEMPERATURE``, ``top_p`` at least ``MIN_TOP_P``.
-Non-finite numbers anywhere in a body and strings that are not valid Unicode (lone surrogates)
-are refused with a 400 naming the field.
+Non-finite numbers anywhere in a body, strings or object keys that are not valid Unicode (lone
+surrogates), nesting deeper than ``MAX_JSON_DEPTH`` and more than ``MAX_JSON_NODES`` values are
+refused with a 400 naming the field (``json_problem``); so is a history tool call whose
+``arguments`` decode to any of these (deploy/replica/tool_calls.py).
 
 The signals API (``/v1/feedback``, ``/v1/edits``, ``/v1/followups``) and the client keys'
 admin routes have their models at the end of this module.
@@ -108,20 +110,67 @@ def _unsupported(param: str, message: str, code: str = "unsupported_parameter"):
     return PydanticCustomError(code, "{where}: " + message, {"where": param})
 
 
-def _non_finite_path(value: Any, path: str) -> str | None:
-    if isinstance(value, float) and not math.isfinite(value):
-        return path
-    if isinstance(value, dict):
-        items = value.items()
-    elif isinstance(value, list):
-        items = enumerate(value)
-    else:
+MAX_JSON_DEPTH = 48
+"""Deepest nesting a request body may have (``tools.0.function.parameters`` is already 4 deep):
+templates and encoders recurse over it, and a few hundred levels exhaust Python's stack."""
+MAX_JSON_NODES = 20_000
+"""Most values (objects, arrays, strings, numbers) a body may hold: bounds the walk and render."""
+MAX_ARGUMENTS_CHARS = 32_768
+"""Longest ``arguments`` string of a tool call in the history."""
+
+
+def json_problem(value: Any, path: str = "", *, max_depth: int = MAX_JSON_DEPTH,
+                 max_nodes: int = MAX_JSON_NODES) -> tuple[str, str, str] | None:
+    """The first thing in ``value`` (decoded JSON) that no strict JSON encoder and no chat template
+    may be handed: ``(path, code, message)``, or None. Checked, without recursion: nesting deeper
+    than ``max_depth``, more than ``max_nodes`` values, NaN or Infinity, and a string or object key
+    that is not valid Unicode (a lone surrogate). ``path`` is the dotted field name."""
+    found = _first_problem(value, path, max_depth, max_nodes)
+    if found is None:
         return None
-    for key, item in items:
-        found = _non_finite_path(item, f"{path}.{key}" if path else str(key))
-        if found:
-            return found
+    where, code, message = found
+    return (where if len(where) <= 160 else where[:160] + "..."), code, message
+
+
+def _first_problem(value: Any, path: str, max_depth: int, max_nodes: int
+                   ) -> tuple[str, str, str] | None:
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    nodes = 0
+    while stack:
+        item, where, depth = stack.pop()
+        nodes += 1
+        if nodes > max_nodes:  # named by the field under ``path`` that holds it: to be shortened
+            top = where[len(path):].lstrip(".").split(".", 1)[0]
+            return ".".join(p for p in (path, top) if p) or "body", "too_large", (
+                f"more than {max_nodes} JSON values")
+        if isinstance(item, float) and not math.isfinite(item):
+            return where, "non_finite_number", "NaN and Infinity are not valid JSON numbers"
+        if isinstance(item, str):
+            if not _valid_unicode(item):
+                return where, "invalid_unicode", "not valid Unicode text (a lone surrogate)"
+            continue
+        if isinstance(item, dict):
+            pairs = list(item.items())
+        elif isinstance(item, list):
+            pairs = list(enumerate(item))
+        else:
+            continue
+        if depth >= max_depth:
+            return where, "too_deep", f"nested deeper than {max_depth} levels"
+        for key, child in reversed(pairs):  # reversed: the first problem in document order
+            if isinstance(key, str) and not _valid_unicode(key):
+                return (where or "body"), "invalid_unicode", (
+                    "an object key is not valid Unicode text (a lone surrogate)")
+            stack.append((child, f"{where}.{key}" if where else str(key), depth + 1))
     return None
+
+
+def _valid_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class _OpenAIRequest(BaseModel):
@@ -180,14 +229,14 @@ class _OpenAIRequest(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _finite_numbers(cls, data: Any) -> Any:
-        where = _non_finite_path(data, "")
-        if where:
-            raise PydanticCustomError(
-                "non_finite_number",
-                "{where}: NaN and Infinity are not valid JSON numbers",
-                {"where": where},
-            )
+    def _strict_json(cls, data: Any) -> Any:
+        """Before any field is read: no NaN/Infinity, no lone surrogate (in a value or a key), no
+        nesting deeper than ``MAX_JSON_DEPTH`` and no more than ``MAX_JSON_NODES`` values
+        anywhere in the body (``tools``, ``tool_choice``, history ``tool_calls`` included)."""
+        found = json_problem(data)
+        if found:
+            where, code, message = found
+            raise PydanticCustomError(code, "{where}: " + message, {"where": where})
         return data
 
     @model_validator(mode="after")

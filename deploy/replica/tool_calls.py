@@ -12,6 +12,11 @@ Deliberately left out: forcing a call (``tool_choice: "required"`` or a named fu
 constrained decoding, which no engine here does: refused by the route), other call formats
 (a template that renders tools but asks for another format is treated as rendering none), and
 streaming a call token by token (a streamed tool request is answered after the whole completion).
+
+A block the model wrote that is not a strict-JSON call to an offered tool (a name that is a list
+or an object, arguments that are not JSON, hold NaN/Infinity or a lone surrogate, or nest deeper
+than ``MAX_ARGUMENTS_DEPTH``) is not a call: it stays in the reply's text, so such a reply is
+plain content (finish ``stop``), never an error; ``arguments`` sent out are always strict JSON.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from deploy.replica.api import MAX_ARGUMENTS_CHARS, json_problem
 
 ToolFormat = Literal["hermes"]
 
@@ -62,32 +69,61 @@ class ParsedReply:
     tool_calls: list[dict] = field(default_factory=list)
 
 
-def _call(name: str, arguments: Any) -> dict:
+MAX_ARGUMENTS_DEPTH = 32
+"""Deepest nesting of a call's ``arguments`` (written by the model or sent in the history)."""
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def strict_loads(text: str) -> Any:
+    """``text`` as strict JSON: NaN/Infinity, nesting that exhausts the stack and invalid text are
+    all a ``ValueError``."""
+    try:
+        return json.loads(text, parse_constant=_no_constants)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def arguments_problem(arguments: Any, path: str = "arguments") -> str | None:
+    """Why ``arguments`` (decoded) cannot be a call's arguments, or None: a lone surrogate,
+    NaN/Infinity or nesting deeper than ``MAX_ARGUMENTS_DEPTH``."""
+    found = json_problem(arguments, path, max_depth=MAX_ARGUMENTS_DEPTH)
+    return None if found is None else f"{found[0]}: {found[2]}"
+
+
+def _call(name: str, arguments: dict) -> dict:
     return {
         "id": f"call_{uuid.uuid4().hex[:24]}",
         "type": "function",
-        "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+        "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False,
+                                                           allow_nan=False)},
     }
 
 
 def _read_block(raw: str, names: set[str]) -> dict | None:
     """One block's call, or None when it is not a call to an offered tool with object
-    arguments (that block is then left in the text, as the model wrote it)."""
+    arguments in strict JSON (that block is then left in the text, as the model wrote it): a
+    name that is not a string, arguments with NaN/Infinity, a lone surrogate or too deep."""
     try:
-        obj = json.loads(raw)
-    except json.JSONDecodeError:
+        obj = strict_loads(raw)
+    except ValueError:
         return None
-    if not isinstance(obj, dict) or obj.get("name") not in names:
+    if not isinstance(obj, dict):
+        return None
+    name = obj.get("name")
+    if not isinstance(name, str) or name not in names:
         return None
     arguments = obj.get("arguments", {})
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
         try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
+            arguments = strict_loads(arguments)
+        except ValueError:
             return None
-    if not isinstance(arguments, dict):
+    if not isinstance(arguments, dict) or arguments_problem(arguments):
         return None
-    return _call(obj["name"], arguments)
+    return _call(name, arguments)
 
 
 def parse_tool_calls(text: str, names: set[str] | frozenset[str]) -> ParsedReply:
@@ -133,10 +169,12 @@ def template_messages(messages: list[Any]) -> list[dict]:
         if calls:
             if not isinstance(calls, list):
                 raise ToolTurnError("must be a list of tool calls", f"messages.{i}.tool_calls")
-            try:
-                item["tool_calls"] = [_template_call(c) for c in calls]
-            except ValueError as exc:
-                raise ToolTurnError(str(exc), f"messages.{i}.tool_calls") from None
+            item["tool_calls"] = []
+            for j, c in enumerate(calls):
+                try:
+                    item["tool_calls"].append(_template_call(c))
+                except ValueError as exc:
+                    raise ToolTurnError(str(exc), f"messages.{i}.tool_calls.{j}") from None
         if m.role == "tool" and extra.get("tool_call_id"):
             item["tool_call_id"] = extra["tool_call_id"]
         if m.name:
@@ -153,9 +191,15 @@ def _template_call(call: Any) -> dict:
     if not isinstance(name, str) or not name:
         raise ValueError("each tool call needs 'function.name'")
     if isinstance(arguments, str):
+        if len(arguments) > MAX_ARGUMENTS_CHARS:
+            raise ValueError(f"'function.arguments' of {name!r} is longer than "
+                             f"{MAX_ARGUMENTS_CHARS} characters")
         try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            raise ValueError(f"'function.arguments' of {name!r} is not JSON") from None
+            arguments = strict_loads(arguments)
+        except ValueError as exc:
+            raise ValueError(f"'function.arguments' of {name!r} is not JSON ({exc})") from None
+    problem = arguments_problem(arguments, "function.arguments")
+    if problem:
+        raise ValueError(problem)
     return {"id": call.get("id"), "type": "function",
             "function": {"name": name, "arguments": arguments}}

@@ -4,7 +4,9 @@ answer 5xx, and every 4xx is in OpenAI's error shape.
 The app runs in-process (ASGI, through Starlette's TestClient with its lifespan started) with a
 real untrained toy MoE behind the real torch engine; the model is put in the host directly rather
 than downloaded. Examples are bounded (50 per endpoint and mode) and derandomised, so a failure
-reproduces. ``max_tokens_limit`` is 16 to keep sampling cheap: larger asks are a 400.
+reproduces. ``max_tokens_limit`` is 16 to keep sampling cheap: larger asks are a 400. The chat
+endpoint is also run against a tiny Qwen3-MoE whose template renders tools (the toy refuses
+``tools`` before rendering anything). Status counts are printed (``-s``).
 """
 
 from __future__ import annotations
@@ -43,10 +45,32 @@ def served(tmp_path_factory):
         yield app, client
 
 
-@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
-@pytest.mark.parametrize("path", ENDPOINTS)
-def test_no_server_errors(served, path, mode):
-    app, client = served
+@pytest.fixture(scope="module")
+def served_tools(tmp_path_factory):
+    """The same app serving an untrained tiny Qwen3-MoE whose chat template renders tools, so
+    generated ``tools``, ``tool_choice`` and history ``tool_calls`` reach the template."""
+    from policy.hf import HFPolicy
+    from policy.tiny import build_tokenizer
+    from tests.unit.deploy.test_tool_calls import TOOL_TEMPLATE, _model
+
+    tmp = tmp_path_factory.mktemp("schemathesis-tools")
+    app = create_app(
+        ServerSettings(
+            tracking_uri="http://127.0.0.1:9",
+            model_name="toy",
+            admin_token="schemathesis-admin-token",
+            spool_dir=tmp / "spool",
+            cache_dir=tmp / "cache",
+            max_tokens_limit=16,
+        )
+    )
+    policy = HFPolicy(*_model(build_tokenizer(vocab=320, seed=0), TOOL_TEMPLATE))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        app.state.host._current = ServedModel(policy, 1)
+        yield app, client
+
+
+def _no_server_errors(app, client, path, mode) -> dict[int, int]:
     schema = schemathesis.openapi.from_dict(app.openapi())
     operation = schema[path]["POST"]
     seen: dict[int, int] = {}
@@ -69,6 +93,21 @@ def test_no_server_errors(served, path, mode):
             assert error["message"] and error["type"]
 
     check()
+    print(f"schemathesis {path} {mode.value}: statuses {dict(sorted(seen.items()))}")
     assert sum(seen.values()) >= 10
+    return seen
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+@pytest.mark.parametrize("path", ENDPOINTS)
+def test_no_server_errors(served, path, mode):
+    seen = _no_server_errors(*served, path, mode)
     if mode is GenerationMode.POSITIVE:
         assert seen.get(200, 0) > 0, seen  # some valid bodies were actually served
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+def test_no_server_errors_where_tools_are_rendered(served_tools, mode):
+    seen = _no_server_errors(*served_tools, "/v1/chat/completions", mode)
+    if mode is GenerationMode.POSITIVE:
+        assert seen.get(200, 0) > 0, seen

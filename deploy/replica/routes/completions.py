@@ -269,7 +269,7 @@ def _tool_prompt(body: ChatCompletionRequest, engine) -> str:
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.renders_tools() else None
     try:
         return engine.tool_prompt(messages, tools)
-    except TemplateError as exc:
+    except (TemplateError, RecursionError) as exc:  # depth is bounded by the request's checks
         raise APIError(
             400, f"messages: the model's chat template cannot render this conversation ({exc})",
             "messages", "invalid_value",
@@ -329,6 +329,8 @@ async def _stream_tool_chat(call, body, engine, logger, metrics) -> StreamingRes
     """A streamed request with tools: the calls are read from the whole completion, so each
     choice is sent as one delta (content and/or ``tool_calls``) once it is complete."""
     results = await gateway.run(call, engine, logger, metrics)
+    # read before the 200 goes out: whatever the model wrote, the stream then cannot break
+    replies = [_assistant(r, body) for r in results]
     base = {
         "id": call.response_id,
         "object": "chat.completion.chunk",
@@ -342,8 +344,7 @@ async def _stream_tool_chat(call, body, engine, logger, metrics) -> StreamingRes
         return {**base, "choices": [choice]}
 
     def events():
-        for i, r in enumerate(results):
-            message, finish = _assistant(r, body)
+        for i, (message, finish) in enumerate(replies):
             delta = {"role": "assistant", "content": message["content"]}
             if message.get("tool_calls"):
                 delta["tool_calls"] = [

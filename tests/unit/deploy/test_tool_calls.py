@@ -79,23 +79,28 @@ def _model(tokenizer, template: str):
                                   moe_intermediate=32, intermediate=64), _tok(tokenizer, template))
 
 
-def _teach_to_call(model, tok) -> None:
-    """A few hundred steps on one sequence: asked ASK with TOOL, the model answers CALL_TEXT."""
-    prompt = list(tok.apply_chat_template(ASK, tools=[TOOL], tokenize=True,
-                                          add_generation_prompt=True)["input_ids"])
-    target = list(tok(CALL_TEXT, add_special_tokens=False)["input_ids"]) + [tok.eos_token_id]
-    ids = torch.tensor([prompt + target])
-    labels = ids.clone()
-    labels[0, :len(prompt)] = -100
+def _teach_to_call(model, tok, lessons=((ASK, CALL_TEXT),), steps: int = 300) -> None:
+    """A few hundred steps on a few sequences: asked each lesson's messages with TOOL, the model
+    answers its text (by default: asked ASK, it answers CALL_TEXT)."""
+    batch = []
+    for messages, text in lessons:
+        prompt = list(tok.apply_chat_template(messages, tools=[TOOL], tokenize=True,
+                                              add_generation_prompt=True)["input_ids"])
+        target = list(tok(text, add_special_tokens=False)["input_ids"]) + [tok.eos_token_id]
+        ids = torch.tensor([prompt + target])
+        labels = ids.clone()
+        labels[0, :len(prompt)] = -100
+        batch.append((ids, labels))
     torch.manual_seed(0)
     opt = torch.optim.Adam(model.parameters(), lr=2e-2)
     model.train()
-    for _ in range(300):
-        loss = model(input_ids=ids, labels=labels).loss
+    for _ in range(steps):
+        losses = [model(input_ids=ids, labels=labels).loss for ids, labels in batch]
+        loss = sum(losses) / len(losses)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if loss.item() < 2e-3:
+        if max(x.item() for x in losses) < 2e-3:
             break
     model.eval()
 
@@ -227,7 +232,7 @@ def test_history_tool_calls_reach_the_template_as_objects():
         *ASK, {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}])
     with pytest.raises(ToolTurnError) as err:
         template_messages(bad.messages)
-    assert err.value.param == "messages.1.tool_calls"
+    assert err.value.param == "messages.1.tool_calls.0"
 
 
 # -- through the server, with the openai client ----------------------------------------------------
@@ -307,3 +312,167 @@ def test_a_template_without_tools_refuses_them(plain):
     assert (err.value.code, err.value.param) == ("unsupported_parameter", "tools")
     assert "does not render tools" in err.value.message
     assert _chat(plain, tools=[TOOL], tool_choice="none", max_tokens=2).choices  # honoured
+
+
+# -- hostile tool calls: never a 500 ------------------------------------------------------------
+def _deep(n: int, leaf: str = "{}") -> str:
+    return '{"a": ' * n + leaf + "}" * n
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>{"name": ["add_numbers"], "arguments": {}}</tool_call>',  # name is a list
+    '<tool_call>{"name": {"add_numbers": 1}, "arguments": {}}</tool_call>',  # name is an object
+    '<tool_call>{"name": "add_numbers", "arguments": {"a": "\\ud800"}}</tool_call>',  # surrogate
+    '<tool_call>{"name": "add_numbers", "arguments": {"\\udc00": 1}}</tool_call>',  # in a key
+    '<tool_call>{"name": "add_numbers", "arguments": {"a": NaN}}</tool_call>',
+    '<tool_call>{"name": "add_numbers", "arguments": "{\\"a\\": -Infinity}"}</tool_call>',
+    '<tool_call>{"name": "add_numbers", "arguments": ' + _deep(40) + "}</tool_call>",
+    '<tool_call>{"name": "add_numbers", "arguments": ' + _deep(3000) + "}</tool_call>",
+])
+def test_a_call_that_is_not_strict_json_to_an_offered_tool_stays_text(text):
+    parsed = parse_tool_calls(text, NAMES)
+    assert parsed.tool_calls == [] and parsed.content == text
+
+
+def test_arguments_sent_out_are_strict_json():
+    text = ('<tool_call>{"name": "add_numbers", "arguments": {"a": 1e308, "b": "\\u00e9"}}'
+            "</tool_call>")
+    (call,) = parse_tool_calls(text, NAMES).tool_calls
+
+    def no_constants(name):
+        raise AssertionError(f"{name} in arguments")
+
+    arguments = json.loads(call["function"]["arguments"], parse_constant=no_constants)
+    assert arguments == {"a": 1e308, "b": "\u00e9"}
+
+
+@pytest.fixture(scope="module")
+def tool_app(tmp_path_factory, tokenizer):
+    """The app serving an untrained tiny Qwen3-MoE with the tool template (no teaching: these
+    requests never reach sampling)."""
+    from policy.hf import HFPolicy
+
+    tmp = tmp_path_factory.mktemp("hostile")
+    settings = ServerSettings(
+        tracking_uri="http://127.0.0.1:9", model_name=NAME, admin_token="unit-test-admin-token",
+        spool_dir=tmp / "spool", cache_dir=tmp / "cache",
+    )
+    app = create_app(settings)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        app.state.host._current = ServedModel(HFPolicy(*_model(tokenizer, TOOL_TEMPLATE)), 4)
+        yield client
+
+
+def _raw(client, body: str):
+    return client.post("/v1/chat/completions", content=body,
+                       headers={"content-type": "application/json"})
+
+
+def _with(tools_params: str | None = None, history_args: str | None = None,
+          history_name: str = '"add_numbers"', tool_choice: str | None = None) -> str:
+    """A chat body as raw JSON text (deep nesting and lone surrogates cannot go through an
+    encoder): tools with ``tools_params`` as parameters, an assistant turn whose call has
+    ``history_args`` (a JSON value) and ``history_name``."""
+    parts = ['"model": "tiny-qwen3"', '"max_tokens": 2']
+    messages = ['{"role": "user", "content": "1+2?"}']
+    if history_args is not None:
+        messages.append('{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", '
+                        '"type": "function", "function": {"name": ' + history_name
+                        + ', "arguments": ' + history_args + "}}]}")
+        messages.append('{"role": "tool", "tool_call_id": "c1", "content": "3"}')
+    parts.append('"messages": [' + ", ".join(messages) + "]")
+    if tools_params is not None:
+        parts.append('"tools": [{"type": "function", "function": {"name": "add_numbers", '
+                     '"parameters": ' + tools_params + "}}]")
+    if tool_choice is not None:
+        parts.append('"tool_choice": ' + tool_choice)
+    return "{" + ", ".join(parts) + "}"
+
+
+A = "messages.1.tool_calls.0"
+HOSTILE = {
+    "parameters 500 deep": (_with(tools_params=_deep(500)),
+                            "tools.0.function.parameters", "too_deep"),
+    "parameters as lists 500 deep": (_with(tools_params='{"a": ' + "[" * 499 + "]" * 499 + "}"),
+                                     "tools.0.function.parameters", "too_deep"),
+    "parameters with 25k values": (_with(tools_params='{"a": [' + ",".join("0" * 25_000) + "]}"),
+                                   "tools", "too_large"),
+    "surrogate in a parameter key": (_with(tools_params='{"\\ud800": {"type": "string"}}'),
+                                     "tools.0.function.parameters", "invalid_unicode"),
+    "surrogate in a parameter value": (_with(tools_params='{"description": "\\udfff"}'),
+                                       "tools.0.function.parameters.description",
+                                       "invalid_unicode"),
+    "history arguments 500 deep": (_with(history_args=json.dumps(_deep(500))), A, "invalid_value"),
+    "history arguments 3000 deep": (_with(history_args=json.dumps(_deep(3000))), A,
+                                    "invalid_value"),
+    "history arguments object 500 deep": (_with(history_args=_deep(500)),
+                                          f"{A}.function.arguments", "too_deep"),
+    "surrogate in history arguments": (_with(history_args=json.dumps('{"a": "\\ud800"}')), A,
+                                       "invalid_value"),
+    "NaN in history arguments": (_with(history_args=json.dumps('{"a": NaN}')), A,
+                                 "invalid_value"),
+    "surrogate in a history function name": (_with(history_args='"{}"', history_name='"\\ud800"'),
+                                             f"{A}.function.name", "invalid_unicode"),
+    "tool_choice 100 deep": (_with(tools_params="{}", tool_choice='{"type": "function", '
+                                   '"function": ' + _deep(100) + "}"),
+                             "tool_choice.function", "too_deep"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_hostile_tool_requests_are_a_400_naming_the_field(tool_app, case):
+    body, param, code = HOSTILE[case]
+    r = _raw(tool_app, body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"].startswith(param), error
+    assert error["code"] == code, error
+
+
+def test_fair_tool_requests_still_pass_the_checks(tool_app):
+    """The limits leave room: 20 levels of parameters and a history call are served."""
+    r = _raw(tool_app, _with(tools_params=_deep(20), history_args=json.dumps('{"a": 1}')))
+    assert r.status_code == 200, r.text
+
+
+# a model that answers with calls no client may receive: each must come back as plain text
+BAD_CALLS = [
+    ([{"role": "user", "content": "list?"}],
+     '<tool_call>\n{"name": ["add_numbers"], "arguments": {"a": 1}}\n</tool_call>'),
+    ([{"role": "user", "content": "odd?"}],
+     '<tool_call>\n{"name": "add_numbers", "arguments": {"a": "\\ud800"}}\n</tool_call>'),
+]  # NaN/Infinity in a call: on strings above and in tests/unit/deploy/test_tool_call_fuzz.py
+
+
+@pytest.fixture(scope="module")
+def bad_caller(tmp_path_factory, tokenizer, live):
+    """A tiny Qwen3-MoE with the tool template taught to answer BAD_CALLS, served."""
+    from policy.hf import HFPolicy
+
+    model, tok = _model(tokenizer, TOOL_TEMPLATE)
+    _teach_to_call(model, tok, BAD_CALLS, steps=400)
+    app, test_client, server = _serve(tmp_path_factory.mktemp("bad"), HFPolicy(model, tok), live)
+    with server as url:
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", max_retries=0, timeout=60)
+    test_client.__exit__(None, None, None)
+
+
+@SERVED
+@pytest.mark.parametrize("lesson", range(len(BAD_CALLS)))
+def test_a_malformed_model_call_comes_back_as_text(bad_caller, lesson):
+    messages, text = BAD_CALLS[lesson]
+    reply = _chat(bad_caller, tools=[TOOL], messages=messages)
+    choice = reply.choices[0]
+    assert choice.message.content == text  # the model learnt it: what it wrote, as text
+    assert choice.message.tool_calls is None and choice.finish_reason == "stop"
+
+
+@SERVED
+@pytest.mark.parametrize("lesson", range(len(BAD_CALLS)))
+def test_a_malformed_model_call_streams_as_text_to_the_end(bad_caller, lesson):
+    messages, text = BAD_CALLS[lesson]
+    chunks = list(_chat(bad_caller, tools=[TOOL], messages=messages, stream=True))
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert content == text
+    assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
+    assert chunks[-1].choices[0].finish_reason == "stop"

@@ -45,3 +45,24 @@ def test_fit_prompt_keeps_the_tail():
     assert fit_prompt("abcdef", 3) == "def"
     assert fit_prompt("abc", 10) == "abc"
     assert fit_prompt("xé", 2) == "é"
+
+
+def test_a_grade_that_crashes_fails_its_task_and_the_suite_goes_on(model):
+    """A checker that raises on one task (as a sandbox that cannot start or dies does): that task
+    fails with the reason; every other task is graded by the real checker as before."""
+    tasks, checker = build_suite(SuiteConfig(size=4, seed=2))
+    doomed = tasks[1].task_id
+
+    def crashing(task, answer):
+        if task.task_id == doomed:
+            raise OSError("sandbox could not start: no scratch folder")
+        return checker(task, answer)
+
+    clean = run_suite(model, tasks, max_new_tokens=6, seed=0, checker=checker)
+    result = run_suite(model, tasks, max_new_tokens=6, seed=0, checker=crashing)
+    assert [t.task_id for t in result.tasks] == [t.task_id for t in tasks]
+    crashed = result.tasks[1]
+    assert not crashed.passed and crashed.score == 0.0
+    assert crashed.detail == "grader crashed: OSError: sandbox could not start: no scratch folder"
+    others = [t.model_dump() for i, t in enumerate(result.tasks) if i != 1]
+    assert others == [t.model_dump() for i, t in enumerate(clean.tasks) if i != 1]
