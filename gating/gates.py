@@ -207,7 +207,8 @@ def improvement_gate(e: Evidence, rule: ImprovementEvidence) -> GateResult:
            else "no evidence of improvement (a tie is noise)")
     if primary:
         reason = (f"{e.passed_ci.mean:+.3f} [{e.passed_ci.low:+.3f}, {e.passed_ci.high:+.3f}], "
-                  f"superiority p = {p:.2g} <= {a_primary:.2g}")
+                  f"superiority p = {p:.2g} <= {a_primary:.2g} ({e.better} better / "
+                  f"{e.worse} worse)")
     elif secondary:
         reason = (f"shorter by {-e.tokens_ci.mean:.2f} tokens (upper bound {e.tokens_ci.high:+.2f}"
                   f" < {-saving:+.2f}) and not worse (pass {ni_ci.mean:+.3f}, lower bound "

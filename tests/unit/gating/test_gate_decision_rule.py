@@ -141,7 +141,7 @@ def test_the_decision_line_names_the_rule_that_decided():
                     candidate=win.summary(), champion=champ.summary(), champion_version=1)
     line = decision_line(v)
     assert line.startswith("promoted: +0.500 [") and "superiority p = " in line
-    assert line.endswith("<= 0.04; guardrails held")
+    assert line.endswith("<= 0.04 (200 better / 0 worse); guardrails held")
     tie = _suite([False, True] * 10 + [True, False] * 190)  # 10 better, 10 worse
     gates = evaluate_gates(tie, champ, GateConfig())
     v = GateVerdict(passed=False, run_id="r", gates=gates, candidate=tie.summary(),
