@@ -20,11 +20,14 @@ configs/smollm2-pyfuncs.json), loaded as the loop loads it, with one torch threa
   ``decode_limit_ratio`` = roofline / measured step CPU time, per batch size. Weight bytes count
   the experts a step can reach (min(E, B*k) of E per layer) plus every dense weight.
 - ``train``: forward+backward of the policy's ``token_logprobs`` (the trainer's path) over 8
-  prompt+reply sequences with the top 8 layers trainable (the preset's scope); tokens per CPU-second.
+  prompt+reply sequences with the top 8 layers trainable (the preset's scope); tokens per
+  CPU-second.
 
 ``--code DIR`` imports the ratchet packages from another checkout (the code before a change) so
 before and after run the same script. Every figure carries the 1-minute load (os.getloadavg) at
-its start and end. Results go to bench/results/real_cycle.json under ``--label``. Left out: the
+its start and end. Results go to bench/results/real_cycle.json under ``--label``; running a label
+again adds a round, and the headline figures (``decode_limit_ratio``, ``step_cpu_s``,
+``decode_tokens_per_cpu_s``, ``train_tokens_per_cpu_s``) are medians over its rounds. Left out: the
 per-stage seconds of a whole cycle (serve, ingest, train, gate) — bench/loop_real.py runs cycles.
 """
 
@@ -100,7 +103,7 @@ def matmul_throughput(shapes, dtype, repeats: int = 5) -> tuple[float, float, fl
         copies = max(1, min(count, (64 << 20) // (k * n * size) + 1))
         ws = [torch.randn(n, k).to(dtype) for _ in range(copies)]
         x = torch.randn(m, k).to(dtype)
-        t = _median_cpu(lambda: [F.linear(x, w) for w in ws], repeats) / copies
+        t = _median_cpu(lambda x=x, ws=ws: [F.linear(x, w) for w in ws], repeats) / copies
         flops += 2.0 * m * k * n * count
         seconds += t * count
         nbytes += float(k * n * size * count)
@@ -178,6 +181,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--dtype", default=None, help="override the policy's dtype (e.g. bfloat16)")
     ap.add_argument("--no-train", action="store_true")
+    ap.add_argument("--commit", default=None, help="the commit --code was exported from")
     args = ap.parse_args()
     sys.path.insert(0, str(args.code.resolve()))
     import torch
@@ -218,8 +222,9 @@ def main() -> None:
     train = None if args.no_train else train_figures(policy, prompts)
     print("train", train, flush=True)
 
-    commit = subprocess.run(["git", "-C", str(args.code), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip() or "exported tree"
+    commit = args.commit or subprocess.run(
+        ["git", "-C", str(args.code), "rev-parse", "--short", "HEAD"],
+        capture_output=True, text=True).stdout.strip() or "exported tree"
     entry = {
         "label": args.label, "code": commit, "config": str(args.config.relative_to(ROOT)),
         "model": f"{model_cfg.model_type}, {params / 1e6:.1f}M parameters, {dtype}",
@@ -228,11 +233,25 @@ def main() -> None:
                    f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GB",
         "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
         "load_seconds": load, "decode": decode, "hardware": hardware, "train": train,
-        "decode_limit_ratio": {b: d["decode_limit_ratio"] for b, d in decode.items()},
         "cycle_stages": None,
         "cycle_stages_note": "not measured here: bench/loop_real.py runs whole cycles",
     }
     data = json.loads(OUT.read_text()) if OUT.exists() else {}
+    # a rerun under the same label adds a round: the headline figures are medians over rounds
+    rounds = data.get(args.label, {}).get("rounds", []) + [
+        {"date": entry["date"], "code": commit, "uptime": entry["uptime"], "decode": decode,
+         "train": train}]
+    entry["rounds"] = rounds
+    entry["decode_limit_ratio"] = {b: statistics.median(r["decode"][b]["decode_limit_ratio"]
+                                                        for r in rounds if b in r["decode"])
+                                   for b in decode}
+    entry["step_cpu_s"] = {b: statistics.median(r["decode"][b]["step_cpu_s"]
+                                                for r in rounds if b in r["decode"])
+                           for b in decode}
+    entry["decode_tokens_per_cpu_s"] = {b: round(int(b) / entry["step_cpu_s"][b], 2)
+                                        for b in decode}
+    trains = [r["train"]["tokens_per_cpu_s"] for r in rounds if r.get("train")]
+    entry["train_tokens_per_cpu_s"] = statistics.median(trains) if trains else None
     data[args.label] = entry
     OUT.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     print(json.dumps({"decode_limit_ratio": entry["decode_limit_ratio"], "load": load}))

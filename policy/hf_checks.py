@@ -121,7 +121,8 @@ def check_tokenizer(tokenizer, directory: Path) -> None:
 
 
 def gguf_cache_root() -> Path:
-    """Where de-quantised GGUF models are kept: ``$RATCHET_GGUF_CACHE`` or ``<repo>/.cache/gguf``."""
+    """Where de-quantised GGUF models are kept: ``$RATCHET_GGUF_CACHE``, else
+    ``<repo>/.cache/gguf``."""
     env = os.environ.get("RATCHET_GGUF_CACHE")
     return Path(env) if env else Path(__file__).resolve().parents[1] / ".cache" / "gguf"
 

@@ -10,8 +10,9 @@ block is closed.
 What is not model compute is kept off the step: a row that has finished leaves the batch (its
 KV-cache rows are dropped, so later steps compute only live rows), the attention mask is one
 tensor allocated for the whole decode and sliced, the KV cache is allocated once for the
-prompt width plus the budget and written in place (policy/kv_cache.py), the per-step host work is one ``tolist`` per
-tensor rather than one per row, and routing is read as expert ids only (no router softmax).
+prompt width plus the budget and written in place (policy/kv_cache.py), the per-step host work
+is one ``tolist`` per tensor rather than one per row, and routing is read as expert ids only
+(no router softmax).
 Greedy outputs are the same tokens as a batch-of-one decode; sampled rows draw from the same
 distribution (a shrinking batch consumes the generator differently, so draws are not the same
 numbers as before). Left out: beam search, streaming.

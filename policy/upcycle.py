@@ -51,9 +51,8 @@ def moe_config(dense_config, experts: int, top_k: int):
 def upcycle_model(dense, experts: int, top_k: int, *, router_std: float = 0.02, seed: int = 0):
     """The upcycled MoE model (same dtype as ``dense``), see the module docstring."""
     import torch
-    from transformers import AutoModelForCausalLM
-
     from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
 
     config = moe_config(dense.config, experts, top_k)
     torch.manual_seed(seed)
@@ -95,7 +94,8 @@ def _layer_experts(dense_state: dict, moe_state: dict, i: int, experts: int, rou
     }
     for k, v in moe_state.items():  # Qwen2-MoE's shared expert: zero output at init
         if k.startswith(d + "shared_expert"):
-            out[k] = torch.zeros(v.shape, dtype=v.dtype) if ("down_proj" in k or "shared_expert_gate" in k) \
+            zero = "down_proj" in k or "shared_expert_gate" in k
+            out[k] = torch.zeros(v.shape, dtype=v.dtype) if zero \
                 else torch.randn(v.shape, generator=gen).to(v.dtype) * 0.02
     return out
 
