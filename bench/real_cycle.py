@@ -62,7 +62,8 @@ def _load() -> float:
 
 
 def bandwidth(nbytes: int, dtype, repeats: int = 5) -> float:
-    """Read bandwidth in GB/s: a sum over a buffer of ``nbytes`` (larger than any cache)."""
+    """Read bandwidth in GB/s: a sum over a buffer of ``nbytes`` (larger than any cache); use
+    float32 (a bf16 sum converts every element and measures the conversion, not the reads)."""
     import torch
 
     buf = torch.ones(nbytes // torch.tensor([], dtype=dtype).element_size(), dtype=dtype)
@@ -210,7 +211,7 @@ def main() -> None:
         d = decode_figures(policy, prompts, b, args.steps)
         shapes = step_shapes(model_cfg, b)
         gflops, flops, wbytes = matmul_throughput(shapes, dtype)
-        bw = bandwidth(max(int(wbytes), 256 << 20), dtype)
+        bw = bandwidth(max(int(wbytes), 256 << 20), torch.float32)  # bytes are bytes
         roof = max(wbytes / (bw * 1e9), flops / (gflops * 1e9))
         d.update({"step_gflop": round(flops / 1e9, 3), "weight_gb_read": round(wbytes / 1e9, 3),
                   "read_gb_per_s": round(bw, 2), "matmul_gflop_per_s": round(gflops, 2),
