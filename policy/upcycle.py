@@ -51,14 +51,18 @@ def moe_config(dense_config, experts: int, top_k: int):
 def upcycle_model(dense, experts: int, top_k: int, *, router_std: float = 0.02, seed: int = 0):
     """The upcycled MoE model (same dtype as ``dense``), see the module docstring."""
     import torch
+    from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 
     config = moe_config(dense.config, experts, top_k)
     torch.manual_seed(seed)
-    moe = AutoModelForCausalLM.from_config(config, dtype=next(dense.parameters()).dtype)
+    # every weight is set below: the parameters start empty (no random init of the experts,
+    # seconds of CPU at SmolLM2's size); buffers (rotary tables) are built as usual
+    with init_empty_weights(include_buffers=False):
+        moe = AutoModelForCausalLM.from_config(config, dtype=next(dense.parameters()).dtype)
     dense_state = dense.state_dict()
     moe_state = moe.state_dict()
-    new = {k: v for k, v in dense_state.items() if ".mlp." not in k}
+    new = {k: v.clone() for k, v in dense_state.items() if ".mlp." not in k}
     dropped = sorted(set(new) - set(moe_state))
     if dropped:  # e.g. attention biases the MoE family has no place for
         raise PolicyLoadError(f"config.json: {config.model_type} has no weight for {dropped[:3]}; "
@@ -69,7 +73,7 @@ def upcycle_model(dense, experts: int, top_k: int, *, router_std: float = 0.02, 
     missing = set(moe_state) - set(new)
     if missing:
         raise RuntimeError(f"upcycle left weights unset: {sorted(missing)[:5]}")
-    moe.load_state_dict(new, strict=True)
+    moe.load_state_dict(new, strict=True, assign=True)
     if getattr(config, "tie_word_embeddings", False):
         moe.tie_weights()
     return moe.eval()
@@ -90,7 +94,8 @@ def _layer_experts(dense_state: dict, moe_state: dict, i: int, experts: int, rou
     }
     for k, v in moe_state.items():  # Qwen2-MoE's shared expert: zero output at init
         if k.startswith(d + "shared_expert"):
-            out[k] = torch.zeros_like(v) if ("down_proj" in k or "shared_expert_gate" in k) \
+            zero = "down_proj" in k or "shared_expert_gate" in k
+            out[k] = torch.zeros(v.shape, dtype=v.dtype) if zero \
                 else torch.randn(v.shape, generator=gen).to(v.dtype) * 0.02
     return out
 

@@ -38,3 +38,17 @@ def tiny_hf(bpe_tokenizer):
         return built[key]
 
     return make
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _gguf_cache(tmp_path_factory):
+    """GGUF conversions made by these tests go to a temporary folder, never the repo's cache."""
+    import os
+
+    old = os.environ.get("RATCHET_GGUF_CACHE")
+    os.environ["RATCHET_GGUF_CACHE"] = str(tmp_path_factory.mktemp("gguf-cache"))
+    yield
+    if old is None:
+        os.environ.pop("RATCHET_GGUF_CACHE", None)
+    else:
+        os.environ["RATCHET_GGUF_CACHE"] = old

@@ -95,3 +95,29 @@ def test_gguf_upcycles_to_an_equal_mixtral(gguf_dir, tmp_path):
     x = torch.tensor([tok("# evaluate\n3+4 = 7")["input_ids"]])
     with torch.no_grad():
         torch.testing.assert_close(moe.module(x).logits, model(x).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_the_conversion_is_cached_by_the_files_content(gguf_dir, tmp_path, monkeypatch):
+    from policy import hf_checks
+
+    d, model, tok = gguf_dir
+    monkeypatch.setenv("RATCHET_GGUF_CACHE", str(tmp_path / "cache"))
+    target = hf_checks.converted_gguf_dir(d / "tiny.gguf")
+    assert not target.exists()
+    first = load_policy(d)
+    assert (target / "config.json").is_file()  # the first load wrote the converted model
+    reads = []
+    monkeypatch.setattr(hf_checks, "_read_gguf", lambda *a: reads.append(a))
+    second = load_policy(d)  # read from the cache: the GGUF is not de-quantised again
+    assert reads == [] and second.describe()["model_type"] == "llama"
+    x = torch.tensor([tok("def f(x):\n    return x * 2")["input_ids"]])
+    with torch.no_grad():
+        torch.testing.assert_close(second.module(x).logits, first.module(x).logits, rtol=0,
+                                   atol=0)
+    assert second.encode_prompt("x = 1") == first.encode_prompt("x = 1")
+    # another file's bytes, another cache entry
+    other = tmp_path / "other"
+    other.mkdir()
+    data = (d / "tiny.gguf").read_bytes()
+    (other / "tiny.gguf").write_bytes(data + b"\0")
+    assert hf_checks.converted_gguf_dir(other / "tiny.gguf") != target
