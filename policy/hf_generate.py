@@ -9,10 +9,8 @@ block is closed.
 
 What is not model compute is kept off the step: a row that has finished leaves the batch (its
 KV-cache rows are dropped, so later steps compute only live rows), the attention mask is one
-tensor allocated for the whole decode and sliced, the KV cache is allocated once for the
-prompt width plus the budget and written in place (policy/kv_cache.py), the per-step host work
-is one ``tolist`` per tensor rather than one per row, and routing is read as expert ids only
-(no router softmax).
+tensor allocated for the whole decode and sliced, the per-step host work is one ``tolist`` per
+tensor rather than one per row, and routing is read as expert ids only (no router softmax).
 Greedy outputs are the same tokens as a batch-of-one decode; sampled rows draw from the same
 distribution (a shrinking batch consumes the generator differently, so draws are not the same
 numbers as before). Left out: beam search, streaming.
@@ -32,7 +30,7 @@ def decode_loop(policy, prompts: list[list[int]], steps: int, temperature: float
                 seed: int | None, stop_when: Callable[[str], bool] | None = None,
                 ) -> list[Sampled]:
     """Sample up to ``steps`` tokens per prompt; see the module docstring."""
-    from policy.kv_cache import decode_cache
+    from transformers import DynamicCache
 
     model, info = policy.module, policy.tokenizer_info
     device = next(model.parameters()).device
@@ -44,7 +42,7 @@ def decode_loop(policy, prompts: list[list[int]], steps: int, temperature: float
     positions = (mask.long().cumsum(1) - 1).clamp(min=0)
     gen = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
     eos = torch.tensor(info.eos_ids, device=device)
-    cache = decode_cache(model, width + steps)  # written in place, never concatenated
+    cache = DynamicCache(config=model.config)
     out: list[tuple[list, list, list]] = [([], [], []) for _ in prompts]
     prompt_routes: list[list] = [[] for _ in prompts]
     stopped = [False] * n

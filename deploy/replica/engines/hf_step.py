@@ -1,8 +1,7 @@
 """The torch engine's ``StepModel`` over a Hugging Face policy, and the one factory for any policy.
 
-``HFStepModel`` prefills a left-padded batch with one KV cache allocated for the batch
-(policy/kv_cache.py: written in place, never concatenated; attention mask and position ids so that
-padding changes nothing) and decodes one token per row per step,
+``HFStepModel`` prefills a left-padded batch with one ``transformers`` ``DynamicCache`` (attention
+mask and position ids so that padding changes nothing) and decodes one token per row per step,
 keeping only the last position's logits. The routed experts come from the policy's router hooks
 (policy/hf.py): every prompt position's from the prefill, and at each step those of the position
 whose logits are sampled. Prompt ids, EOS ids (the tokenizer's and the generation config's) and the
@@ -33,17 +32,15 @@ class _HFSession:
     """One batch decoded with a KV cache; logits and routes come back to the CPU."""
 
     def __init__(self, step: HFStepModel, rows: list[list[int]]) -> None:
+        from transformers import DynamicCache
+
         from policy.base import left_pad
-        from policy.kv_cache import decode_cache
 
         self.step, policy = step, step.policy
         self.device = next(policy.module.parameters()).device
         tokens, self.mask = left_pad(rows, policy.tokenizer_info.pad_id, self.device)
         self.positions = (self.mask.long().cumsum(1) - 1).clamp(min=0)
-        # written in place, never concatenated; the capacity is a hint (it grows if a row runs
-        # past it), sized for the widest prompt plus the context left to it
-        capacity = min(policy.max_seq_len, tokens.shape[1] + step.decode_capacity)
-        self.cache = decode_cache(policy.module, capacity)
+        self.cache = DynamicCache(config=policy.module.config)
         routes = self._forward(tokens)
         width = tokens.shape[1]
         self.prompt_routes = None if routes is None else [
@@ -102,7 +99,6 @@ class HFStepModel:
         self.eos_ids = tuple(info.eos_ids)
         self.eos_id = self.eos_ids[0]
         self.lock = threading.Lock()
-        self.decode_capacity = 256  # KV positions reserved past the prompt (grows if needed)
         from deploy.replica.tool_calls import template_tool_format
 
         self.tool_format = template_tool_format(getattr(policy, "tokenizer", None))
