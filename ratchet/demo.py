@@ -230,7 +230,7 @@ def figure(rows: list[CycleRow], gain: dict | None = None):  # -> matplotlib Fig
 def short_reason(decision: str, width: int = 28) -> str:
     """The rule that decided, cut to fit a plot label: "rejected: guard `count_even` dropped 5 of
     7, p = 0.029 ..." -> "guard `count_even` dropped 5 of 7"."""
-    reason = decision.split(":", 1)[-1].strip().split(",")[0]
+    reason = decision.split(":", 1)[-1].strip().split(",")[0].split(":")[0]
     return reason if len(reason) <= width else reason[: width - 1].rstrip() + "…"
 
 
@@ -258,13 +258,13 @@ def _gate_panel(ax, rows: list[CycleRow]) -> None:
     if rejected:
         ax.scatter([r.cycle for r in rejected], [r.gate_candidate for r in rejected],
                    marker="v", s=60, color="tab:orange", zorder=3, label="rejected")
-    for r in gated:
+    for i, r in enumerate(gated):
         note = f"n={r.gate_tasks}" if r.gate_tasks else ""
         if r in rejected and r.gate_decision:
             note += "\n" + short_reason(r.gate_decision)
-        if note:
+        if note:  # alternately above and below the point, so neighbours do not overlap
             ax.annotate(note, (r.cycle, r.gate_candidate), fontsize=6,
-                        textcoords="offset points", xytext=(4, 4))
+                        textcoords="offset points", xytext=(4, 6 if i % 2 == 0 else -18))
     ax.set_title("gate pass rate\n(higher is better)", fontsize=9)
     ax.set_xlabel("cycle", fontsize=7)
     ax.set_xticks([r.cycle for r in rows])

@@ -514,6 +514,8 @@ def test_the_plot_marks_rejections_with_their_reason(tmp_path):
 
     line = "rejected: guard `count_even` dropped 5 of 7, p = 0.029 <= 0.05"
     assert short_reason(line) == "guard `count_even` dropped…"
+    assert short_reason("rejected: no evidence of a win: +0.013 [-0.006, +0.040], p") == (
+        "no evidence of a win")
     rows = [_row(1, 1, 2, True), dataclasses.replace(_row(2, 2, 3, False), gate_decision=line)]
     ax = figure(rows).axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
