@@ -23,6 +23,14 @@ Two KL references: the champion (trust region, ``kl_coef``) and a fixed anchor (
 or the one recorded in the champion's metadata, ``anchor_kl_coef``); both KLs are logged per step
 as k3 estimates (``kl_theta_ref_k3``, ``kl_theta_anchor_k3``). Broken or malformed completions
 stay in the data as negative examples.
+Where the damage happens (``TrainerConfig.retain``): each step the policy samples completions of
+retain-set prompts and the loss adds the per-token reverse KL to the champion on them
+(``trainer.rl.retain_kl_loss``, beta adapted to a budget; ``retain_kl`` per step). Replay
+(``TrainerConfig.replay``): a share of every batch is the champion's own answers on
+prior-distribution prompts that passed their checks at setup (trainer/replay.py), imitated inside
+the trust region. Churn and collateral after the update: ``kl_theta_ref_k3_final`` (traffic) and
+``retain_kl_final`` in the summary. ``trainable.scope = "lora"``: adapters (trainer/lora.py)
+merged into the weights at save.
 
 The champion, the reference and the anchor are loaded through the Policy plug
 (``policy.loader.load_policy``: the toy or a Hugging Face model, by the directory's format); the

@@ -99,3 +99,16 @@ def test_the_coefficient_adapts_to_the_budget(setting):
     recipe, _ = _train(setting, kl_coef=1.0, kl_target=1e-6)
     coefs = [h["retain_kl_coef"] for h in recipe.history]
     assert coefs[0] == 1.0 and coefs[-1] > coefs[0]
+
+
+def test_the_smollm2_preset_anchors_on_the_retain_pool_and_replays_it():
+    from pathlib import Path
+
+    from ratchet.config import load_config
+
+    root = Path(__file__).resolve().parents[3]
+    t = load_config(root / "configs" / "smollm2-pyfuncs.json").trainer
+    assert t.retain.path == t.replay.path == "tasks/data/pyfuncs_retain.jsonl"
+    assert (root / t.retain.path).is_file() and t.retain.kl_target == 0.02
+    assert t.replay.share == 0.25 and t.nll_coef == 0.0  # replay, no self-imitation
+    assert len(load_prompts(root / t.retain.path)) >= 100
