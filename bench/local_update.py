@@ -238,6 +238,9 @@ def run(args: argparse.Namespace) -> dict:
         for seed in range(args.seeds):
             cfg = trainer_config(preset.trainer, arm, seed=seed, steps=args.steps,
                                  lora_lr=args.lora_lr)
+            if args.tiny:  # the tiny model has 2 layers
+                cfg = cfg.model_copy(update={"trainable": cfg.trainable.model_copy(
+                    update={"top_layers": 1})})
             out = workdir / "candidates" / arm["name"].replace("/", "_") / f"seed{seed}"
             say(f"arm {arm['name']} seed {seed}: training")
             metrics = run_training(champion, rows, cfg, out)
