@@ -114,8 +114,8 @@ def trainer_config(base, arm: dict, *, seed: int, steps: int | None, lora_lr: fl
     cfg["objective"] = {"type": arm["objective"]}
     if arm["retain"] and cfg["retain"]["path"] is None:
         cfg["retain"]["path"] = str(DATA / "pyfuncs_retain.jsonl")
-    if not arm["retain"]:
-        cfg["retain"]["path"] = None
+    if not arm["retain"]:  # measured (per step and after the update), not trained on
+        cfg["retain"]["kl_coef"] = 0.0
     if arm["lora"]:
         cfg["trainable"]["scope"] = "lora"
         cfg["lr"] = lora_lr if lora_lr is not None else cfg["lr"] * 10
