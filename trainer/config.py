@@ -81,6 +81,59 @@ class GreedyRows(_Strict):
                         "policy-gradient term (each is its own token mean).")
 
 
+class RetainAnchor(_Strict):
+    """An anchor where the damage happens: prompts outside the trained families (a JSONL task
+    file, e.g. the solved families' retain side; never an evaluation pool). Each step the policy
+    samples ``prompts`` of them (``max_new_tokens`` each, no gradient) and the loss adds the
+    per-token reverse KL to the champion on those samples, weighted by ``kl_coef``: the term is
+    k2 = 1/2 (log pi_theta - log pi_champion)^2 per token (token mean), whose gradient on the
+    policy's own samples, (log pi_theta - log pi_champion) * grad log pi_theta, is the per-token
+    score-function gradient of KL(pi_theta || pi_champion). Logged per step: ``retain_kl`` (k1,
+    the unbiased per-token estimate of that KL on the samples), ``retain_kl_k3`` and the
+    coefficient in force (``retain_kl_coef``); the summary adds ``retain_kl_final``, measured
+    after the update on the first ``eval_prompts`` prompts with a fixed seed."""
+
+    path: str | None = Field(
+        None, description="JSONL task file (fields: prompt) of the retain set. None: off.")
+    kl_coef: float = Field(
+        1.0, ge=0.0, le=1000.0, description="Weight of the retain KL term (0: the retain KL is "
+        "measured and logged, not trained on). The starting value when kl_target adapts it.")
+    kl_target: float | None = Field(
+        0.02, gt=0.0, description="Budget of the retain KL, nats per token: after a step whose "
+        "retain_kl is above it the coefficient doubles, below half of it the coefficient halves "
+        "(never below kl_coef, never above 1000 x kl_coef). None: kl_coef stays fixed.")
+    prompts: int = Field(4, ge=1, le=256, description="Retain prompts sampled per step.")
+    max_new_tokens: int = Field(32, ge=1, le=1024, description="Tokens sampled per prompt.")
+    temperature: float = Field(1.0, gt=0.0, le=2.0, description="Sampling temperature of the "
+                               "retain samples (their log-probs are taken at it).")
+    resample_every: int = Field(
+        1, ge=0, le=100_000, description="The policy samples fresh retain completions every "
+        "this many steps (1: every step, on-policy). 0: the champion samples them once at "
+        "setup and every step reuses them (no generation inside the loop: the term is then an "
+        "anchor on the champion's own samples rather than the reverse KL).")
+    eval_prompts: int = Field(16, ge=0, le=1024, description="Prompts (the file's first) of "
+                              "the final retain-KL measurement (0: none).")
+
+
+class ReplaySet(_Strict):
+    """Replay of the champion's own verified answers on prior-distribution prompts: at setup the
+    champion answers up to ``prompts`` tasks of a JSONL file greedily, each answer is graded by
+    the task's own grader (``tests``: the sandboxed asserts of tasks/jsonl_suite.py; ``cases``:
+    the toy checker), and the passing ones become greedy rows with reward 1. A ``share`` of every
+    batch is drawn from them; they train through the greedy imitation term inside the champion's
+    trust region (``GreedyRows``: a token stops being pushed once pi_theta / pi_champion > 1 +
+    clip_eps_high). Counted: ``replay_tasks``, ``replay_verified``; per step ``replay_rows``."""
+
+    path: str | None = Field(None, description="JSONL task file of prior-distribution prompts "
+                             "with their checks. None: off.")
+    share: float = Field(0.25, ge=0.0, lt=1.0, description="Share of every batch drawn from "
+                         "the verified answers (rounded; the rest are traffic rows).")
+    prompts: int = Field(32, ge=1, le=4096, description="Tasks answered and graded at setup "
+                         "(the file's first).")
+    max_new_tokens: int = Field(64, ge=1, le=2048, description="Tokens per greedy answer.")
+    timeout_s: float = Field(5.0, gt=0.0, le=120.0, description="Sandbox timeout per answer.")
+
+
 class TorchBackend(_Strict):
     """Single-process plain torch (the CPU toy path)."""
 
@@ -116,8 +169,11 @@ class ValueHead(_Strict):
 class Trainable(_Strict):
     """Which parameters an update trains (trainer/trainable.py)."""
 
-    scope: Literal["all", "top_layers"] = Field(
-        "all", description="all: every parameter. top_layers: the last `top_layers` decoder "
+    scope: Literal["all", "top_layers", "lora"] = Field(
+        "all", description="lora: every weight frozen; low-rank adapters (trainer/lora.py) on "
+        "the weights matching lora_targets train and are merged into the weights at save, so "
+        "the checkpoint is a plain model. all: every parameter. top_layers: the last "
+        "`top_layers` decoder "
         "layers (attention, norms, MLP or experts and router) and the final norm; embeddings and "
         "the output head frozen unless train_embeddings. The CPU regime for real models: on a "
         "random-init SmolLM2 shape the top 8 of 30 layers train 2.4x as many tokens per "
@@ -127,6 +183,15 @@ class Trainable(_Strict):
     train_embeddings: bool = Field(
         False, description="top_layers: also train the token/position embeddings and the output "
         "head (a tied head follows its embeddings).")
+    lora_rank: int = Field(8, ge=1, le=1024, description="r of the LoRA adapters.")
+    lora_alpha: float = Field(16.0, gt=0.0, le=4096.0, description="alpha: the adapters' "
+                              "update is scaled by alpha / r.")
+    lora_targets: tuple[str, ...] = Field(
+        ("*self_attn.*_proj.weight", "*.mlp.experts.*", "*.mlp.gate.weight",
+         "blocks.*.qkv.weight", "blocks.*.proj.weight", "blocks.*.ffn.w_in",
+         "blocks.*.ffn.w_out", "blocks.*.ffn.router.weight"),
+        description="fnmatch patterns of parameter names that get adapters: attention, experts "
+        "and routers of HF MoE families (2-D and per-expert 3-D weights) and of the toy.")
 
 
 class TrainerConfig(_Strict):
@@ -211,6 +276,10 @@ class TrainerConfig(_Strict):
                                  "train.")
     greedy: GreedyRows = Field(default_factory=GreedyRows, description="Rows served at "
                                "temperature 0.")
+    retain: RetainAnchor = Field(default_factory=RetainAnchor, description="The retain-set "
+                                 "KL anchor (off without a path).")
+    replay: ReplaySet = Field(default_factory=ReplaySet, description="Replay of the champion's "
+                              "verified answers (off without a path).")
     max_staleness: int = Field(
         4, ge=0, description="Rows whose behaviour version is more than this many checkpoint "
         "versions behind current_version are dropped or down-weighted."
@@ -257,4 +326,9 @@ class TrainerConfig(_Strict):
         if self.dual_clip_c < 1.0 + eps_high:
             raise ValueError(f"dual_clip_c={self.dual_clip_c} must be >= 1 + "
                              f"clip_eps_high={eps_high}")
+        if self.replay.path is not None and self.greedy.loss != "filtered":
+            raise ValueError("replay.path trains through the greedy imitation term: needs "
+                             f"greedy.loss='filtered', got {self.greedy.loss!r}")
+        if self.trainable.scope == "lora" and self.backend.type != "torch":
+            raise ValueError("trainable.scope='lora' needs backend.type='torch'")
         return self

@@ -23,6 +23,14 @@ Two KL references: the champion (trust region, ``kl_coef``) and a fixed anchor (
 or the one recorded in the champion's metadata, ``anchor_kl_coef``); both KLs are logged per step
 as k3 estimates (``kl_theta_ref_k3``, ``kl_theta_anchor_k3``). Broken or malformed completions
 stay in the data as negative examples.
+Where the damage happens (``TrainerConfig.retain``): each step the policy samples completions of
+retain-set prompts and the loss adds the per-token reverse KL to the champion on them
+(``trainer.rl.retain_kl_loss``, beta adapted to a budget; ``retain_kl`` per step). Replay
+(``TrainerConfig.replay``): a share of every batch is the champion's own answers on
+prior-distribution prompts that passed their checks at setup (trainer/replay.py), imitated inside
+the trust region. Churn and collateral after the update: ``kl_theta_ref_k3_final`` (traffic) and
+``retain_kl_final`` in the summary. ``trainable.scope = "lora"``: adapters (trainer/lora.py)
+merged into the weights at save.
 
 The champion, the reference and the anchor are loaded through the Policy plug
 (``policy.loader.load_policy``: the toy or a Hugging Face model, by the directory's format); the
@@ -63,6 +71,8 @@ from trainer.baselines import CrossFitValueBaseline, ValueBaseline, prompt_featu
 from trainer.config import CISPO, SequenceGSPO, TokenClip, TrainerConfig
 from trainer.data import Batch, Sample, collate, rows_to_samples
 from trainer.health import moe_health
+from trainer.lora import apply_lora, has_lora, merge_lora
+from trainer.retain import AdaptiveCoef
 from trainer.trainable import select_trainable
 
 log = logging.getLogger("ratchet.trainer")
@@ -156,14 +166,21 @@ class RLRecipe:
                              "router_replay=false to train without replay")
         self.policy = self._on_device(self.plug.module).train()
         t = self.config.trainable
-        self.param_counts = select_trainable(self.policy, scope=t.scope, top_layers=t.top_layers,
-                                             train_embeddings=t.train_embeddings)
+        if t.scope == "lora":
+            self.param_counts = apply_lora(self.policy, rank=t.lora_rank, alpha=t.lora_alpha,
+                                           targets=t.lora_targets, seed=self.config.seed)
+        else:
+            self.param_counts = select_trainable(self.policy, scope=t.scope,
+                                                 top_layers=t.top_layers,
+                                                 train_embeddings=t.train_embeddings)
         self.ref_plug = self._frozen(self.champion_dir)  # a copy with its own routing hooks
         self.reference = self.ref_plug.module
         self._setup_samples()
+        self._setup_replay()
         self._setup_reference_logprobs()
         self._setup_anchor()
         self._setup_optimizer()
+        self._setup_retain()
         self.baseline = rl.RunningBaseline(self.config.baseline_momentum,
                                            all_kinds=[s.kind for s in self.samples])
         # built on first use (needs the hidden size)
@@ -294,6 +311,121 @@ class RLRecipe:
                 self.zero_var[i] = zero_var[pos[id(s)]]
         self.counts["rows_zero_variance_group"] = int(self.zero_var.sum())
 
+    def _setup_replay(self) -> None:
+        """The champion's verified answers (``TrainerConfig.replay``), appended to the samples
+        after the traffic rows (indices ``n_traffic`` on); no group baseline for them (they are
+        greedy rows: imitated, not advantaged)."""
+        cfg = self.config.replay
+        self.n_traffic = len(self.samples)
+        if cfg.path is None:
+            return
+        from trainer.replay import verified_answers
+
+        with torch.no_grad():
+            replay, tried = verified_answers(
+                self.ref_plug, cfg.path, n=cfg.prompts, max_new_tokens=cfg.max_new_tokens,
+                timeout_s=cfg.timeout_s, version=self.current_version)
+        self.samples += replay
+        pad = len(replay)
+        self.group_b = torch.cat([self.group_b, torch.zeros(pad)])
+        self.use_group = torch.cat([self.use_group, torch.zeros(pad, dtype=torch.bool)])
+        self.zero_var = torch.cat([self.zero_var, torch.zeros(pad, dtype=torch.bool)])
+        self.counts.update(replay_tasks=tried, replay_verified=pad)
+        log.info("replay: %d of %d prior-distribution answers of the champion verified",
+                 pad, tried)
+
+    def _setup_retain(self) -> None:
+        """The retain prompts (``TrainerConfig.retain``), encoded once; the coefficient; and,
+        with ``resample_every == 0``, the champion's completions every step reuses."""
+        cfg = self.config.retain
+        self.retain_ids: list[list[int]] = []
+        self.retain_samples: list[Sample] = []
+        self.retain_coef = AdaptiveCoef(cfg.kl_coef, cfg.kl_target)
+        if cfg.path is None:
+            return
+        from trainer.retain import load_prompts
+
+        self.retain_ids = [self.plug.encode_prompt(p) for p in load_prompts(cfg.path)]
+        self.retain_gen = torch.Generator().manual_seed(self.config.seed + 7919)
+        self.counts["retain_prompts"] = len(self.retain_ids)
+        if cfg.resample_every == 0:
+            pick = self._retain_pick(min(len(self.retain_ids), 8 * cfg.prompts))
+            self.retain_pool = self._retain_sample(self.ref_plug, pick, seed=self.config.seed)
+
+    def _retain_pick(self, n: int) -> list[list[int]]:
+        perm = torch.randperm(len(self.retain_ids), generator=self.retain_gen)[:n]
+        return [self.retain_ids[i] for i in perm.tolist()]
+
+    def _retain_sample(self, plug: Policy, prompt_ids: list[list[int]], *,
+                       seed: int) -> list[Sample]:
+        from trainer.retain import sample_completions
+
+        cfg = self.config.retain
+        return sample_completions(plug, prompt_ids, max_new_tokens=cfg.max_new_tokens,
+                                  temperature=cfg.temperature, seed=seed)
+
+    def _retain_term(self, step: int) -> tuple[Tensor | None, dict[str, float]]:
+        """coef * k2 on the retain samples of this step (``trainer.rl.retain_kl_loss``), and its
+        metrics; (None, {}) when the retain set is off."""
+        cfg = self.config.retain
+        if not self.retain_ids:
+            return None, {}
+        if cfg.resample_every == 0:
+            start = (step * cfg.prompts) % len(self.retain_pool)
+            self.retain_samples = (self.retain_pool + self.retain_pool)[start:start + cfg.prompts]
+        elif step % cfg.resample_every == 0 or not self.retain_samples:
+            self.retain_samples = self._retain_sample(
+                self.plug, self._retain_pick(cfg.prompts), seed=self.config.seed * 100_003 + step)
+        if not self.retain_samples:
+            return None, {}
+        loss, metrics = self._retain_kl(self.retain_samples, grad=True)
+        metrics["retain_kl_coef"] = self.retain_coef.value
+        return self.retain_coef.value * loss, metrics
+
+    def _retain_kl(self, samples: list[Sample], *, grad: bool) -> tuple[Tensor, dict[str, float]]:
+        """k2 loss and KL metrics of the policy against the champion on ``samples`` (the router
+        decides for both: no routing is logged for them)."""
+        batch = self._collate(samples).to(self.device)
+        with torch.no_grad(), autocast(self.device, self.config.precision):
+            logp_ref, _ = policy_logprobs(self.ref_plug, batch, replay=False, replay_min_ratio=0.0)
+        with torch.set_grad_enabled(grad), autocast(self.device, self.config.precision):
+            logp, _ = policy_logprobs(self.plug, batch, replay=False, replay_min_ratio=0.0)
+        return rl.retain_kl_loss(logp.float(), logp_ref.float(), batch.resp_mask)
+
+    @torch.no_grad()
+    def retain_kl_now(self, n_prompts: int, *, seed: int) -> dict[str, float]:
+        """The policy's retain KL to the champion now, on its own completions of the retain
+        file's first ``n_prompts`` prompts sampled with ``seed`` ({} when the set is off)."""
+        if not self.retain_ids or n_prompts == 0:
+            return {}
+        samples = self._retain_sample(self.plug, self.retain_ids[:n_prompts], seed=seed)
+        if not samples:
+            return {}
+        _, m = self._retain_kl(samples, grad=False)
+        return {"retain_kl": m["retain_kl"], "retain_kl_k3": m["retain_kl_k3"]}
+
+    @torch.no_grad()
+    def traffic_kl_now(self, n_rows: int = 64) -> float:
+        """KL(pi_theta || pi_champion) now (k3, weighted to the behaviour policy as
+        ``kl_theta_ref_k3``) on the first ``n_rows`` sampled traffic rows."""
+        idx = [i for i in range(self.n_traffic) if self.samples[i].temperature > 0][:n_rows]
+        if not idx:
+            return 0.0
+        cpu_batch = self._collate([self.samples[i] for i in idx])
+        batch = cpu_batch.to(self.device)
+        with autocast(self.device, self.config.precision):
+            logp, _ = policy_logprobs(self.plug, batch, replay=self.config.router_replay,
+                                      replay_min_ratio=self.config.replay_min_ratio)
+        logp_ref = self._ref_batch(idx, cpu_batch, self.logp_ref).to(self.device)
+        mask = batch.resp_mask & torch.stack([self._inside_row(i, cpu_batch, r)
+                                              for r, i in enumerate(idx)]).to(self.device)
+        return float(rl.kl_k3_weighted(logp.float(), logp_ref, batch.logp_b, mask))
+
+    def _inside_row(self, i: int, batch: Batch, row: int) -> Tensor:
+        inside = torch.ones_like(batch.resp_mask[row])
+        inside[batch.resp_mask[row]] = self.inside[i]
+        return inside
+
     def _imitated(self, s: Sample) -> bool:
         """A greedy row that the greedy loss imitates (``TrainerConfig.greedy``)."""
         g = self.config.greedy
@@ -404,17 +536,30 @@ class RLRecipe:
         if mlflow is not None:
             mlflow.log_metrics({f"data/{k}": float(v) for k, v in self.counts.items()}, step=0)
         order: list[int] = []
+        replay_order: list[int] = []
+        n_replay = min(round(self.config.replay.share * self.config.batch_size),
+                       self.config.batch_size - 1) if len(self.samples) > self.n_traffic else 0
+        n_rows = self.config.batch_size - n_replay
+        replay_gen = torch.Generator().manual_seed(self.config.seed + 104729)
         t0 = time.perf_counter()
         progress = Progress("training", total=self.config.steps, unit="step",
                             bar=False if self.rank else None)
         try:
             for step in range(self.config.steps):
                 progress.update()
-                if len(order) < self.config.batch_size:
-                    order += torch.randperm(len(self.samples), generator=self.gen).tolist()
-                idx, order = order[: self.config.batch_size], order[self.config.batch_size:]
+                if len(order) < n_rows:
+                    order += torch.randperm(self.n_traffic, generator=self.gen).tolist()
+                idx, order = order[:n_rows], order[n_rows:]
+                if n_replay:  # a share of the batch: the champion's verified answers
+                    while len(replay_order) < n_replay:
+                        replay_order += [self.n_traffic + i for i in torch.randperm(
+                            len(self.samples) - self.n_traffic, generator=replay_gen).tolist()]
+                    idx, replay_order = idx + replay_order[:n_replay], replay_order[n_replay:]
                 idx = idx[self.rank::self.world_size]  # data parallel: each rank its share
-                metrics = self.train_step(idx, measure_mismatch=self._mismatch_due(step))
+                metrics = self.train_step(idx, measure_mismatch=self._mismatch_due(step),
+                                          step=step)
+                if "retain_kl" in metrics:
+                    self.retain_coef.update(metrics["retain_kl"])
                 self.history.append(metrics)
                 if mlflow is not None:
                     mlflow.log_metrics(metrics, step=step)
@@ -425,7 +570,22 @@ class RLRecipe:
         summary = {**self.counts, **self.history[-1], "train_seconds": time.perf_counter() - t0,
                    "steps_done": len(self.history),
                    "kl_budget_stopped": float(len(self.history) < self.config.steps)}
+        summary.update(self._final_kls())
         return {k: float(v) for k, v in summary.items()}
+
+    def _final_kls(self) -> dict[str, float]:
+        """Churn and collateral of the finished update: the KL to the champion on traffic
+        (``kl_theta_ref_k3_final``, first 64 sampled rows) and on the retain set
+        (``retain_kl_final``, ``retain_kl_k3_final``: first ``retain.eval_prompts`` prompts,
+        seed fixed); measured after the last step, unlike the per-step metrics."""
+        self.policy.eval()
+        try:
+            out = {"kl_theta_ref_k3_final": self.traffic_kl_now()}
+            retain = self.retain_kl_now(self.config.retain.eval_prompts, seed=self.config.seed)
+            out.update({f"{k}_final": v for k, v in retain.items()})
+        finally:
+            self.policy.train()
+        return out
 
     def _over_kl_budget(self, metrics: dict[str, float]) -> bool:
         """Whether the KL to the champion measured on this step's batch (k3, nats per token, the
@@ -442,7 +602,8 @@ class RLRecipe:
         every = self.config.mismatch_every
         return every > 0 and step % every == 0
 
-    def train_step(self, idx: list[int], *, measure_mismatch: bool = False) -> dict[str, float]:
+    def train_step(self, idx: list[int], *, measure_mismatch: bool = False,
+                   step: int = 0) -> dict[str, float]:
         cfg, spec = self.config, self.plug.moe_spec
         samples: list[Sample] = [self.samples[i] for i in idx]
         batch = self._collate(samples)
@@ -469,6 +630,11 @@ class RLRecipe:
         metrics.update(base_metrics)
         loss = loss + self._extra_terms(logp, batch, logp_ref, logp_anchor, inside, metrics)
         metrics["greedy_rows"] = float(rl.dist_sum(batch.greedy.sum()))
+        metrics["replay_rows"] = float(sum(i >= self.n_traffic for i in idx))
+        retain, retain_metrics = self._retain_term(step)
+        if retain is not None:
+            loss = loss + retain
+            metrics.update(retain_metrics)
         grad_norm = self._backward_step(loss + out.aux_loss)
         if out.router_probs:  # DeepSpeed MoE layers do not expose their routing
             capacity = getattr(getattr(self.policy, "config", None), "capacity_factor", 1.25)
@@ -611,11 +777,14 @@ class RLRecipe:
             return save_checkpoint(model, Path(directory), metadata=meta)
         if self.rank != 0:
             return Path(directory)
+        if has_lora(self.policy):  # the adapters go into the weights: a plain checkpoint
+            meta["lora_merged"] = merge_lora(self.policy)
         return self.plug.save(Path(directory), metadata=meta)  # the policy's own format
 
     def cleanup(self) -> None:
         for name in ("policy", "reference", "plug", "ref_plug", "opt", "samples", "logp_ref",
-                     "logp_anchor", "value", "nucleus", "inside"):
+                     "logp_anchor", "value", "nucleus", "inside", "retain_samples",
+                     "retain_pool"):
             self.__dict__.pop(name, None)
 
 

@@ -254,6 +254,26 @@ def greedy_imitation_loss(
     return loss
 
 
+def retain_kl_loss(logp: Tensor, logp_ref: Tensor, mask: Tensor,
+                   ) -> tuple[Tensor, dict[str, float]]:
+    """The retain-set anchor on completions the policy sampled itself: the token mean over
+    ``mask`` of k2 = 1/2 (log pi_theta - log pi_ref)^2, (B, T) inputs, ``logp_ref`` detached.
+    Its gradient per token, (log pi_theta - log pi_ref) * grad log pi_theta, is the per-token
+    score-function gradient of the reverse KL(pi_theta || pi_ref) on pi_theta's own samples
+    (k1 as a loss would have gradient E[grad log pi_theta] = 0 there; k3 as a loss follows the
+    forward KL). Metrics: ``retain_kl`` (token mean of k1 = log pi_theta - log pi_ref, unbiased
+    for the reverse KL on on-policy samples), ``retain_kl_k3`` (r - 1 - log r, r = pi_ref /
+    pi_theta), ``retain_tokens``. Every value is 0 when pi_theta = pi_ref."""
+    log_ratio = logp - logp_ref.detach()
+    loss = masked_mean(0.5 * log_ratio.square(), mask)
+    with torch.no_grad():
+        log_r = -log_ratio.detach().float()
+        metrics = {"retain_kl": float(masked_mean(-log_r, mask)),
+                   "retain_kl_k3": float(masked_mean(log_r.exp() - 1.0 - log_r, mask)),
+                   "retain_tokens": float(mask.sum())}
+    return loss, metrics
+
+
 def nll_anchor_loss(logp: Tensor, mask: Tensor, rewarded: Tensor) -> Tensor:
     """The token mean of -log pi_theta over the response tokens of rewarded rows: an NLL anchor
     next to the policy-gradient term. logp, mask (B, T); rewarded (B,) bool."""

@@ -9,8 +9,8 @@ trained; the token (and position) embeddings and the output head stay frozen unl
 Layers are found as the model's ``ModuleList`` of blocks (HF ``model.layers``, the toy's
 ``blocks``), embeddings by type, the head by name (``lm_head``).
 
-Left out: LoRA adapters (``peft`` is not among the project's dependencies), per-layer learning
-rates.
+Left out: LoRA adapters (scope ``lora``: trainer/lora.py, wired by the recipe), per-layer
+learning rates.
 """
 
 from __future__ import annotations

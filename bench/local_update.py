@@ -1,0 +1,277 @@
+"""Does an update stay local? One cycle's training rows through several trainer arms, scored on the
+pools: gain on the trained families, change on transfer and guard families, churn.
+
+The champion is the preset's policy (``--config``, default configs/smollm2-pyfuncs.json:
+SmolLM2-135M-Instruct upcycled to 4 experts top-2), built once and saved under ``--workdir``.
+The training rows are one cycle's reward rows: ``--rows FILE.parquet`` (REWARD_SCHEMA, e.g. a
+span the loop wrote), or else ``--requests N`` completions the champion samples itself on the
+train-traffic pool (the preset's simulator temperature and max_tokens), each graded by the task's
+asserts (``tasks.pyfuncs.grade``), reward +1 / -1 (no length term, no delayed signals: a
+simplification of the simulator's reward). Every arm trains from the same champion on the same
+rows: objective (``--objectives``) x retain anchor on/off (``--retain``) x LoRA on/off
+(``--lora``), each for ``--seeds`` seeds (the trainer seed: batch order, retain draws, adapter
+init); everything else is the preset's trainer config.
+
+Each candidate and the champion answer the pools greedily as one chat turn (``--pools``, each
+cut to its first ``--limit`` tasks; 0 = all) and every answer is graded by its asserts. Per arm
+and pool: pass rate, change vs the champion with a 95% paired bootstrap over independent
+functions (``bench.loop_real.paired_delta``), the discordant share (tasks whose verdict
+changed), per-family change; plus the trainer's own KLs to the champion (traffic and retain
+set, after the update). Writes ``--out`` (default bench/results/local_update.json).
+
+    .venv/bin/python -m bench.local_update [--rows FILE | --requests 64] [--seeds 3]
+        [--objectives token_clip,cispo] [--retain on,off] [--lora on,off] [--limit 0]
+
+``--tiny`` runs the same code on a tiny random-init Mixtral (no download; answers fail, so the
+figures mean nothing): the dry run of the tests.
+Left out: choosing defaults (needs a tuning draw disjoint from every scoring pool; the arms here
+are scored on the pools of the report) and HumanEval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "bench" / "results" / "local_update.json"
+CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
+DATA = ROOT / "tasks" / "data"
+POOLS = {"sealed": DATA / "pyfuncs_sealed.jsonl", "transfer": DATA / "pyfuncs_transfer.jsonl",
+         "guard": DATA / "pyfuncs_guard.jsonl", "gate": DATA / "pyfuncs_gate.jsonl"}
+OBJECTIVES = ("token_clip", "cispo", "sequence_gspo")
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _choices(allowed: tuple[str, ...]):
+    def parse(text: str) -> list[str]:
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        bad = [x for x in items if x not in allowed]
+        if not items or bad:
+            raise argparse.ArgumentTypeError(f"expected a comma list of {list(allowed)}, "
+                                             f"got {text!r}")
+        return list(dict.fromkeys(items))
+    return parse
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.local_update",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--config", type=Path, default=CONFIG, help="ratchet preset (policy, trainer)")
+    p.add_argument("--rows", type=Path, default=None, help="one cycle's reward rows (parquet)")
+    p.add_argument("--requests", type=int, default=64,
+                   help="without --rows: completions the champion samples on the train pool")
+    p.add_argument("--objectives", type=_choices(OBJECTIVES), default=["token_clip", "cispo"])
+    p.add_argument("--retain", type=_choices(("on", "off")), default=["on", "off"])
+    p.add_argument("--lora", type=_choices(("on", "off")), default=["off", "on"])
+    p.add_argument("--lora-lr", type=float, default=None,
+                   help="learning rate of the LoRA arms (default: the preset's lr x 10)")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=None, help="override the preset's steps")
+    p.add_argument("--pools", type=_choices(tuple(POOLS)), default=["sealed", "transfer", "guard"])
+    p.add_argument("--limit", type=int, default=0, help="first N tasks of each pool (0 = all)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "local_update")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--tiny", action="store_true", help="dry run on a tiny random Mixtral")
+    a = p.parse_args(argv)
+    if a.seeds < 1 or a.requests < 1 or a.limit < 0 or (a.steps is not None and a.steps < 1):
+        p.error("--seeds, --requests, --steps must be >= 1 and --limit >= 0")
+    if a.rows is not None and not a.rows.is_file():
+        p.error(f"--rows {a.rows}: no such file")
+    return a
+
+
+def arms(args: argparse.Namespace) -> list[dict]:
+    """Every (objective, retain, lora) of the grid, in a fixed order."""
+    return [{"name": f"{o}/retain-{r}/lora-{lo}", "objective": o, "retain": r == "on",
+             "lora": lo == "on"}
+            for o, r, lo in itertools.product(args.objectives, args.retain, args.lora)]
+
+
+def trainer_config(base, arm: dict, *, seed: int, steps: int | None, lora_lr: float | None):
+    """The preset's trainer config with the arm's objective, retain set and scope."""
+    from trainer.config import TrainerConfig
+
+    cfg = base.model_dump(mode="json")
+    cfg["seed"] = seed
+    if steps is not None:
+        cfg["steps"] = steps
+    cfg["objective"] = {"type": arm["objective"]}
+    if arm["retain"] and cfg["retain"]["path"] is None:
+        cfg["retain"]["path"] = str(DATA / "pyfuncs_retain.jsonl")
+    if not arm["retain"]:  # measured (per step and after the update), not trained on
+        cfg["retain"]["kl_coef"] = 0.0
+    if arm["lora"]:
+        cfg["trainable"]["scope"] = "lora"
+        cfg["lr"] = lora_lr if lora_lr is not None else cfg["lr"] * 10
+    return TrainerConfig.model_validate(cfg)
+
+
+# -- the champion and the rows ---------------------------------------------------------------------
+def build_champion(args, workdir: Path) -> Path:
+    """The preset's policy saved under ``workdir/champion`` (reused when present)."""
+    out = workdir / "champion"
+    if (out / "metadata.json").is_file():
+        return out
+    from policy.loader import load_policy
+
+    if args.tiny:
+        from policy.config import HFPolicyConfig, TinyHFSpec
+
+        spec = TinyHFSpec(family="mixtral", hidden=32, heads=2, kv_heads=1, experts=4, top_k=2,
+                          vocab=320, max_positions=512)
+        plug = load_policy(HFPolicyConfig(build=spec), workdir=workdir)
+    else:
+        from ratchet.config import load_config
+
+        plug = load_policy(load_config(args.config).policy, workdir=workdir)
+    return plug.save(out, metadata={"model_version": 1})
+
+
+def sample_traffic(champion: Path, tasks: list[dict], *, n: int, temperature: float,
+                   max_new_tokens: int, seed: int):
+    """``n`` reward rows the champion samples on ``tasks`` (cycled), graded by their asserts."""
+    import pyarrow as pa
+
+    from policy.loader import load_policy
+    from tasks.pyfuncs import grade
+
+    plug = load_policy(champion)
+    chosen = [tasks[i % len(tasks)] for i in range(n)]
+    gens = plug.generate([plug.encode_prompt(t["prompt"]) for t in chosen],
+                         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    return pa.table({
+        "prompt": [t["prompt"] for t in chosen],
+        "prompt_token_ids": [g.prompt_token_ids for g in gens],
+        "prompt_routed_experts": [g.prompt_routed_experts for g in gens],
+        "response_token_ids": [g.token_ids for g in gens],
+        "response_logprobs": [g.logprobs for g in gens],
+        "routed_experts": [g.routed_experts for g in gens],
+        "reward": [1.0 if grade(t, g.text).passed else -1.0 for t, g in zip(chosen, gens)],
+        "task_kind": [t.get("family") or "pyfunc" for t in chosen],
+        "model_version": [1] * n, "temperature": [temperature] * n, "top_p": [1.0] * n,
+    })
+
+
+# -- scoring ---------------------------------------------------------------------------------------
+def compare(tasks: list[dict], before: list[bool], after: list[bool]) -> dict:
+    """Pass rates, the paired change by function, discordant share, per-family change."""
+    from bench.loop_real import by_cluster, clusters, paired_delta
+
+    keys = clusters(tasks)
+    delta, lo, hi = paired_delta(by_cluster(keys, before), by_cluster(keys, after))
+    fam: Counter = Counter()
+    for t, b, a in zip(tasks, before, after, strict=True):
+        fam[t.get("family") or "?"] += int(a) - int(b)
+    n = len(tasks)
+    return {"tasks": n, "functions": len(set(keys)), "pass_champion": sum(before) / n,
+            "pass_candidate": sum(after) / n, "delta": delta, "ci_low": lo, "ci_high": hi,
+            "discordant_share": sum(a != b for a, b in zip(before, after)) / n,
+            "per_family_change": dict(sorted(fam.items()))}
+
+
+def score(checkpoint: Path, pools: dict[str, list[dict]], args) -> dict[str, list[bool]]:
+    from bench.loop_real import score_sealed
+
+    return {name: score_sealed(checkpoint, tasks, max_new_tokens=args.max_new_tokens,
+                               batch=args.batch) for name, tasks in pools.items()}
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run(args: argparse.Namespace) -> dict:
+    import pyarrow.parquet as pq
+
+    from ratchet.config import load_config
+    from tasks.pyfuncs import read_jsonl
+    from trainer.recipe import run_training
+
+    t0 = time.perf_counter()
+    workdir = args.workdir / ("tiny" if args.tiny else "real")
+    workdir.mkdir(parents=True, exist_ok=True)
+    preset = load_config(args.config)
+    champion = build_champion(args, workdir)
+    sim = preset.simulator
+    if args.rows is not None:
+        rows = pq.read_table(args.rows)
+    else:
+        say(f"sampling {args.requests} training rows from the champion on the train pool")
+        rows = sample_traffic(champion, read_jsonl(DATA / "pyfuncs_train.jsonl"),
+                              n=args.requests, temperature=sim.temperature,
+                              max_new_tokens=sim.max_tokens, seed=0)
+    pools = {name: read_jsonl(POOLS[name]) for name in args.pools}
+    if args.limit:
+        pools = {k: v[:args.limit] for k, v in pools.items()}
+    say(f"scoring the champion on {sum(map(len, pools.values()))} pool tasks")
+    base_scores = score(champion, pools, args)
+    result: dict = {
+        "date": datetime.date.today().isoformat(), "commit": _commit(),
+        "machine": f"{os.cpu_count()} CPU cores", "load": os.getloadavg()[0],
+        "config": str(args.config), "tiny": args.tiny,
+        "rows": rows.num_rows, "rows_reward_mean": sum(rows.column("reward").to_pylist())
+        / max(rows.num_rows, 1),
+        "champion": {k: sum(v) / len(v) for k, v in base_scores.items()}, "arms": [],
+        "complete": False,
+    }
+    for arm in arms(args):
+        for seed in range(args.seeds):
+            cfg = trainer_config(preset.trainer, arm, seed=seed, steps=args.steps,
+                                 lora_lr=args.lora_lr)
+            if args.tiny:  # the tiny model has 2 layers
+                cfg = cfg.model_copy(update={"trainable": cfg.trainable.model_copy(
+                    update={"top_layers": 1})})
+            out = workdir / "candidates" / arm["name"].replace("/", "_") / f"seed{seed}"
+            say(f"arm {arm['name']} seed {seed}: training")
+            metrics = run_training(champion, rows, cfg, out)
+            scores = score(out, pools, args)
+            result["arms"].append({
+                **arm, "seed": seed, "lr": cfg.lr,
+                "train": {k: metrics[k] for k in ("steps_done", "kl_theta_ref_k3_final",
+                                                  "retain_kl_final", "retain_kl_k3_final",
+                                                  "train_seconds") if k in metrics},
+                "pools": {k: compare(pools[k], base_scores[k], scores[k]) for k in pools}})
+            write(result, args.out)
+    result["complete"] = True
+    result["seconds"] = time.perf_counter() - t0
+    write(result, args.out)
+    return result
+
+
+def write(result: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    result = run(args)
+    for a in result["arms"]:
+        pools = "  ".join(f"{k} {v['delta']:+.3f} [{v['ci_low']:+.3f}, {v['ci_high']:+.3f}] "
+                          f"disc {v['discordant_share']:.2f}" for k, v in a["pools"].items())
+        say(f"{a['name']} s{a['seed']}: {pools}")
+    say(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""bench/local_update.py: its arguments, the arm grid and trainer configs, the comparison
+figures by hand, and a dry run on a tiny random Mixtral (the figures themselves are meaningless
+there: the experiment is bench/results/local_update.json on the real preset)."""
+
+import json
+
+import pytest
+
+from bench import local_update as lu
+from ratchet.config import load_config
+
+
+def test_arguments_and_the_arm_grid():
+    a = lu.parse_args(["--objectives", "cispo,token_clip", "--retain", "on", "--lora", "off,on",
+                       "--seeds", "2", "--limit", "5"])
+    assert [x["name"] for x in lu.arms(a)] == [
+        "cispo/retain-on/lora-off", "cispo/retain-on/lora-on",
+        "token_clip/retain-on/lora-off", "token_clip/retain-on/lora-on"]
+    d = lu.parse_args([])
+    assert (d.objectives, d.retain, d.lora, d.seeds, d.limit) == (
+        ["token_clip", "cispo"], ["on", "off"], ["off", "on"], 3, 0)
+    assert len(lu.arms(d)) == 8
+
+
+@pytest.mark.parametrize("argv", [["--objectives", "ppo"], ["--retain", "maybe"],
+                                  ["--seeds", "0"], ["--rows", "/nonexistent.parquet"],
+                                  ["--pools", ""]])
+def test_bad_arguments_exit(argv):
+    with pytest.raises(SystemExit):
+        lu.parse_args(argv)
+
+
+def test_each_arm_changes_only_its_own_settings():
+    base = load_config(lu.CONFIG).trainer
+    arm = {"name": "x", "objective": "cispo", "retain": False, "lora": True}
+    cfg = lu.trainer_config(base, arm, seed=2, steps=None, lora_lr=None)
+    assert cfg.objective.type == "cispo" and cfg.retain.kl_coef == 0.0  # measured only
+    assert cfg.trainable.scope == "lora" and cfg.lr == pytest.approx(base.lr * 10)
+    assert (cfg.seed, cfg.steps, cfg.batch_size, cfg.replay) == (2, base.steps, base.batch_size,
+                                                                 base.replay)
+    on = lu.trainer_config(base, {**arm, "retain": True, "lora": False}, seed=0, steps=3,
+                           lora_lr=1e-3)
+    assert on.retain.path == base.retain.path and on.lr == base.lr and on.steps == 3
+
+
+def test_comparison_by_hand():
+    tasks = [{"function": "f/a", "family": "f"}, {"function": "f/a", "family": "f"},
+             {"function": "g/b", "family": "g"}, {"function": "h/c", "family": "h"}]
+    c = lu.compare(tasks, [True, False, True, False], [True, True, False, False])
+    assert c["pass_champion"] == 0.5 and c["pass_candidate"] == 0.5
+    assert c["discordant_share"] == 0.5 and c["functions"] == 3
+    assert c["delta"] == pytest.approx((0.5 - 1.0 + 0.0) / 3)  # per function: f +0.5, g -1
+    assert c["per_family_change"] == {"f": 1, "g": -1, "h": 0}
+
+
+def test_dry_run_on_a_tiny_model(tmp_path):
+    out = tmp_path / "local_update.json"
+    lu.main(["--tiny", "--requests", "4", "--steps", "1", "--seeds", "1", "--objectives",
+             "token_clip", "--retain", "on", "--lora", "off,on", "--pools", "sealed,guard",
+             "--limit", "2", "--max-new-tokens", "8", "--workdir", str(tmp_path / "w"),
+             "--out", str(out)])
+    r = json.loads(out.read_text())
+    assert r["complete"] and r["tiny"] and r["rows"] == 4
+    assert [a["name"] for a in r["arms"]] == ["token_clip/retain-on/lora-off",
+                                               "token_clip/retain-on/lora-on"]
+    for a in r["arms"]:
+        assert set(a["pools"]) == {"sealed", "guard"}
+        assert a["pools"]["sealed"]["tasks"] == 2
+        assert {"kl_theta_ref_k3_final", "retain_kl_final"} <= a["train"].keys()

@@ -1,0 +1,114 @@
+"""The retain-set anchor: its loss and gradient by hand, 0 at the champion, logged per step and
+after the update, and it keeps the retain-set KL down; the adaptive coefficient."""
+
+import json
+
+import pyarrow as pa
+import pytest
+import torch
+
+from policy.toy.checkpoint import save_checkpoint
+from tasks.toy import generate_tasks
+from trainer import rl
+from trainer.config import TrainerConfig
+from trainer.recipe import RLRecipe
+from trainer.retain import AdaptiveCoef, load_prompts
+from trainer.rollout import sample_rows
+
+
+def test_retain_kl_loss_value_and_gradient_by_hand():
+    logp = torch.tensor([[-1.0, -2.0, -0.5], [-3.0, -1.5, -9.0]], requires_grad=True)
+    ref = torch.tensor([[-1.5, -2.0, -0.3], [-2.0, -1.0, -1.0]])
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    loss, m = rl.retain_kl_loss(logp, ref, mask)
+    d = [0.5, 0.0, -0.2, -1.0, -0.5]  # log pi_theta - log pi_ref on the 5 real tokens
+    assert float(loss.detach()) == pytest.approx(sum(0.5 * x * x for x in d) / 5, abs=1e-6)
+    assert m["retain_kl"] == pytest.approx(sum(d) / 5, abs=1e-6)
+    k3 = [torch.tensor(-x).exp().item() - 1 + x for x in d]  # r - 1 - log r, log r = -d
+    assert m["retain_kl_k3"] == pytest.approx(sum(k3) / 5, abs=1e-6)
+    assert m["retain_tokens"] == 5
+    loss.backward()
+    want = torch.tensor([[0.5, 0.0, -0.2], [-1.0, -0.5, 0.0]]) / 5  # (logp - ref) / n, masked
+    assert torch.allclose(logp.grad, want, atol=1e-6)
+
+
+def test_adaptive_coefficient_doubles_above_the_budget_and_halves_back():
+    c = AdaptiveCoef(0.5, 0.02)
+    assert [c.update(kl) for kl in (0.05, 0.05, 0.015, 0.001, 0.001, 0.001)] == \
+        [1.0, 2.0, 2.0, 1.0, 0.5, 0.5]  # 0.015 is within [target / 2, target]: kept
+    fixed = AdaptiveCoef(0.5, None)
+    assert fixed.update(10.0) == 0.5
+    capped = AdaptiveCoef(1.0, 1e-9)
+    for _ in range(20):
+        capped.update(1.0)
+    assert capped.value == 1000.0
+
+
+def test_a_retain_line_without_a_prompt_is_named(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"prompt": "a"}\n{"task_id": "x"}\n')
+    with pytest.raises(ValueError, match=r"r.jsonl:2: .*'prompt'"):
+        load_prompts(path)
+
+
+@pytest.fixture
+def setting(tiny_model, tmp_path):
+    champion = save_checkpoint(tiny_model, tmp_path / "champion", metadata={"model_version": 1})
+    rows = sample_rows(tiny_model, generate_tasks(8, seed=0, split="train"), samples_per_task=1,
+                       model_version=1, seed=0, max_new_tokens=6, temperature=1.0)
+    rows = rows.set_column(rows.schema.get_field_index("reward"), "reward",
+                           pa.array([1.0 if i % 2 else -1.0 for i in range(rows.num_rows)]))
+    retain = tmp_path / "retain.jsonl"
+    retain.write_text("".join(json.dumps({"prompt": t.prompt}) + "\n"
+                              for t in generate_tasks(32, seed=5, split="heldout")))
+    return champion, rows, retain
+
+
+def _train(setting, **retain):
+    champion, rows, path = setting
+    cfg = TrainerConfig(steps=6, batch_size=8, lr=5e-2, kl_coef=0.0, anchor_kl_coef=0.0,
+                        retain={"path": str(path), "max_new_tokens": 8, "eval_prompts": 32,
+                                **retain})
+    recipe = RLRecipe(champion, rows, cfg)
+    recipe.setup()
+    return recipe, recipe.train()
+
+
+def test_zero_at_the_champion_and_logged_every_step(setting):
+    recipe, summary = _train(setting, kl_coef=1.0, kl_target=None)
+    first = recipe.history[0]  # the policy is the champion when the first step is measured
+    assert first["retain_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert first["retain_kl_k3"] == pytest.approx(0.0, abs=1e-6)
+    assert first["retain_tokens"] > 0
+    # every step's metrics (what goes to MLflow) carry it, and the summary the final KLs
+    assert all({"retain_kl", "retain_kl_k3", "retain_kl_coef"} <= h.keys()
+               for h in recipe.history)
+    assert {"retain_kl_final", "retain_kl_k3_final", "kl_theta_ref_k3_final"} <= summary.keys()
+    assert summary["kl_theta_ref_k3_final"] > 0 and summary["retain_kl_k3_final"] > 0
+
+
+def test_the_term_keeps_the_retain_kl_down(setting):
+    _, off = _train(setting, kl_coef=0.0, kl_target=None)  # measured, not trained on
+    _, on = _train(setting, kl_coef=20.0, kl_target=None)
+    assert on["retain_kl_k3_final"] < 0.5 * off["retain_kl_k3_final"]
+    # the traffic rows still moved the policy
+    assert on["kl_theta_ref_k3_final"] > 0
+
+
+def test_the_coefficient_adapts_to_the_budget(setting):
+    recipe, _ = _train(setting, kl_coef=1.0, kl_target=1e-6)
+    coefs = [h["retain_kl_coef"] for h in recipe.history]
+    assert coefs[0] == 1.0 and coefs[-1] > coefs[0]
+
+
+def test_the_smollm2_preset_anchors_on_the_retain_pool_and_replays_it():
+    from pathlib import Path
+
+    from ratchet.config import load_config
+
+    root = Path(__file__).resolve().parents[3]
+    t = load_config(root / "configs" / "smollm2-pyfuncs.json").trainer
+    assert t.retain.path == t.replay.path == "tasks/data/pyfuncs_retain.jsonl"
+    assert (root / t.retain.path).is_file() and t.retain.kl_target == 0.02
+    assert t.replay.share == 0.25 and t.nll_coef == 0.0  # replay, no self-imitation
+    assert len(load_prompts(root / t.retain.path)) >= 100

@@ -1,0 +1,87 @@
+"""The retain-set anchor's data: prompts outside the trained families, completions sampled on
+them, and the coefficient that keeps their KL to the champion under a budget.
+
+:func:`load_prompts` reads the ``prompt`` of every line of a JSONL task file;
+:func:`sample_completions` has a policy sample a completion of each prompt (no gradient; under
+LoRA the adapted weights are computed once per call) and turns them into :class:`Sample` rows the
+trainer collates like any other; :class:`AdaptiveCoef` doubles or halves the weight of the term
+after each step so the measured retain KL stays under its target. The loss itself is
+``trainer.rl.retain_kl_loss``; the recipe wires them (``TrainerConfig.retain``).
+
+Left out: grading the completions (the anchor is a KL to the champion, not a reward) and prompts
+of other formats than the suite JSONL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+from policy.base import Policy
+from trainer.data import Sample, _fit
+
+
+def load_prompts(path: str | Path) -> list[str]:
+    """The ``prompt`` of every non-blank line of ``path``, in file order."""
+    path = Path(path)
+    prompts = []
+    for i, raw in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            prompt = json.loads(raw)["prompt"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}:{i}: a retain line needs a JSON object with a 'prompt' "
+                             f"string ({e!r})") from None
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError(f"{path}:{i}: field 'prompt' must be a non-empty string")
+        prompts.append(prompt)
+    if not prompts:
+        raise ValueError(f"{path}: no prompts")
+    return prompts
+
+
+def sample_completions(plug: Policy, prompt_ids: list[list[int]], *, max_new_tokens: int,
+                       temperature: float, seed: int, kind: str = "retain") -> list[Sample]:
+    """One completion per prompt sampled by ``plug`` (eval mode, no gradient), as samples with
+    reward 0 (empty completions left out), each cut to the policy's ``max_seq_len``."""
+    from torch.nn.utils import parametrize
+
+    module = plug.module
+    was_training = module.training
+    module.eval()
+    cached = parametrize.cached() if parametrize.is_parametrized(module) or any(
+        parametrize.is_parametrized(m) for m in module.modules()) else contextlib.nullcontext()
+    try:
+        with cached:
+            outs = plug.generate(prompt_ids, max_new_tokens=max_new_tokens,
+                                 temperature=temperature, seed=seed)
+    finally:
+        module.train(was_training)
+    samples = []
+    for ids, o in zip(prompt_ids, outs):
+        if not o.token_ids:
+            continue
+        s = Sample(list(ids), list(o.token_ids), list(o.logprobs), [], 0.0, kind,
+                   f"{kind}/{len(samples)}", 0, temperature)
+        _fit(s, plug.max_seq_len)
+        samples.append(s)
+    return samples
+
+
+class AdaptiveCoef:
+    """beta of the retain term: doubled after a step whose KL is above ``target``, halved below
+    ``target / 2``, kept within [base, 1000 * base]; fixed at ``base`` when ``target`` is None."""
+
+    def __init__(self, base: float, target: float | None):
+        self.base, self.target, self.value = base, target, base
+
+    def update(self, kl: float) -> float:
+        if self.target is None or self.base == 0.0:
+            return self.value
+        if kl > self.target:
+            self.value = min(self.value * 2.0, 1000.0 * self.base)
+        elif kl < self.target / 2:
+            self.value = max(self.value / 2.0, self.base)
+        return self.value
