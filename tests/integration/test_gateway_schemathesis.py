@@ -27,10 +27,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ENDPOINTS = ["/v1/completions", "/v1/chat/completions"]
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("schemathesis")
-    app = create_app(
+def _app(tmp):
+    return create_app(
         ServerSettings(
             tracking_uri="http://127.0.0.1:9",
             model_name="toy",
@@ -40,6 +38,11 @@ def served(tmp_path_factory):
             max_tokens_limit=16,
         )
     )
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    app = _app(tmp_path_factory.mktemp("schemathesis"))
     with TestClient(app, raise_server_exceptions=False) as client:
         app.state.host._current = ServedModel(build_untrained(0), 1)
         yield app, client
@@ -53,17 +56,7 @@ def served_tools(tmp_path_factory):
     from policy.tiny import build_tokenizer
     from tests.unit.deploy.test_tool_calls import TOOL_TEMPLATE, _model
 
-    tmp = tmp_path_factory.mktemp("schemathesis-tools")
-    app = create_app(
-        ServerSettings(
-            tracking_uri="http://127.0.0.1:9",
-            model_name="toy",
-            admin_token="schemathesis-admin-token",
-            spool_dir=tmp / "spool",
-            cache_dir=tmp / "cache",
-            max_tokens_limit=16,
-        )
-    )
+    app = _app(tmp_path_factory.mktemp("schemathesis-tools"))
     policy = HFPolicy(*_model(build_tokenizer(vocab=320, seed=0), TOOL_TEMPLATE))
     with TestClient(app, raise_server_exceptions=False) as client:
         app.state.host._current = ServedModel(policy, 1)
