@@ -114,9 +114,21 @@ class RewardTable:
         )
         mask = pc.and_(in_window, mine)
         rows = t.filter(mask)
-        persistence = [v for v in rows["edit_persistence_600"].to_pylist() if v is not None]
+        persistence = kept_shares(rows["edit_persistence_600"].to_pylist(),
+                                  rows["response_text"].to_pylist())
         dissatisfied = [bool(v) for v in rows["followup_dissatisfied"].to_pylist()]
         return ArmSamples(edit_persistence=persistence, dissatisfied=dissatisfied)
+
+
+def kept_shares(scores: list[float | None], texts: list[str]) -> list[float]:
+    """The product metric per served answer: its edit persistence, and 0 for an empty or refused
+    answer (nothing was inserted, so nothing was kept; clients send no persistence for it). An
+    answer with code but no persistence (a client that reports none) is left out."""
+    from rewards.answers import answer_kind
+
+    return [score if score is not None else 0.0
+            for score, text in zip(scores, texts)
+            if score is not None or answer_kind(text) != "code"]
 
 
 def final_until_us(
