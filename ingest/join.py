@@ -217,7 +217,13 @@ def join_group(
         raise ValueError(f"open_at_drain must be one of {OPEN_AT_DRAIN}, got {open_at_drain!r}")
     closed = max(ends.values()) <= watermark_us
     complete = early and _complete(in_window, set(expected), ends, watermark_us)
-    persistence_open = ends["edit_persistence"] > watermark_us and not _all_checkpoints(in_window)
+    no_code = False
+    if early and not complete and "edit_persistence" in expected and not _has_code(completion):
+        # nothing of an empty or refused answer was inserted: no persistence will come for it
+        no_code = True
+        complete = _complete(in_window, set(expected) - {"edit_persistence"}, ends, watermark_us)
+    persistence_open = (ends["edit_persistence"] > watermark_us and not no_code
+                        and not _all_checkpoints(in_window))
     drained = drain and (not persistence_open or open_at_drain == "neutral")
     if not (drained or closed or complete):
         out.pending = [completion, *signals]
@@ -234,6 +240,11 @@ def join_group(
         out.final = (completion, in_window)
     out.finalized_at_us = completion.event_time_us
     return out
+
+
+def _has_code(completion: EventItem) -> bool:
+    """Whether the completion's answer holds code a user could insert (rewards/answers.py)."""
+    return answer_kind(from_json(completion.value)["response_text"]) == "code"
 
 
 def _all_checkpoints(signals: list[EventItem]) -> bool:

@@ -311,3 +311,19 @@ def test_the_drain_watermark_is_real_and_keeps_a_cut_recordings_last_suggestions
         later = join_group(rid, kept, watermark_us=T0_US + 700 * US, finalized={}, windows=WIN,
                            reward_config=declaring, drain=True)
         assert later.row["reward"] == pytest.approx(1.0 - 0.5 * 8 / 32)
+
+
+def test_an_empty_answer_waits_for_no_persistence():
+    """Nothing of an empty answer was inserted, so no client sends persistence for it: it is
+    final once its other expected signals arrived (it used to wait out the whole persistence
+    window, holding back every canary window behind it)."""
+    empty = completion("r1", T0).model_copy(update={"response_text": ""})
+    items = [item(empty), item(followup("r1", T0 + timedelta(seconds=20), True)),
+             item(feedback("r1", T0 + timedelta(seconds=5), False))]
+    watermark = T0_US + 30 * US  # every window still open
+    out = _join_cfg(items, watermark)
+    assert out.row is not None and out.pending == []
+    assert out.row["edit_persistence_600"] is None and out.row["trainable"] is True
+    # an answer with code still waits for its checkpoints
+    coded = [item(completion("r1", T0)), *items[1:]]
+    assert _join_cfg(coded, watermark).row is None
