@@ -370,6 +370,7 @@ class SpanJob:
             watermark_us=watermark,
             stats=stats,
             validation=report,
+            drained=self.drain,
         )
         finalized = self._finalized(staged.finalized(), max_t)
         self.guard()

@@ -433,8 +433,10 @@ def manifest_record(
     watermark_us: int | None,
     stats: dict[str, float],
     validation: dict[str, Any],
+    drained: bool = False,
 ) -> dict[str, Any]:
-    """The JSON manifest of one span."""
+    """The JSON manifest of one span. ``drained``: the span ended its input (a recording or a
+    stream's end): everything it did not carry as pending is final."""
     return {
         "span_id": span_id,
         "seq": seq,
@@ -447,6 +449,7 @@ def manifest_record(
         **counts,
         "max_event_time_us": max_event_time_us,
         "watermark_us": watermark_us,
+        "drained": drained,
         "stats": stats,
         "validation": validation,
     }

@@ -173,7 +173,11 @@ class RewardSpans:
             return None
         state = store.load_state()  # the latest span's carried (pending) events
         pending = [i.event_time_us for _, i in state.pending if i.kind == "completion"]
-        final = final_until_us(manifests[-1]["watermark_us"], int(self.horizon_s * 1e6), pending)
+        if manifests[-1].get("drained"):  # the input ended: only what it carries is open
+            final = min(pending, default=int(_FAR_FUTURE.timestamp() * 1e6))
+        else:
+            final = final_until_us(manifests[-1]["watermark_us"], int(self.horizon_s * 1e6),
+                                   pending)
         bounded = min(max(final, 0), int(_FAR_FUTURE.timestamp() * 1e6))  # drained: far future
         return datetime.fromtimestamp(bounded / 1e6, UTC)
 

@@ -24,7 +24,8 @@ def test_final_until_is_the_earliest_pending_completion_below_the_watermark():
     assert final_until_us(1000, 660, [100]) == 340  # every window closed before the horizon
 
 
-def _commit_span(root, seq: int, watermark_us: int, pending_at_s: list[float]) -> None:
+def _commit_span(root, seq: int, watermark_us: int, pending_at_s: list[float],
+                 drained: bool = False) -> None:
     store = SpanStore(root)
     pending = [
         (f"r{i}", EventItem("completion", f"e{i}", _us(t), "completions", 0, i, b"{}", -1))
@@ -35,7 +36,7 @@ def _commit_span(root, seq: int, watermark_us: int, pending_at_s: list[float]) -
     manifest = manifest_record(
         span_id=f"span-{seq:06d}", seq=seq, source={"type": "kafka"}, offsets={}, files=[],
         status="ok", counts={"rows": 0}, max_event_time_us=watermark_us,
-        watermark_us=watermark_us, stats={}, validation={},
+        watermark_us=watermark_us, stats={}, validation={}, drained=drained,
     )
     store.commit_manifest(manifest, pending, {}, [], [])
 
@@ -60,6 +61,11 @@ def test_a_pending_completion_keeps_its_window_open(tmp_path):
     assert spans.closed_until() == T0 + timedelta(seconds=40)
 
 
-def test_a_drained_span_closes_everything(tmp_path):
-    _commit_span(tmp_path, 1, 2**62, pending_at_s=[])
-    assert RewardSpans(tmp_path, model_name="m", horizon_s=HORIZON_S).closed_until().year == 9999
+def test_a_drained_span_closes_everything_but_what_it_carries(tmp_path):
+    """A drain keeps the real watermark (windows still open stay pending), so the span says it
+    drained: everything it does not carry is final, whatever the watermark."""
+    spans = RewardSpans(tmp_path, model_name="m", horizon_s=HORIZON_S)
+    _commit_span(tmp_path, 1, _us(50), pending_at_s=[], drained=True)
+    assert spans.closed_until().year == 9999
+    _commit_span(tmp_path, 2, _us(50), pending_at_s=[45.0], drained=True)
+    assert spans.closed_until() == T0 + timedelta(seconds=45)
