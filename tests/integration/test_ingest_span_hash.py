@@ -23,12 +23,13 @@ from ingest.synthetic import append_records, completion, followup, persistence, 
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-GOLDEN = "657009a47f0096aaf89f87f5e0126105d69069e10e19d9a9ee5ceb17e2d6da8f"
+GOLDEN = "d57b052dcb10b823fb7b78d11eb6713d72703287afb135ab80d62a496f9e6007"
 """sha256 of ``_canonical`` over the span of ``_recorded``. First computed with the single-file
 commit (one driver sorting, validating and merging every part; commit 9432717, 2026-11-26:
 f923a439…); recomputed on 2026-11-26 when the rows changed by design (latency left the reward,
 length costs from the first token, the ``trainable`` column, a drain keeps open persistence
-windows pending), the same in process and on two worker processes."""
+windows pending: 657009a4…) and again when the follow-up detector became fu3 (its score and
+version columns: d57b052d…), the same in process and on two worker processes."""
 
 T0 = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
 
