@@ -106,7 +106,7 @@ def main() -> None:
              "threads": args.threads, "batch": args.batch, "max_new_tokens": args.max_new_tokens,
              "prompt_tokens": [len(i) for i in ids],
              "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-             "machine": "2-core CPU box, shared", "runs": runs,
+             "machine": "2-core x86_64 machine, shared", "runs": runs,
              "best_tokens_per_s": {k: max(r["tokens_per_s"] for r in v) for k, v in runs.items()},
              "best_tokens_per_cpu_s": {k: max(r.get("tokens_per_cpu_s", 0) for r in v)
                                        for k, v in runs.items()}}

@@ -274,7 +274,7 @@ def main() -> None:
         "labels": _kappa(), "detector_version": detector_version(),
         "threshold": load_scorer().threshold,
         "measured": {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "commit": commit,
-                     "machine": f"{os.cpu_count()}-core CPU box ({platform.machine()})",
+                     "machine": f"{os.cpu_count()}-core machine ({platform.machine()})",
                      "load_1m": round(os.getloadavg()[0], 2)},
     }
     fixture = ROOT / "tests/fixtures/followups_labelled.jsonl"

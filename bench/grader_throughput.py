@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
                             text=True, cwd=ROOT).stdout.strip()
     figures["measured"] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit,
-        "machine": f"{os.cpu_count()}-core CPU box ({platform.machine()})",
+        "machine": f"{os.cpu_count()}-core machine ({platform.machine()})",
         "load_1m_before": round(load_before, 2), "load_1m_after": round(os.getloadavg()[0], 2)}
     print(json.dumps({args.label: figures}, indent=1))
     out = json.loads(args.results.read_text()) if args.results.exists() else {}

@@ -250,7 +250,7 @@ def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds:
     out: dict = {
         "cycles": args.cycles, "requests_per_cycle": args.requests, "config": str(args.config),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": "2-core CPU box, shared", "load1": round(os.getloadavg()[0], 2),
+        "machine": "2-core x86_64 machine, shared", "load1": round(os.getloadavg()[0], 2),
         "seconds": round(seconds, 1), "sealed_tasks": len(sealed),
         "sealed_prompts": len({t["prompt"] for t in sealed}),
         "sealed_functions": len(set(keys)), "complete": False,

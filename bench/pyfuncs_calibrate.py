@@ -122,7 +122,7 @@ def main() -> None:
             (held if fam in HELD_OUT else kept).append(fam)
     result = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": "2-core CPU box, shared", "load1_end": round(os.getloadavg()[0], 2),
+        "machine": "2-core x86_64 machine, shared", "load1_end": round(os.getloadavg()[0], 2),
         "model": "SmolLM2-135M-Instruct Q4_1 (dense, float32)", "seed": args.seed,
         "batch_of_templates": args.batch_of_templates,
         "per_family": args.per_family, "samples": args.samples,
