@@ -210,7 +210,7 @@ def run(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     workdir = args.workdir / ("tiny" if args.tiny else "real")
     workdir.mkdir(parents=True, exist_ok=True)
-    preset = load_config(args.config)
+    preset = load_config(args.config, check_paths=not args.tiny)
     champion = build_champion(args, workdir)
     sim = preset.simulator
     if args.rows is not None:

@@ -219,8 +219,11 @@ class ConfigError(ValueError):
     """A config file that cannot be used; the message is one line naming the file and the key."""
 
 
-def load_config(path: Path | None) -> RatchetConfig:
+def load_config(path: Path | None, *, check_paths: bool = True) -> RatchetConfig:
     """The toy defaults, overridden by the JSON file at ``path`` if given.
+
+    ``check_paths=False`` reads the settings without requiring the policy's weights to be present
+    (a preset's trainer or gate settings, read on a machine that has not installed its model).
 
     Raises :class:`ConfigError` with one line naming the file, the key and, for a misspelt key,
     the closest known one ("did you mean ...").
@@ -238,7 +241,8 @@ def load_config(path: Path | None) -> RatchetConfig:
         config = RatchetConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(f"{path}: {_describe(e.errors()[0], data)}") from None
-    _check_policy_paths(config, path)
+    if check_paths:
+        _check_policy_paths(config, path)
     return config
 
 

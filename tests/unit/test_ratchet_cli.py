@@ -16,6 +16,13 @@ def _run(capsys, *argv: str) -> tuple[int, str]:
     return code, err
 
 
+
+@pytest.fixture(autouse=True)
+def _progress_records_only(caplog):
+    """caplog keeps the progress logger's records only: another module's server thread may still
+    be logging its retries to an unreachable registry while these tests run."""
+    caplog.handler.addFilter(lambda record: record.name.startswith("ratchet.progress"))
+
 def test_misspelt_config_key_is_refused_with_a_suggestion(tmp_path, capsys):
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"trainer": {"stepz": 3}}))

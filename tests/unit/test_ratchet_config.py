@@ -88,6 +88,15 @@ def test_a_missing_policy_directory_is_refused_naming_the_key(tmp_path):
         load_config(path)
 
 
+def test_settings_are_read_without_the_policy_weights_when_asked(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"policy": {"type": "hf", "package": "no-such-dist-xyz",
+                                           "gguf_file": "m.gguf"}, "trainer": {"steps": 7}}))
+    with pytest.raises(ConfigError, match="'no-such-dist-xyz' is not installed"):
+        load_config(path)
+    assert load_config(path, check_paths=False).trainer.steps == 7
+
+
 def test_a_packaged_gguf_is_found_without_importing_and_a_missing_one_is_named(tmp_path):
     import sys
 

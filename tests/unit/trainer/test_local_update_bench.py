@@ -31,7 +31,7 @@ def test_bad_arguments_exit(argv):
 
 
 def test_each_arm_changes_only_its_own_settings():
-    base = load_config(lu.CONFIG).trainer
+    base = load_config(lu.CONFIG, check_paths=False).trainer
     arm = {"name": "x", "objective": "cispo", "retain": False, "lora": True}
     cfg = lu.trainer_config(base, arm, seed=2, steps=None, lora_lr=None)
     assert cfg.objective.type == "cispo" and cfg.retain.kl_coef == 0.0  # measured only

@@ -107,7 +107,7 @@ def test_the_smollm2_preset_anchors_on_the_retain_pool_and_replays_it():
     from ratchet.config import load_config
 
     root = Path(__file__).resolve().parents[3]
-    t = load_config(root / "configs" / "smollm2-pyfuncs.json").trainer
+    t = load_config(root / "configs" / "smollm2-pyfuncs.json", check_paths=False).trainer
     assert t.retain.path == t.replay.path == "tasks/data/pyfuncs_retain.jsonl"
     assert (root / t.retain.path).is_file() and t.retain.kl_target == 0.02
     assert t.replay.share == 0.25 and t.nll_coef == 0.0  # replay, no self-imitation
