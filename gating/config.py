@@ -402,6 +402,28 @@ class GuardrailConfig(_Config):
         description="Power at which the verdict reports the minimum detectable effect.")
 
 
+class AuditConfig(_Config):
+    """The lifetime audit: gates that each compare a candidate with the champion of the day can
+    let a model drift by steps too small to block one at a time. Every ``every`` promotions the
+    champion is compared with the anchor (the model's first champion) on ``suites``, the burden
+    of proof on the champion (each suite non-inferior at its ``max_drop``; with ``families``, the
+    per-family maximum-drop test too). A failed audit moves ``champion`` back to the last
+    version that passed one (the anchor before any did) and is recorded like a gate verdict.
+    """
+
+    every: int = Field(
+        3, ge=1, le=1000, description="Promotions between two audits (counted from the last).")
+    suites: list[GuardSuite] = Field(
+        default_factory=list,
+        description="What the champion must still do as well as the anchor. Empty: the gate's "
+        "target suite (fixed draw, non-inferior at ``margin``) and the gate's guards. The "
+        "presets name the gate, guard and transfer pools; never the sealed pool, which would "
+        "then decide rollbacks and no longer be sealed.")
+    margin: float = Field(
+        0.03, ge=0.0, le=1.0,
+        description="Non-inferiority margin of the target suite when ``suites`` is empty.")
+
+
 class GateConfig(_Config):
     """Everything the promotion gate needs: the suite and each gate's threshold."""
 
@@ -448,6 +470,11 @@ class GateConfig(_Config):
     )
     hack: HackMonitorConfig = Field(
         default_factory=HackMonitorConfig, description="No-edit and malformed-rate monitors."
+    )
+    audit: AuditConfig | None = Field(
+        default_factory=AuditConfig,
+        description="Lifetime audit of the champion against the model's first champion every "
+        "few promotions, rolling back on a failure; None turns it off.",
     )
     ope: OpeConfig | None = Field(
         None, description="Off-policy evaluation on logged traffic; None skips it."

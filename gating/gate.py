@@ -155,7 +155,7 @@ class GateRunner:
                                         if alpha_k is None else alpha_k))
         clock.lap("seconds.gates")
         extras.update(hack_figures(tasks, cand, champ))  # answer monitors: recorded, not gated
-        gates += self._guards(extras)
+        gates += self.guard_gates(extras)
         clock.lap("seconds.guards")
         extras["candidate.suite_seconds"] = cand.seconds
         if alpha_k is not None:
@@ -247,7 +247,7 @@ class GateRunner:
         path.write_text(result.model_dump_json())
         return result
 
-    def _guards(self, extras: dict[str, float]) -> list[GateResult]:
+    def guard_gates(self, extras: dict[str, float]) -> list[GateResult]:
         """The regression-guard suites (``config.guards``), each drawn for this decision and run
         by both models; none without a champion."""
         from gating.gates import families_gate, guard_gate

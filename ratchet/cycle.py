@@ -103,6 +103,8 @@ class CycleResult:
     rolled_back: bool = False
     rollout: str | None = None
     """Canary outcome: ``promoted``, ``rolled_back``, or why nothing was rolled out."""
+    audit: str | None = None
+    """The lifetime audit's one line when this cycle's promotion made one due (gating/audit.py)."""
     skipped: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -566,8 +568,42 @@ class Cycle:
                 mlflow.set_tag("ratchet.rollout", rollout)
         state.verdict = {**(state.verdict or {}), "promoted": promoted, "rollout": rollout}
         self._release_candidate_alias(state)
+        if promoted and self.config.gate.audit is not None:
+            self._audit(state)
         state.stage = "deployed"
         self._save(state)
+
+    def _audit(self, state: CycleState) -> None:
+        """The lifetime audit, when this promotion makes one due (gating/audit.py): the champion
+        against the model's first champion; a failure rolls the champion and the fleet back."""
+        from gating.audit import audit_due, run_audit
+
+        plan = audit_due(self.tracking_uri, self.config.model_name, self.config.gate.audit.every)
+        if plan is None:  # not due, or already run before a crash (it moved ratchet.audit.at)
+            return
+        verdict = run_audit(
+            tracking_uri=self.tracking_uri, model_name=self.config.model_name, plan=plan,
+            config=self.config.gate, workdir=self.workdir / "gate", guard=self._guard,
+            roll_back=self._serve,
+        )
+        state.verdict["audit"] = {"passed": verdict.passed, "run_id": verdict.run_id,
+                                  "decision": verdict.decision,
+                                  "rolled_back_to": None if verdict.passed else plan.fallback}
+        if not verdict.passed:
+            state.note = verdict.decision
+        self._save(state)
+
+    def _serve(self, version: int) -> None:
+        """Make the fleet serve ``version`` (after the audit moved ``champion`` back)."""
+        if self.router is not None:
+            from deploy.fleet.canary import reload_replicas
+
+            client = self.router.client()
+            client.set_canary_weight(0.0)
+            groups = client.groups()
+            reload_replicas(groups["stable"] + groups["canary"], version, self.router.admin_token)
+        elif self.fleet is not None:
+            self.fleet.rolling_reload(version)
 
     def _release_candidate_alias(self, state: CycleState) -> None:
         """The cycle is decided: ``candidate`` no longer names a version under evaluation (the
@@ -651,6 +687,10 @@ class Cycle:
             "ratchet.promotion": f"promoted over v{state.champion_version}",
             "gate.promoted": "true",
         })
+        if self.config.gate.audit is not None:
+            from gating.audit import note_anchor
+
+            note_anchor(self.tracking_uri, name, state.champion_version)
         if state.verdict.get("run_id"):
             MlflowClient(self.tracking_uri).set_tag(state.verdict["run_id"], "gate.promoted",
                                                     "true")
@@ -681,6 +721,7 @@ def _fill(result: CycleResult, state: CycleState) -> None:
         result.promoted = bool(state.verdict.get("promoted"))
         result.rollout = state.verdict.get("rollout")
         result.rolled_back = result.rollout == "rolled_back"
+        result.audit = (state.verdict.get("audit") or {}).get("decision")
     if state.stage == "skipped":
         result.skipped = state.note
 

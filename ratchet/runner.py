@@ -108,6 +108,8 @@ def describe(result) -> str:
              f"champion {_fmt(result.champion_pass_rate)}",
              "  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()),
              f"  MLflow run {result.run_id}"]
+    if getattr(result, "audit", None):
+        lines.insert(3, f"  {result.audit}")
     return "\n".join(lines)
 
 

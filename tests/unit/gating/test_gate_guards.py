@@ -98,11 +98,11 @@ def _runner(tmp_path, cand, champ, *, champion_version: int | None = 1):
 
 def test_the_runner_runs_each_guard_on_both_models(checkpoints, tmp_path):
     extras: dict[str, float] = {}
-    worse = _runner(tmp_path, checkpoints["worse"], checkpoints["champion"])._guards(extras)
+    worse = _runner(tmp_path, checkpoints["worse"], checkpoints["champion"]).guard_gates(extras)
     assert [g.name for g in worse] == ["guard.toy", "guard.families"] and not worse[0].passed
     assert extras["guard.toy.tasks"] == 40.0
     assert extras["guard.toy.candidate_pass_rate"] < extras["guard.toy.champion_pass_rate"]
-    same = _runner(tmp_path, checkpoints["champion"], checkpoints["champion"])._guards({})
+    same = _runner(tmp_path, checkpoints["champion"], checkpoints["champion"]).guard_gates({})
     assert same[0].passed and same[0].value == 0.0
     # a guard's results are cached apart from the target suite's (their keys differ)
     keys = {p.name for p in (tmp_path / "suite-cache").iterdir()}
@@ -111,4 +111,4 @@ def test_the_runner_runs_each_guard_on_both_models(checkpoints, tmp_path):
 
 def test_no_guard_without_a_champion(checkpoints, tmp_path):
     runner = _runner(tmp_path, checkpoints["champion"], None, champion_version=None)
-    assert runner._guards({}) == []
+    assert runner.guard_gates({}) == []

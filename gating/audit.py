@@ -1,0 +1,210 @@
+"""The lifetime audit: every few promotions, the champion against the model's first champion.
+
+Each gate compares a candidate with the champion of the day, so a model can drift by steps that
+are each too small to block (a guard that holds at -0.02 three times in a row lets -0.06 through).
+The audit closes that gap: when ``gate.audit.every`` promotions have happened since the last
+audit, the champion is compared with the anchor (the champion before the model's first
+promotion) on the audit suites, the burden of proof on the champion: each suite non-inferior at
+its margin and the per-family maximum-drop test over their families (gating/gates.py, the same
+tests as the gate's guardrails). A pass makes the champion the version to fall back to; a
+failure moves ``champion`` back to the last version that passed an audit (the anchor before any
+did). Either way the audit is one MLflow run (``audit-v<champion>``) with the table, the figures
+and the verdict as JSON, and the champion version carries its outcome in its tags.
+
+The audit's state lives on the registered model, so a resumed or rescheduled loop continues it:
+``ratchet.audit.anchor`` (the first champion), ``ratchet.audit.passed`` (the version to fall back
+to) and ``ratchet.audit.at`` (the newest version the last audit covered). The promotions since
+then are counted from the versions' own ``gate.promoted`` tags, so a cycle that resumes after a
+crash counts nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gating.config import GateConfig, GuardSuite
+from gating.records import GateResult, GateVerdict, SuiteResult
+from gating.report import decision_line, format_table
+from runtime import registry
+
+log = logging.getLogger(__name__)
+
+ANCHOR = "ratchet.audit.anchor"
+PASSED = "ratchet.audit.passed"
+AT = "ratchet.audit.at"
+
+
+@dataclass(frozen=True)
+class AuditPlan:
+    """An audit that is due: ``champion`` against ``anchor``; ``fallback`` is where a failure
+    moves ``champion``; ``promotions`` counts the promotions since the last audit."""
+
+    champion: int
+    anchor: int
+    fallback: int
+    promotions: int
+
+
+def note_anchor(tracking_uri: str, model_name: str, champion_before: int | None) -> None:
+    """Remember the model's first champion (the one its first promotion replaces); later calls
+    leave it alone."""
+    if champion_before is None:
+        return
+    if ANCHOR in registry.model_tags(tracking_uri, model_name):
+        return
+    first = str(champion_before)
+    registry.set_model_tags(tracking_uri, model_name, {ANCHOR: first, PASSED: first, AT: first})
+
+
+def promotions_since(tracking_uri: str, model_name: str, after: int, upto: int) -> list[int]:
+    """Versions in (``after``, ``upto``] that a cycle promoted and no canary rolled back."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.search_model_versions(f"name = '{model_name}'")
+    return sorted(int(mv.version) for mv in found
+                  if after < int(mv.version) <= upto
+                  and (mv.tags or {}).get("gate.promoted") == "true")
+
+
+def audit_due(tracking_uri: str, model_name: str, every: int) -> AuditPlan | None:
+    """The audit to run now, or None: none before the first promotion, none while fewer than
+    ``every`` promotions happened since the last audit, none while the anchor is champion."""
+    tags = registry.model_tags(tracking_uri, model_name)
+    champion = registry.resolve_alias(tracking_uri, model_name, registry.CHAMPION)
+    if ANCHOR not in tags or champion is None:
+        return None
+    anchor = int(tags[ANCHOR])
+    at = int(tags.get(AT, anchor))
+    promoted = promotions_since(tracking_uri, model_name, at, champion)
+    if champion == anchor or len(promoted) < every:
+        return None
+    return AuditPlan(champion=champion, anchor=anchor, fallback=int(tags.get(PASSED, anchor)),
+                     promotions=len(promoted))
+
+
+def audit_suites(config: GateConfig) -> list[GuardSuite]:
+    """The suites an audit runs: ``audit.suites``, else the gate's target suite (its fixed draw,
+    non-inferior at ``audit.margin``) and the gate's guards."""
+    audit = config.audit
+    if audit is None:
+        return []
+    if audit.suites:
+        return list(audit.suites)
+    target = GuardSuite(name="target", suite=config.suite.model_copy(update={"draw": "fixed"}),
+                        max_drop=audit.margin)
+    return [target, *[g for g in config.guards if g.name != "target"]]
+
+
+def run_audit(
+    *,
+    tracking_uri: str,
+    model_name: str,
+    plan: AuditPlan,
+    config: GateConfig,
+    workdir: Path,
+    guard: Callable[[], None] | None = None,
+    roll_back: Callable[[int], None] | None = None,
+) -> GateVerdict:
+    """Run the audit ``plan``, record it and act on it: a pass moves the fallback to the
+    champion; a failure moves ``champion`` back to ``plan.fallback`` (compare-and-set against
+    the audited champion) and calls ``roll_back(version)`` so the fleet serves it. ``guard`` is
+    called before every write (a cycle's lease)."""
+    from gating.gate import GateRunner
+
+    guard = guard or (lambda: None)
+    runner = GateRunner(
+        tracking_uri=tracking_uri, model_name=model_name, candidate_version=plan.champion,
+        champion_version=plan.anchor, workdir=workdir, promote=False, guard=guard,
+        config=config.model_copy(update={"guards": audit_suites(config), "sequential": None}),
+    )
+    extras: dict[str, float] = {"audit.promotions": float(plan.promotions)}
+    runner.setup()
+    try:
+        if runner.load_error is not None:
+            gates = [GateResult(name="loads", value=0.0, threshold=1.0, passed=False,
+                                detail=runner.load_error)]
+        else:
+            gates = runner.guard_gates(extras)
+    finally:
+        runner.cleanup()
+    return _record(tracking_uri, model_name, plan, config, gates, extras, guard, roll_back)
+
+
+def audit_line(v: GateVerdict, fallback: int) -> str:
+    """The audit's verdict in one line, e.g. ``audit kept v7: non-inferior to the anchor v1 on
+    target, solved (3 promotions)`` or ``audit rolled back v7 to v4: guard `target` ...``."""
+    promotions = int(v.extras.get("audit.promotions", 0))
+    if v.passed:
+        suites = ", ".join(g.name.removeprefix("guard.") for g in v.gates
+                           if g.name != "guard.families")
+        return (f"audit kept v{v.candidate_version}: non-inferior to the anchor "
+                f"v{v.champion_version} on {suites or 'no suite'}; families held "
+                f"({promotions} promotions since the last audit)")
+    return decision_line(v, verbs=("kept", f"audit rolled back v{v.candidate_version} to "
+                                           f"v{fallback} (anchor v{v.champion_version})"))
+
+
+def _record(tracking_uri, model_name, plan: AuditPlan, config: GateConfig,
+            gates: list[GateResult], extras: dict[str, float], guard, roll_back) -> GateVerdict:
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    passed = bool(gates) and all(g.passed for g in gates)
+    guard()
+    parent = mlflow.active_run()
+    with mlflow.start_run(run_name=f"audit-v{plan.champion}", nested=parent is not None,
+                          experiment_id=None if parent is not None else _experiment(
+                              tracking_uri)) as run:
+        verdict = GateVerdict(
+            passed=passed, run_id=run.info.run_id, model_name=model_name,
+            candidate_version=plan.champion, champion_version=plan.anchor, gates=gates,
+            candidate=SuiteResult(tasks=[]).summary(), extras=extras)
+        line = audit_line(verdict, plan.fallback)
+        verdict = verdict.model_copy(update={"decision": line})
+        mlflow.set_tags({
+            "ratchet.stage": "audit", "audit.verdict": "pass" if passed else "fail",
+            "audit.champion_version": str(plan.champion), "audit.anchor_version": str(plan.anchor),
+            "audit.fallback_version": str(plan.fallback), "audit.decision": line[:5000],
+            "mlflow.note.content": f"**{line}**\n\n```\n{format_table(verdict)}\n```",
+            **{f"audit.{g.name}": "pass" if g.passed else "fail" for g in gates},
+        })
+        metrics = {f"audit.{g.name}": float(g.value) for g in gates if g.value is not None}
+        metrics.update({f"audit.{g.name}.ci_low": float(g.ci_low) for g in gates
+                        if g.ci_low is not None})
+        mlflow.log_metrics({**metrics, **extras, "audit.passed": float(passed)})
+        mlflow.log_dict(json.loads(config.model_dump_json()), "audit/config.json")
+        mlflow.log_text(verdict.model_dump_json(indent=2), "audit/verdict.json")
+        mlflow.log_text(format_table(verdict), "audit/report.txt")
+    guard()
+    registry.set_version_tags(tracking_uri, model_name, plan.champion, {
+        "audit.verdict": "pass" if passed else "fail", "audit.run_id": verdict.run_id,
+        "audit.decision": line[:5000]})
+    state = {AT: str(plan.champion)}
+    if passed:
+        state[PASSED] = str(plan.champion)
+    else:
+        guard()
+        registry.promote(tracking_uri, model_name, plan.fallback, expected=plan.champion)
+        registry.set_version_tags(tracking_uri, model_name, plan.champion, {
+            "ratchet.promotion": f"rolled back by the audit to v{plan.fallback}",
+            "gate.promoted": "false"})
+        if roll_back is not None:
+            roll_back(plan.fallback)
+    registry.set_model_tags(tracking_uri, model_name, state)
+    log.info("%s", line)
+    return verdict
+
+
+def _experiment(tracking_uri: str) -> str:
+    from mlflow import MlflowClient
+
+    from gating.gate import EXPERIMENT
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    return exp.experiment_id if exp is not None else client.create_experiment(EXPERIMENT)
