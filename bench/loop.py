@@ -18,7 +18,7 @@ the last cycle's (served by whatever is live then); the change is compared with 
 band (the range of the first cycle's figure over seeds).
 
 The placebo arm (``--placebo-seeds``) is the same loop with the reward column of the training rows
-shuffled (``PlaceboCycle``): it must not improve.
+shuffled (``trainer.shuffle_rewards``): it must not improve.
 
     .venv/bin/python -m bench.loop [--seeds 0 1 2 --cycles 5 --requests 384 --placebo-seeds 0]
 
@@ -92,15 +92,6 @@ class BenchCycle(Cycle):
             stop.set()
             thread.join()
             sim.close()
-
-
-class PlaceboCycle(BenchCycle):
-    """Trains on the same rows with their rewards shuffled (seeded): the placebo arm."""
-
-    def _read_rows(self, state):
-        from trainer.online import shuffle_rewards
-
-        return shuffle_rewards(super()._read_rows(state), f"placebo/{state.cycle_id}")
 
 
 # -- scoring on the fresh set ---------------------------------------------------------------------
@@ -206,8 +197,10 @@ def run_loop(args, *, seed: int, placebo: bool, fresh, workdir: Path, scores: di
         ):
             config = loop_config(args, name=name, seed=seed, router_url=router.url)
             key = stable.create_api_key("loop-bench")
-            cls = PlaceboCycle if placebo else BenchCycle
-            cycle = cls(config, tracking_uri=uri, bootstrap=ep.bootstrap, workdir=workdir)
+            if placebo:  # the same rows, rewards shuffled (seeded by the cycle)
+                config = config.model_copy(update={"trainer": config.trainer.model_copy(
+                    update={"shuffle_rewards": True})})
+            cycle = BenchCycle(config, tracking_uri=uri, bootstrap=ep.bootstrap, workdir=workdir)
             cycle.api_key, cycle.traffic_seed = key, 1000 + seed
             sim = UserSimulator(urls=[router.url], api_key=key, speed=config.simulator.speed,
                                 seed=seed)

@@ -64,15 +64,6 @@ def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-class PlaceboCycle(Cycle):
-    """Trains on the span's rows with the reward column shuffled (seeded by the cycle id)."""
-
-    def _read_rows(self, state):
-        from trainer.online import shuffle_rewards
-
-        return shuffle_rewards(super()._read_rows(state), f"placebo/{state.cycle_id}")
-
-
 # -- statistics (pure) ----------------------------------------------------------------------------
 def by_cluster(keys: list[str], passed: list[bool]) -> dict[str, float]:
     """Pass rate per cluster (the independent unit: a task's function, ``cluster_key``)."""
@@ -169,9 +160,11 @@ def run_arm(args, config, *, placebo: bool, sealed: list[dict], workdir: Path, r
                                 request_timeout_s=config.simulator.request_timeout_s,
                                 tasks=config.simulator.load_tasks(),
                                 policy=config.simulator.signal_policy())
-            cls = PlaceboCycle if placebo else Cycle
-            cycle = cls(config, tracking_uri=uri, bootstrap=ep.bootstrap, workdir=workdir,
-                        fleet=fleet)
+            if placebo:  # the span's rows, rewards shuffled (seeded by the cycle)
+                config = config.model_copy(update={"trainer": config.trainer.model_copy(
+                    update={"shuffle_rewards": True})})
+            cycle = Cycle(config, tracking_uri=uri, bootstrap=ep.bootstrap, workdir=workdir,
+                          fleet=fleet)
             for i in range(args.cycles):
                 c0 = time.perf_counter()
                 served = registry.resolve_alias(uri, config.model_name, registry.CHAMPION)

@@ -447,7 +447,12 @@ class Cycle:
         if rows.num_rows != state.train_rows:
             raise RuntimeError(f"{state.cycle_id}: spans hold {rows.num_rows} rows, the cycle "
                                f"state records {state.train_rows}")
-        return order_by_content(rows)
+        rows = order_by_content(rows)
+        if self.config.trainer.shuffle_rewards:  # the placebo control
+            from trainer.online import shuffle_rewards
+
+            rows = shuffle_rewards(rows, f"placebo/{state.cycle_id}")
+        return rows
 
     def _span_paths(self, span_id: str) -> tuple[Path, Path]:
         from ingest.spans import span_location

@@ -208,6 +208,11 @@ class TrainerConfig(_Strict):
     steps: int = Field(20, ge=1, le=100_000, description="Optimizer steps.")
     batch_size: int = Field(64, ge=1, le=65_536, description="Rows per optimizer step.")
     seed: int = Field(0, ge=0, description="Seeds batch order and torch.")
+    shuffle_rewards: bool = Field(
+        False, description="The placebo control: the reward column is permuted across the "
+        "cycle's rows (seeded by the cycle) before training, so the update sees the traffic but "
+        "not which answers users liked. A gate that promotes such candidates lets noise through; "
+        "never on in production.")
     objective: Objective = Field(
         default_factory=TokenClip, description="Policy-loss objective. token_clip measured "
         "ahead of sequence_gspo on the logged prompts of the toy fixture (+0.031 / +0.027 vs "
