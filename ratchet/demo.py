@@ -83,6 +83,8 @@ class CycleRow:
     """Standard error of each live metric across the round's requests (simulator.RoundStats)."""
     gate_decision: str | None = None
     """The gate's verdict in one line: which rule decided, with its figures."""
+    audit: str | None = None
+    """The lifetime audit's line when this cycle's promotion made one due."""
 
 
 def _version(v: int | None) -> str:
@@ -449,7 +451,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                     gate_candidate=result.candidate_pass_rate,
                     gate_champion=result.champion_pass_rate, gate_ci_low=result.gate_ci_low,
                     gate_ci_high=result.gate_ci_high, gate_tasks=result.gate_tasks,
-                    gate_decision=result.gate_decision,
+                    gate_decision=result.gate_decision, audit=result.audit,
                     outcome=outcome_of(result), promoted=result.promoted,
                     rolled_back=result.rolled_back, seconds=time.perf_counter() - c0,
                     cycle_run_id=result.run_id, gate_run_id=result.gate_run_id,
@@ -469,6 +471,8 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
         for r in rows:
             if r.gate_decision:
                 print(f"cycle {r.cycle}: {r.gate_decision}")
+            if r.audit:
+                print(f"cycle {r.cycle}: {r.audit}")
         if gain is not None:
             print(format_gain(gain))
         if start is not None:
