@@ -69,6 +69,16 @@ class SuiteConfig(_Config):
         ),
     )
     batch_size: int = Field(64, ge=1, le=1024, description="Prompts per generate() call.")
+    samples: int = Field(
+        0, ge=0, le=64,
+        description="Completions per task at ``temperature`` beside the greedy one (0: greedy "
+        "only). Each task records the share of its samples that pass; the verdict reports the "
+        "pass rate at that temperature for both models and its paired, function-clustered CI "
+        "(``sampled.*``): what users served at that temperature get, beside the greedy figures "
+        "the gates decide on. Costs ``samples`` more decodes per task and model.")
+    temperature: float = Field(
+        0.8, gt=0.0, le=2.0,
+        description="Sampling temperature of ``samples`` (the gateway's users' usual one).")
     sandbox_timeout_s: float = Field(
         5.0, gt=0.0, le=300.0,
         description="HumanEval and JSONL: wall-clock limit per sandboxed task."

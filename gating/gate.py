@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gating.config import GateConfig, SuiteConfig
-from gating.gates import HealthFigures, evaluate_gates, power_figures
+from gating.gates import HealthFigures, evaluate_gates, power_figures, sampled_figures
 from gating.hack_monitors import hack_figures
 from gating.records import FAIL, PASS, GateResult, GateVerdict, SuiteResult
 from gating.report import decision_line, format_table, render_html
@@ -155,6 +155,7 @@ class GateRunner:
                                         if alpha_k is None else alpha_k))
         clock.lap("seconds.gates")
         extras.update(hack_figures(tasks, cand, champ))  # answer monitors: recorded, not gated
+        extras.update(sampled_figures(cand, champ, self.config.bootstrap))  # recorded, not gated
         gates += self.guard_gates(extras)
         clock.lap("seconds.guards")
         extras["candidate.suite_seconds"] = cand.seconds
@@ -229,6 +230,7 @@ class GateRunner:
         return run_suite(
             model, tasks, max_new_tokens=s.max_new_tokens, seed=s.seed, checker=checker,
             token_penalty=s.token_penalty, batch_size=s.batch_size, chat=uses_chat(model, s),
+            samples=s.samples, temperature=s.temperature,
         )
 
     def _cached_suite(self, ckpt: Path, model: Policy, tasks, checker, part: str = "", *,

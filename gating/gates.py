@@ -455,6 +455,25 @@ def power_figures(candidate: SuiteResult, champion: SuiteResult, config: GateCon
             "power.mde": mde_at_power(n_c, q, a_primary, config.guardrails.power)}
 
 
+def sampled_figures(candidate: SuiteResult, champion: SuiteResult | None,
+                    b: BootstrapConfig) -> dict[str, float]:
+    """Pass rates at the suite's sampling temperature (``suite.samples``), and with a champion
+    the change's paired CI over independent clusters at ``b.confidence``. Recorded beside the
+    gates, never gating: empty when the suite sampled nothing."""
+    cand = candidate.sampled_pass_rate
+    if cand is None:
+        return {}
+    out = {"sampled.candidate_pass_rate": cand}
+    champ = None if champion is None else champion.sampled_pass_rate
+    if champ is None:
+        return out
+    _check_paired(candidate, champion)
+    ci = _paired_ci([t.sampled_pass for t in candidate.tasks],
+                    [t.sampled_pass for t in champion.tasks], b, _clusters(candidate, b))
+    return {**out, "sampled.champion_pass_rate": champ, "sampled.change": ci.mean,
+            "sampled.change.ci_low": ci.low, "sampled.change.ci_high": ci.high}
+
+
 def evaluate_gates(
     candidate: SuiteResult,
     champion: SuiteResult | None,

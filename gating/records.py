@@ -34,6 +34,9 @@ class TaskOutcome(BaseModel):
     answer: str = Field("", description="The answer text (first 200 characters).")
     detail: str = ""
     token_ids: list[int] = Field(default_factory=list, description="Generated ids (with EOS).")
+    sampled_pass: float | None = Field(
+        None, ge=0.0, le=1.0, description="Share of the task's samples at the suite's "
+        "temperature that passed (None: greedy only, ``suite.samples = 0``).")
 
 
 class SuiteSummary(BaseModel):
@@ -72,6 +75,14 @@ class SuiteResult(BaseModel):
     @property
     def pass_rate(self) -> float:
         return self._mean([float(t.passed) for t in self.tasks])
+
+    @property
+    def sampled_pass_rate(self) -> float | None:
+        """Pass rate at the suite's sampling temperature (None when it sampled nothing)."""
+        shares = [t.sampled_pass for t in self.tasks]
+        if not shares or any(x is None for x in shares):
+            return None
+        return self._mean(shares)
 
     @property
     def mean_completion_tokens(self) -> float:

@@ -107,12 +107,25 @@ def decision_line(v: GateVerdict, verbs: tuple[str, str] = ("promoted", "rejecte
     return line
 
 
+def sampled_line(extras: dict[str, float]) -> str:
+    """The pass rates at the suite's sampling temperature, e.g. ``sampled (what users get):
+    candidate 0.412 vs champion 0.380, +0.032 [+0.004, +0.061]; recorded, not gated``."""
+    line = f"sampled (what users get): candidate {extras['sampled.candidate_pass_rate']:.3f}"
+    if "sampled.change" in extras:
+        line += (f" vs champion {extras['sampled.champion_pass_rate']:.3f}, "
+                 f"{extras['sampled.change']:+.3f} [{extras['sampled.change.ci_low']:+.3f}, "
+                 f"{extras['sampled.change.ci_high']:+.3f}]")
+    return line + "; recorded, not gated"
+
+
 def format_table(verdict: GateVerdict) -> str:
     """The gate table for the terminal: the decision line, the power of the draw, the gates."""
     head = [_title(verdict), verdict.decision or decision_line(verdict)]
     if _power_note(verdict):
         head.append(f"power: {_power_note(verdict)} at one-sided "
                     f"{verdict.extras['power.level']:.2g}")
+    if "sampled.candidate_pass_rate" in verdict.extras:
+        head.append(sampled_line(verdict.extras))
     parts = [*head, "", _text_table(_HEAD, gate_rows(verdict.gates)), ""]
     parts.append(_text_table(
         ("suite", "candidate", "champion"), summary_rows(verdict.candidate, verdict.champion)

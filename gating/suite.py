@@ -168,6 +168,22 @@ def _grade(checker: Checker, task: Task, answer: str, chat: bool) -> CheckResult
                            detail=f"grader crashed: {type(exc).__name__}: {str(exc)[:150]}")
 
 
+def _sampled_shares(policy: Policy, checker: Checker, batch: list[Task], prompts: list[list[int]],
+                    *, samples: int, temperature: float, seed: int, max_new_tokens: int,
+                    chat: bool, stop: dict) -> list[float | None]:
+    """Per task of ``batch``: the share of ``samples`` completions at ``temperature`` that
+    pass (None each when ``samples`` is 0)."""
+    if samples == 0:
+        return [None] * len(batch)
+    passed = [0] * len(batch)
+    for j in range(samples):
+        gens = policy.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                               top_p=1.0, seed=seed + j, **stop)
+        for k, (task, gen) in enumerate(zip(batch, gens, strict=True)):
+            passed[k] += int(_grade(checker, task, gen.text, chat).passed)
+    return [p / samples for p in passed]
+
+
 def run_suite(
     model: Policy,
     tasks: list[Task],
@@ -178,11 +194,15 @@ def run_suite(
     token_penalty: float = 0.5,
     batch_size: int = 64,
     chat: bool = False,
+    samples: int = 0,
+    temperature: float = 0.8,
 ) -> SuiteResult:
     """Greedy completions for ``tasks``, graded by ``checker`` and scored by length. ``model``:
     a policy (a bare toy ``MoETransformer`` is wrapped). ``chat``: prompts go in as chat turns
     (:func:`task_prompt_ids`), a reply stops once its code block is closed and the checker is
-    called with ``chat=True``."""
+    called with ``chat=True``. ``samples``: that many more completions per task at
+    ``temperature`` (seeded by ``seed`` and the sample's index), graded alike; each task records
+    the share that passed."""
     from policy.loader import as_policy
 
     start = time.perf_counter()
@@ -200,11 +220,13 @@ def run_suite(
     for i in range(0, len(tasks), batch_size):
         batch = tasks[i : i + batch_size]
         progress.update(len(batch))
-        gens = policy.generate(
-            [task_prompt_ids(policy, t, room, chat=chat) for t in batch],
-            max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, seed=seed, **stop,
-        )
-        for task, gen in zip(batch, gens, strict=True):
+        prompts = [task_prompt_ids(policy, t, room, chat=chat) for t in batch]
+        gens = policy.generate(prompts, max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0,
+                               seed=seed, **stop)
+        shares = _sampled_shares(policy, checker, batch, prompts, samples=samples,
+                                 temperature=temperature, seed=seed + 7919 * (i + 1),
+                                 max_new_tokens=max_new_tokens, chat=chat, stop=stop)
+        for task, gen, share in zip(batch, gens, shares, strict=True):
             result = _grade(checker, task, gen.text, chat)
             if spec.is_moe:
                 _count_experts(load, gen.routed_experts)
@@ -215,7 +237,7 @@ def run_suite(
                 malformed=result.malformed, no_edit=result.no_edit, completion_tokens=n,
                 score=task_score(result.passed, n, max_new_tokens, token_penalty),
                 finish_reason=gen.finish_reason, answer=gen.text[:200], detail=result.detail[:200],
-                token_ids=list(gen.token_ids),
+                token_ids=list(gen.token_ids), sampled_pass=share,
             ))
     progress.close()
     return SuiteResult(tasks=outcomes, expert_load=load, seconds=time.perf_counter() - start)

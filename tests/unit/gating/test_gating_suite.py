@@ -66,3 +66,48 @@ def test_a_grade_that_crashes_fails_its_task_and_the_suite_goes_on(model):
     assert crashed.detail == "grader crashed: OSError: sandbox could not start: no scratch folder"
     others = [t.model_dump() for i, t in enumerate(result.tasks) if i != 1]
     assert others == [t.model_dump() for i, t in enumerate(clean.tasks) if i != 1]
+
+
+@pytest.fixture(scope="module")
+def champion():
+    from policy.toy.checkpoint import load_checkpoint
+    from trainer.fixtures import champion_dir
+
+    return load_checkpoint(champion_dir())
+
+
+def test_samples_at_a_temperature_are_graded_beside_the_greedy_answer(champion):
+    tasks, checker = build_suite(SuiteConfig(size=40, seed=5))
+    greedy = run_suite(champion, tasks, max_new_tokens=16, seed=0, checker=checker)
+    assert greedy.sampled_pass_rate is None and {t.sampled_pass for t in greedy.tasks} == {None}
+    cold = run_suite(champion, tasks, max_new_tokens=16, seed=0, checker=checker, samples=3,
+                     temperature=1e-3)
+    assert [t.passed for t in cold.tasks] == [t.passed for t in greedy.tasks]
+    assert [t.sampled_pass for t in cold.tasks] == [float(t.passed) for t in greedy.tasks]
+    hot = run_suite(champion, tasks, max_new_tokens=16, seed=0, checker=checker, samples=3,
+                    temperature=1.5)
+    assert {t.sampled_pass for t in hot.tasks} <= {0.0, 1 / 3, 2 / 3, 1.0}
+    assert hot.sampled_pass_rate < greedy.pass_rate  # hot sampling loses what greedy solves
+    again = run_suite(champion, tasks, max_new_tokens=16, seed=0, checker=checker, samples=3,
+                      temperature=1.5)
+    assert [t.sampled_pass for t in again.tasks] == [t.sampled_pass for t in hot.tasks]
+
+
+def test_sampled_figures_pair_the_two_models_and_never_gate():
+    from gating.config import BootstrapConfig
+    from gating.gates import sampled_figures
+    from gating.records import SuiteResult, TaskOutcome
+
+    def result(shares):
+        return SuiteResult(tasks=[
+            TaskOutcome(task_id=f"t{i}", kind="toy", prompt_key=f"p{i}", passed=True,
+                        malformed=False, no_edit=False, completion_tokens=3, score=1.0,
+                        sampled_pass=x) for i, x in enumerate(shares)])
+
+    cand, champ = result([1.0, 0.5, 0.5, 1.0] * 10), result([0.5, 0.5, 0.0, 1.0] * 10)
+    f = sampled_figures(cand, champ, BootstrapConfig())
+    assert f["sampled.candidate_pass_rate"] == 0.75 and f["sampled.champion_pass_rate"] == 0.5
+    assert f["sampled.change"] == pytest.approx(0.25)
+    assert 0.0 < f["sampled.change.ci_low"] < 0.25 < f["sampled.change.ci_high"]
+    assert sampled_figures(result([None] * 4), champ, BootstrapConfig()) == {}
+    assert set(sampled_figures(cand, None, BootstrapConfig())) == {"sampled.candidate_pass_rate"}
