@@ -875,11 +875,13 @@ def _cut(n: int, fractions: tuple[float, float, float]) -> tuple[int, int]:
 
 def split_pools(families: Sequence[str], held_out: Sequence[str], *, seed: int = 0,
                 fractions: tuple[float, float, float] = (0.4, 0.3, 0.3),
-                max_functions: int = 40, train_per_function: int = 2,
+                max_functions: int = 40, trained_functions: int = 160,
+                train_per_function: int = 2,
                 exclude: Sequence[str] = (), guard_families: Sequence[str] = (),
                 guard_functions: int = 8, guard_per_family: int = 8) -> Pools:
     """Split by function. Each trained family's constants (:func:`constants`, shuffled with
-    ``seed``, at most ``max_functions``) are cut into train / gate / sealed by ``fractions``;
+    ``seed``, at most ``trained_functions``: the gate's power grows with its independent
+    functions) are cut into train / gate / sealed by ``fractions``;
     held-out families go whole to ``transfer``; each guard family gives ``guard_functions``
     functions (more prompts of them, up to ``guard_per_family`` tasks, where the prompts allow)
     to ``guard`` and up to ``max_functions`` of
@@ -903,7 +905,7 @@ def split_pools(families: Sequence[str], held_out: Sequence[str], *, seed: int =
     pools: dict[str, list[PyTask]] = {p: [] for p in ("train", "gate", "sealed", "transfer",
                                                       "guard", "retain")}
     for fam in families:
-        ks = shuffled(fam)[:max_functions]
+        ks = shuffled(fam)[:trained_functions]
         g, s = _cut(len(ks), fractions)
         pools["gate"] += tasks(fam, ks[:g], "gate")
         pools["sealed"] += tasks(fam, ks[g:g + s], "sealed")
@@ -944,10 +946,12 @@ CALIBRATION_SEED = 1000
 """Seed of the calibration draw (bench/pyfuncs_calibrate.py); pools never reuse its prompts."""
 DATA = Path(__file__).resolve().parent / "data"
 CALIBRATION_DRAW = DATA / "pyfuncs_calibration_draw.json"
-"""The prompts the two calibrations decoded (drawn with the constant ranges of that time, before
-:data:`WIDENED`), frozen so that later changes to the templates cannot move them."""
+"""The prompts the calibrations decoded (the first two drawn with the constant ranges of their
+time, before :data:`WIDENED`; the third with the current ones), frozen so that later changes to
+the templates cannot move them."""
 CALIBRATIONS = (DATA.parents[1] / "bench" / "results" / "pyfuncs_calibration.json",
-                DATA.parents[1] / "bench" / "results" / "pyfuncs_calibration_2.json")
+                DATA.parents[1] / "bench" / "results" / "pyfuncs_calibration_2.json",
+                DATA.parents[1] / "bench" / "results" / "pyfuncs_calibration_3.json")
 POOL_FILES = {"train": "pyfuncs_train.jsonl", "gate": "pyfuncs_gate.jsonl",
               "sealed": "pyfuncs_sealed.jsonl", "transfer": "pyfuncs_transfer.jsonl",
               "guard": "pyfuncs_guard.jsonl", "retain": "pyfuncs_retain.jsonl"}
@@ -956,15 +960,18 @@ COMMAND = "python -m tasks.pyfuncs"
 
 
 def roles(records: Sequence[dict]) -> dict[str, list[str]]:
-    """Each family's role: ``trained`` (the calibrations' kept families and every family of
-    :data:`TEMPLATES_3` outside :data:`NEW_HELD_OUT`), ``transfer`` (held-out families the
-    calibrations kept, and :data:`NEW_HELD_OUT`), ``guard`` (:func:`guard_families`)."""
+    """Each family's role: ``trained`` (the calibrations' kept families, and any family of
+    :data:`TEMPLATES_3` no record calibrated outside :data:`NEW_HELD_OUT`), ``transfer``
+    (held-out families the calibrations kept, and every :data:`NEW_HELD_OUT` family whatever its
+    calibration: they are the phrasing twins of trained families, and a twin the model cannot do
+    can only show a gain carried over, one it solves only harm), ``guard``
+    (:func:`guard_families`)."""
     calibrated = {f for r in records for f in r.get("families", {})}
     new = [t.family for t in TEMPLATES_3 if t.family not in calibrated]
     trained = [f for r in records for f in r["kept"]]
+    transfer = [f for r in records for f in r["held_out_kept"]]
     return {"trained": trained + [f for f in new if f not in NEW_HELD_OUT],
-            "transfer": [f for r in records for f in r["held_out_kept"]]
-            + [f for f in new if f in NEW_HELD_OUT],
+            "transfer": transfer + [f for f in NEW_HELD_OUT if f not in transfer],
             "guard": [f for r in records for f in guard_families(r)],
             "uncalibrated": new}
 

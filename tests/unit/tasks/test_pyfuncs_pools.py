@@ -13,7 +13,9 @@ import pytest
 
 from tasks.pyfuncs import (
     BY_FAMILY,
+    CALIBRATIONS,
     DATA,
+    GUARD_MIN_GREEDY,
     HELD_OUT,
     MANIFEST,
     NEW_HELD_OUT,
@@ -80,13 +82,13 @@ def test_transfer_families_are_held_out_of_every_other_pool(shipped):
     # held-out families that share their phrasing with trained ones
     trained = {r["family"] for r in shipped["train"]}
     assert {"count_above", "count_outside", "all_below", "square_minus"} <= transfer
-    assert {"count_between", "all_above", "square_plus"} <= trained
+    assert {"all_above", "square_plus"} <= trained  # the twins of all_below and square_minus
 
 
 def test_shipped_pools_skip_the_calibration_draw_and_have_distinct_prompts(shipped):
     draw = json.loads((DATA / "pyfuncs_calibration_draw.json").read_text())["tasks"]
     calib = {t["prompt"] for t in draw}
-    assert len(calib) == len(draw) == 356
+    assert len(calib) == len(draw) == 356 + 120  # the third calibration's 24 families x 5
     seen: set[str] = set()
     for name, rows in shipped.items():
         prompts = {r["prompt"] for r in rows}
@@ -104,10 +106,17 @@ def test_shipped_files_and_manifest_are_what_the_generator_writes(shipped, tmp_p
         assert {k: stats[name][k] for k in ("tasks", "functions", "families")} == pool_stats(rows)
 
 
-def test_new_templates_are_uncalibrated_and_listed_as_such():
+def test_the_third_batch_of_templates_takes_the_roles_its_calibration_gave():
     manifest = json.loads((DATA / MANIFEST).read_text())
-    assert manifest["roles"]["uncalibrated"] == [t.family for t in TEMPLATES_3]
-    assert set(manifest["roles"]["trained"]) >= {t.family for t in TEMPLATES_3} - set(NEW_HELD_OUT)
+    record = json.loads((CALIBRATIONS[2]).read_text())
+    assert set(record["families"]) == {t.family for t in TEMPLATES_3}
+    assert manifest["roles"]["uncalibrated"] == []
+    trained, guard = set(manifest["roles"]["trained"]), set(manifest["roles"]["guard"])
+    for t in TEMPLATES_3:
+        r = record["families"][t.family]
+        assert (t.family in trained) == (r["kept"] and t.family not in NEW_HELD_OUT), t.family
+        assert (t.family in guard) == (r["pass1_greedy"] >= GUARD_MIN_GREEDY
+                                       and not r["kept"] and t.family not in HELD_OUT), t.family
 
 
 def _table_solution(task, ref) -> str:
@@ -147,8 +156,8 @@ def test_split_pools_cuts_each_family_by_function():
                         guard_families=["add_const", "evens"], guard_per_family=5)
     by = {name: {t.function for t in getattr(pools, name)}
           for name in ("train", "gate", "sealed", "transfer", "guard", "retain")}
-    assert len(by["gate"]) == len(by["sealed"]) == 12  # 40 of at_least's 61 constants, 30% each
-    assert len(by["train"]) == 16 + 1                   # reverse_str has one function: training
+    assert len(by["gate"]) == len(by["sealed"]) == 18  # at_least's 61 constants, 30% each
+    assert len(by["train"]) == 25 + 1  # the other 25; reverse_str has one function: training
     assert {t.family for t in pools.transfer} == {"count_above"}
     assert len(by["transfer"]) == 21
     assert {t.family for t in pools.guard} == {"add_const", "evens"}
