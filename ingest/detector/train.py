@@ -33,14 +33,13 @@ import argparse
 import hashlib
 import json
 import math
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-import os
 
 from ingest.detector.corpus import generate
 from ingest.detector.features import lexical_tokens
