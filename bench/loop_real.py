@@ -358,7 +358,11 @@ def main(argv: list[str] | None = None) -> None:
     sealed = read_jsonl(args.sealed_file)
     sealed = sealed[:args.sealed] if args.sealed else sealed
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ratchet-loop-real-"))
-    print(f"loop_real: run folder {workdir} (checkpoints, spans, MLflow store)", flush=True)
+    from ratchet.console import setup as route_logs
+
+    route_logs(workdir / "loop_real.log")  # library chatter to the log file, not the terminal
+    print(f"loop_real: run folder {workdir} (checkpoints, spans, MLflow store; full log "
+          f"{workdir / 'loop_real.log'})", flush=True)
     rows: list[dict] = []
     scores: dict = {}
     t0 = time.perf_counter()
