@@ -156,7 +156,10 @@ class GateRunner:
         clock.lap("seconds.gates")
         extras.update(hack_figures(tasks, cand, champ))  # answer monitors: recorded, not gated
         extras.update(sampled_figures(cand, champ, self.config.bootstrap))  # recorded, not gated
-        gates += self.guard_gates(extras)
+        if self.config.guards_skip_on_fail and not all(g.passed for g in gates):
+            extras["guards.skipped"] = 1.0  # rejected already: the guards cannot change it
+        else:
+            gates += self.guard_gates(extras)
         clock.lap("seconds.guards")
         extras["candidate.suite_seconds"] = cand.seconds
         if alpha_k is not None:

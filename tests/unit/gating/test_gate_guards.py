@@ -112,3 +112,21 @@ def test_the_runner_runs_each_guard_on_both_models(checkpoints, tmp_path):
 def test_no_guard_without_a_champion(checkpoints, tmp_path):
     runner = _runner(tmp_path, checkpoints["champion"], None, champion_version=None)
     assert runner.guard_gates({}) == []
+
+
+def test_guards_are_skipped_for_a_candidate_already_rejected_when_asked(checkpoints, tmp_path):
+    def verdict_inputs(skip: bool, cand: str, work):
+        from policy.loader import as_policy
+
+        runner = _runner(work, checkpoints[cand], checkpoints["champion"])
+        runner.candidate, runner.champion = as_policy(runner.candidate), as_policy(runner.champion)
+        runner.config = runner.config.model_copy(update={"guards_skip_on_fail": skip})
+        runner._record = lambda c, h, gates, extras: (gates, extras)
+        return runner.run()
+
+    gates, extras = verdict_inputs(True, "worse", tmp_path / "a")
+    assert not all(g.passed for g in gates) and extras["guards.skipped"] == 1.0
+    assert not [g for g in gates if g.name.startswith("guard.")]
+    gates, extras = verdict_inputs(False, "worse", tmp_path / "b")
+    assert "guards.skipped" not in extras
+    assert [g.name for g in gates if g.name.startswith("guard.")] == ["guard.toy", "guard.families"]
