@@ -141,7 +141,9 @@ def test_gate_promotes_only_on_pass(mlflow_server, versions, tmp_path):
     # CI level, the comparators, and a link relative to the server, not to a host:port.
     assert run.info.end_time - run.info.start_time >= 1000 * worse.extras["seconds.suites"]
     assert run.data.params["gate.ci_level"] == "0.95"
-    assert "paired-bootstrap" in run.data.tags["mlflow.note.content"]
+    note = run.data.tags["mlflow.note.content"]
+    assert "paired-bootstrap" in note
+    assert note.splitlines()[0].endswith(f"**{worse.decision}**")  # the decision comes first
     assert "](#/experiments/" in description and "http://" not in description
     table = format_gate_table(uri, MODEL, versions["worse"])
     assert table.startswith(f"Gate FAIL: {MODEL} v{versions['worse']}")
