@@ -456,7 +456,6 @@ def build_pipeline(p: beam.Pipeline, spec: PipelineSpec) -> None:
         _WatermarkFn(
             prev,
             spec.allowed_lateness_us,
-            spec.drain,
             spec.now_ms * 1000,
             spec.hold_partitions,
             spec.partition_max,
@@ -582,14 +581,12 @@ class _WatermarkFn(beam.CombineFn):
         self,
         prev_max: int | None,
         lateness_us: int,
-        drain: bool,
         now_us: int,
         hold: frozenset[str] = frozenset(),
         prev_partitions: dict[str, int] | None = None,
     ) -> None:
         self.prev_max = prev_max
         self.lateness_us = lateness_us
-        self.drain = drain
         self.now_us = now_us
         self.hold = hold
         self.prev_partitions = dict(prev_partitions or {})

@@ -61,7 +61,7 @@ def test_a_chunk_holds_the_watermark_at_the_slowest_partition_still_to_read():
     from ingest.transforms import _WatermarkFn
 
     def watermark(hold, prev=None):
-        fn = _WatermarkFn(None, 60 * US, False, 10**18, frozenset(hold), prev)
+        fn = _WatermarkFn(None, 60 * US, 10**18, frozenset(hold), prev)
         acc = fn.create_accumulator()
         for item in (("a:0", 5000 * US), ("b:0", 1000 * US), ("a:0", 4000 * US)):
             acc = fn.add_input(acc, item)

@@ -297,7 +297,7 @@ def test_the_drain_watermark_is_real_and_keeps_a_cut_recordings_last_suggestions
 
     declaring = RewardConfig.model_validate(
         {"clients": {"ide": {"reports_persistence_for_inserted": True}}})
-    fn = _WatermarkFn(None, 60 * US, True, 10**18)
+    fn = _WatermarkFn(None, 60 * US, 10**18)
     acc = fn.add_input(fn.create_accumulator(), ("file:0", T0_US + 5 * US))
     _, watermark, _ = fn.extract_output(acc)
     assert watermark == T0_US + 5 * US - 60 * US
