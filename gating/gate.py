@@ -454,6 +454,16 @@ class GateRunner:
             out["ratchet.train_experiment_id"] = client.get_run(mv.run_id).info.experiment_id
         return out
 
+    def record_died(self, reason: str) -> GateVerdict:
+        """Record a failing verdict for a candidate whose gate never finished (its process died
+        or crashed again and again, e.g. an answer that kills the grader's parent): one failing
+        gate ``completes`` with ``reason`` as its detail, recorded like any other verdict (the
+        gate run, the version's tags and description), so the caller can release the candidate.
+        Loads nothing and runs no suite."""
+        gate = GateResult(name="completes", value=0.0, threshold=1.0, passed=False,
+                          detail=reason[:2000])
+        return self._record(SuiteResult(tasks=[]), None, [gate], {})
+
     def cleanup(self) -> None:
         self.candidate = self.champion = None
         if self._downloads is not None:
@@ -594,28 +604,3 @@ def run_gate(
     finally:
         runner.cleanup()
 
-
-def record_gate_died(
-    *,
-    tracking_uri: str,
-    model_name: str,
-    candidate_version: int,
-    champion_version: int | None,
-    config: GateConfig,
-    workdir: Path,
-    reason: str,
-    guard: Callable[[], None] | None = None,
-) -> GateVerdict:
-    """Record a failing verdict for a candidate whose gate never finished (its process died or
-    crashed again and again, e.g. an answer that kills the grader's parent): one failing gate
-    ``completes`` with ``reason`` as its detail, recorded like any other verdict (the gate run,
-    the version's tags and description), so the caller can release the candidate. Loads nothing
-    and runs no suite."""
-    runner = GateRunner(
-        tracking_uri=tracking_uri, model_name=model_name, candidate_version=candidate_version,
-        champion_version=champion_version, config=config, workdir=workdir, promote=False,
-        guard=guard,
-    )
-    gate = GateResult(name="completes", value=0.0, threshold=1.0, passed=False,
-                      detail=reason[:2000])
-    return runner._record(SuiteResult(tasks=[]), None, [gate], {})

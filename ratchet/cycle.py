@@ -534,18 +534,18 @@ class Cycle:
     def _gate_died(self, state: CycleState, failures: list[str]):
         """The gate stage ended without a verdict ``stage_max_deaths`` times: record a failing
         verdict with the reasons (the deploy stage then releases ``candidate``)."""
-        from gating.gate import record_gate_died
+        from gating.gate import GateRunner
 
         reasons = "; ".join(f"{failures.count(r)}x {r}" for r in dict.fromkeys(failures))
         reason = (f"the gate stage ended without a verdict {len(failures)} times "
                   f"(stage_max_deaths={self.config.stage_max_deaths}): {reasons}")
         log.error("candidate v%s: %s", state.candidate_version, reason)
-        verdict = record_gate_died(
+        verdict = GateRunner(
             tracking_uri=self.tracking_uri, model_name=self.config.model_name,
             candidate_version=state.candidate_version, champion_version=state.champion_version,
-            config=self.config.gate, workdir=self.workdir / "gate", reason=reason,
+            config=self.config.gate, workdir=self.workdir / "gate", promote=False,
             guard=self._guard,
-        )
+        ).record_died(reason)
         registry.set_version_tags(self.tracking_uri, self.config.model_name,
                                   state.candidate_version, {"gate.died": reason[:4000]})
         import mlflow
