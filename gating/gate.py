@@ -242,8 +242,8 @@ class GateRunner:
         suite config (keyed by their hashes, so a re-created registry cannot hit a stale one);
         ``part`` names a look of a sequential gate; ``suite``: another suite than the target one
         (a guard)."""
-        key = suite_cache_key(self.config, ckpt, self.decision, suite=suite) + (
-            f"-{part}-{len(tasks)}" if part else "")
+        key = suite_cache_key(self.config, ckpt, suite=suite, tasks=tasks) + (
+            f"-{part}" if part else "")
         path = self.workdir / "suite-cache" / f"{key}.json"
         if path.exists():
             return SuiteResult.model_validate_json(path.read_text())
@@ -482,13 +482,20 @@ def checkpoint_hash(ckpt: Path) -> str:
 
 
 def suite_cache_key(config: GateConfig, ckpt: Path, decision: int = 0, *,
-                    suite: SuiteConfig | None = None) -> str:
+                    suite: SuiteConfig | None = None, tasks: list | None = None) -> str:
     """Cache key of a suite result: the suite config (``suite``, else the gate's target suite),
     the draw and the whole checkpoint (config.json too: the same weights under another
-    architecture config decode differently)."""
+    architecture config decode differently). With ``tasks`` the draw is keyed by the drawn tasks
+    themselves (ids, prompts, asserts, in order), not by the decision's seed: a draw of a whole
+    pool is the same at every decision, so a champion that stays champion is not decoded again."""
     suite = suite or config.suite
     h = hashlib.sha256(suite.model_dump_json().encode())
-    h.update(f"/draw-seed/{draw_seed(suite, decision)}".encode())
+    if tasks is None:
+        h.update(f"/draw-seed/{draw_seed(suite, decision)}".encode())
+    else:
+        h.update(b"/tasks/")
+        for task in tasks:
+            h.update(hashlib.sha256(repr(task).encode()).digest())
     h.update(checkpoint_hash(ckpt).encode())
     return h.hexdigest()[:24]
 
