@@ -133,13 +133,11 @@ _CONFUSED = re.compile(
 _LEAD_NO = re.compile(r"^(?:(?:erm|hmm+|um+|uh+|ah|well|oh)[,.]?\s+)?(?:no|nope|nah|not really|"
                       r"wrong|incorrect)\b[\s,.!:;-]*(.*)$")
 _NO_ANSWER = re.compile(
-    r"^(?:$|thanks?\b|thank you|thx|ty\b|that'?s (?:all|it|ok|okay|fine|everything)|"
-    r"that (?:is|will be|would be) (?:all|it|everything)|that'?ll be|"
-    r"i'?m (?:good|fine|ok|okay|all set|done)|i am "
+    r"^(?:$|thanks?\b|thank you|thx|ty\b|that'?s (?:all|it|ok|okay|fine|everything)|that (?:is|will "
+    r"be|would be) (?:all|it|everything)|that'?ll be|i'?m (?:good|fine|ok|okay|all set|done)|i am "
     r"(?:good|fine|ok|okay|all set|done)|all good|not (?:right )?now|not (?:at )?(?:this|the) "
-    r"(?:time|moment)|not yet|not today|maybe later|nothing|none|no problem|worries|"
-    r"i (?:do ?n'?t|do not) (?:need|have|care|mind|think|want)|i just need|i only need|"
-    r"i (?:will|'ll) |let me|"
+    r"(?:time|moment)|not yet|not today|maybe later|nothing|none|no problem|worries|i (?:do ?n'?t|do "
+    r"not) (?:need|have|care|mind|think|want)|i just need|i only need|i (?:will|'ll) |let me|"
     r"i think (?:that'?s|that is|i'?m)|bye|goodbye|have a)"
 )
 _CORRECTS = re.compile(
@@ -157,14 +155,12 @@ _CORRECTS_STRONG = re.compile(
     r"give|get|suggest|recommend|try)(?: me)? (?:\w+ )?(?:another|other|different|something "
     r"else|some other)\b|another\b(?! time)|other\b(?! than)|different\b|something else|"
     r"wrong|incorrect|"
-    r"it'?s (?:the|on|at|in|for|actually) |"
-    r"it is (?:the|on|at|in|for|actually) |the \w+ (?:is|was) )"
+    r"it'?s (?:the|on|at|in|for|actually) |it is (?:the|on|at|in|for|actually) |the \w+ (?:is|was) )"
 )
 """A correction whatever the answer asked ("Do you want the 12th?" - "No, it's the 11th")."""
 _AFFIRM = re.compile(
     r"^(?:(?:yes|yeah|yep|yup|yes please|correct|right|exactly|sure|ok|okay|great|perfect|awesome|"
-    r"excellent|good|nice|cool|wonderful|thanks?|thank you|"
-    r"sounds (?:good|great|perfect)|that(?:'s| "
+    r"excellent|good|nice|cool|wonderful|thanks?|thank you|sounds (?:good|great|perfect)|that(?:'s| "
     r"is| was| sounds| looks| works) (?:correct|right|great|perfect|good|fine|it|helpful|all|"
     r"everything)|that(?:'s| is) (?:exactly|just) (?:it|right|what i)|it works|works)\b[\s,.!]*)+"
 )

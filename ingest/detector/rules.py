@@ -49,8 +49,7 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
         r"crash\w*|fail\w*|produc\w*|has|have|having|happen\w*) (?:me )?(?:the |a |an |this |"
         r"that |same |lots of |a lot of )*(?:\w+ )?(?:errors?|exceptions?|issues?|problems?|bugs?|"
         r"false positives|warnings?|wrong)\b|^.{0,80}\b(?:it|this|that|the \w+|code|output|result|"
-        r"error|page|app|script|program|function|file|list)"
-        r"(?: is|'s| are)? still (?:\w+ing|returns|gives|shows|"
+        r"error|page|app|script|program|function|file|list)(?: is|'s| are)? still (?:\w+ing|returns|gives|shows|"
         r"prints|fails|crashes|(?:is |it'?s )?(?:a |an )?(?:blank|empty|broken|wrong|the same|not|"
         r"no|nothing))\b"
     ),

@@ -31,8 +31,8 @@ from pathlib import Path
 from ingest.detector.features import (
     asked_question,
     code_share,
-    cues,
     length_bucket,
+    cues,
     lexical_tokens,
     looks_like_trace,
     reask_ratio,
