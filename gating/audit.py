@@ -153,13 +153,15 @@ def _record(tracking_uri, model_name, plan: AuditPlan, config: GateConfig,
             gates: list[GateResult], extras: dict[str, float], guard, roll_back) -> GateVerdict:
     import mlflow
 
+    from gating.gate import gate_experiment_id
+
     mlflow.set_tracking_uri(tracking_uri)
     passed = bool(gates) and all(g.passed for g in gates)
     guard()
     parent = mlflow.active_run()
+    experiment = None if parent is not None else gate_experiment_id(tracking_uri)
     with mlflow.start_run(run_name=f"audit-v{plan.champion}", nested=parent is not None,
-                          experiment_id=None if parent is not None else _experiment(
-                              tracking_uri)) as run:
+                          experiment_id=experiment) as run:
         verdict = GateVerdict(
             passed=passed, run_id=run.info.run_id, model_name=model_name,
             candidate_version=plan.champion, champion_version=plan.anchor, gates=gates,
@@ -199,12 +201,3 @@ def _record(tracking_uri, model_name, plan: AuditPlan, config: GateConfig,
     log.info("%s", line)
     return verdict
 
-
-def _experiment(tracking_uri: str) -> str:
-    from mlflow import MlflowClient
-
-    from gating.gate import EXPERIMENT
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(EXPERIMENT)
-    return exp.experiment_id if exp is not None else client.create_experiment(EXPERIMENT)

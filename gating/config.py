@@ -426,9 +426,9 @@ class AuditConfig(_Config):
     suites: list[GuardSuite] = Field(
         default_factory=list,
         description="What the champion must still do as well as the anchor. Empty: the gate's "
-        "target suite (fixed draw, non-inferior at ``margin``) and the gate's guards. The "
-        "presets name the gate, guard and transfer pools; never the sealed pool, which would "
-        "then decide rollbacks and no longer be sealed.")
+        "target suite (fixed draw, non-inferior at ``margin``) and the gate's guards (for the "
+        "SmolLM2 preset: its gate, guard and transfer pools). Never name the sealed pool: it "
+        "would then decide rollbacks and no longer be sealed.")
     margin: float = Field(
         0.03, ge=0.0, le=1.0,
         description="Non-inferiority margin of the target suite when ``suites`` is empty.")

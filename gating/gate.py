@@ -361,18 +361,12 @@ class GateRunner:
         name = f"gate-v{self.candidate_version}"
         parent = mlflow.active_run()
         if parent is None:
-            return mlflow.start_run(run_name=name, experiment_id=self._experiment_id())
+            return mlflow.start_run(run_name=name,
+                                    experiment_id=gate_experiment_id(self.tracking_uri))
         run = MlflowClient(tracking_uri=self.tracking_uri).create_run(
             parent.info.experiment_id, start_time=self.started_ms, run_name=name,
             tags={"mlflow.parentRunId": parent.info.run_id})
         return mlflow.start_run(run_id=run.info.run_id, nested=True)
-
-    def _experiment_id(self) -> str:
-        from mlflow import MlflowClient
-
-        client = MlflowClient(tracking_uri=self.tracking_uri)
-        exp = client.get_experiment_by_name(EXPERIMENT)
-        return exp.experiment_id if exp is not None else client.create_experiment(EXPERIMENT)
 
     def _log_run(self, v: GateVerdict, cand: SuiteResult, champ: SuiteResult | None) -> None:
         import mlflow
@@ -469,6 +463,16 @@ class GateRunner:
         if self._downloads is not None:
             shutil.rmtree(self._downloads, ignore_errors=True)
             self._downloads = None
+
+
+def gate_experiment_id(tracking_uri: str) -> str:
+    """Id of the experiment that holds gate (and audit) runs started outside any active run,
+    created if missing; the active experiment is left alone."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    return exp.experiment_id if exp is not None else client.create_experiment(EXPERIMENT)
 
 
 def checkpoint_hash(ckpt: Path) -> str:
