@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
         "commit": commit, "machine": f"{os.cpu_count()}-core x86_64 machine",
         "config": str(args.config.relative_to(ROOT)) if args.config.is_relative_to(ROOT)
         else str(args.config), "cycles": args.cycles, "arms": [], "complete": False,
-        "goal": "rl arms: >= 2 promotions in 5 cycles and the sealed CI above 0; placebo: none",
+        "target": "rl arms: >= 2 promotions in 5 cycles and the sealed CI above 0; placebo: none",
     }
     plan = [(s, False) for s in args.seeds] + [(s, True) for s in args.placebo_seeds]
     for seed, placebo in plan:
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     result["complete"] = True
     rl = [a for a in result["arms"] if not a["placebo"] and a["exit"] == 0]
-    result["rl_goal_met"] = sum(a["promotions"] >= 2 and (a["sealed"].get("ci_low") or 0) > 0
+    result["rl_arms_on_target"] = sum(a["promotions"] >= 2 and (a["sealed"].get("ci_low") or 0) > 0
                                 for a in rl)
     result["placebo_promotions"] = sum(a.get("promotions", 0) for a in result["arms"]
                                        if a["placebo"])
