@@ -72,7 +72,8 @@ class TokenLogprobs:
     plausibility check. logits: (B, T, V) float32 at temperature 1, only when asked for
     (``return_logits``; costs B*T*V memory, and with gradients on the full logits stay alive for
     backward: meant for small vocabularies, e.g. a top-p nucleus). hidden: (B, T, D) final hidden
-    states (the input of the output head), only with ``return_hidden``.
+    states (the input of the output head), only with ``return_hidden``. prefix: the state after
+    the first K decoder layers, only from a policy asked to keep it (``policy.hf.FrozenPrefix``).
     """
 
     logprobs: Tensor
@@ -84,6 +85,7 @@ class TokenLogprobs:
     replay_replaced: int = 0
     logits: Tensor | None = None
     hidden: Tensor | None = None
+    prefix: object | None = None
 
 
 @dataclass

@@ -12,6 +12,12 @@ router's own choice reproduces its output exactly. A logged expert whose probabi
 fails with the file and field named. A GGUF is read with ``gguf_file=`` (needs ``gguf`` and
 ``accelerate``).
 
+A frozen prefix (:class:`FrozenPrefix`): when the first K decoder layers of two models are the
+same frozen weights (a champion and a policy that trains only its top layers), one forward can
+keep the hidden states entering layer K and the routing of those layers (``capture_prefix=K``)
+and the other resumes from them (``prefix=``) instead of recomputing the K layers: the
+trainer's forward passes then cost the top layers only.
+
 Left out: shared-expert gating of Qwen2-MoE is left to the model (it has no routing to replay),
 expert parallelism, quantised training, hub downloads.
 """
@@ -53,6 +59,64 @@ class _RouteState:
     def reset(self, replay: Tensor | None = None, min_ratio: float = 0.1) -> None:
         self.replay, self.min_ratio = replay, min_ratio
         self.idx, self.logits, self.replaced = [], [], 0
+
+
+@dataclass
+class FrozenPrefix:
+    """A forward's state after its first ``layers`` decoder layers, for a model whose first
+    ``layers`` layers (and embeddings) are the same frozen weights to resume from.
+
+    hidden: (B, T, D) the hidden states entering decoder layer ``layers``; idx / logits: per MoE
+    router among those layers, in layer order, the experts chosen (B*T, k) and the router logits
+    (B*T, E) (empty for a dense model). :meth:`rows` cuts it into one prefix per row (its first
+    ``n`` positions, right padding dropped) and :meth:`collate` pads such rows back into a batch;
+    the padding's values never reach a real token (attention masks it, routing is per token)."""
+
+    layers: int
+    hidden: Tensor
+    idx: list[Tensor] = field(default_factory=list)
+    logits: list[Tensor] = field(default_factory=list)
+
+    def rows(self, lengths: list[int]) -> list[FrozenPrefix]:
+        """One prefix per row, each of its first ``lengths[i]`` positions, detached, on the CPU."""
+        b, t = self.hidden.shape[:2]
+        idx = [x.view(b, t, -1) for x in self.idx]
+        logits = [x.view(b, t, -1) for x in self.logits]
+        return [FrozenPrefix(self.layers, self.hidden[i, :n].detach().cpu(),
+                             [x[i, :n].cpu() for x in idx], [x[i, :n].detach().cpu()
+                                                             for x in logits])
+                for i, n in enumerate(lengths)]
+
+    @staticmethod
+    def collate(rows: list[FrozenPrefix], width: int, device=None) -> FrozenPrefix:
+        """Rows (from :meth:`rows`) right-padded with zeros to ``width`` positions: (B, width,
+        D) hidden states and (B*width, .) routing, on ``device``."""
+        def pad(parts: list[Tensor]) -> Tensor:
+            out = parts[0].new_zeros((len(parts), width, *parts[0].shape[1:]))
+            for i, part in enumerate(parts):
+                out[i, :part.shape[0]] = part
+            return out.to(device)
+
+        first = rows[0]
+        if any(r.layers != first.layers for r in rows):
+            raise ValueError("rows of a frozen prefix must share its number of layers")
+        n_routers = len(first.idx)
+        return FrozenPrefix(
+            first.layers, pad([r.hidden for r in rows]),
+            [pad([r.idx[j] for r in rows]).flatten(0, 1) for j in range(n_routers)],
+            [pad([r.logits[j] for r in rows]).flatten(0, 1) for j in range(n_routers)])
+
+
+class _Passthrough(torch.nn.Module):
+    """Stands in for a frozen decoder layer whose output a prefix already holds: returns its
+    input (no compute), or, as the last such layer, the prefix's hidden states."""
+
+    def __init__(self, hidden: Tensor | None = None):
+        super().__init__()
+        self.hidden = hidden
+
+    def forward(self, hidden_states: Tensor, *args, **kwargs) -> Tensor:
+        return hidden_states if self.hidden is None else self.hidden
 
 
 def _gate_norm(config) -> str:
@@ -242,7 +306,12 @@ class HFPolicy:
         self, input_ids: Tensor, targets: Tensor, pad_mask: Tensor, temperature: Tensor,
         *, replay_experts: Tensor | None = None, replay_min_ratio: float = 0.1,
         return_logits: bool = False, return_hidden: bool = False,
+        capture_prefix: int = 0, prefix: FrozenPrefix | None = None,
     ) -> TokenLogprobs:
+        """:meth:`policy.base.Policy.token_logprobs`, plus a frozen prefix (module docstring):
+        ``capture_prefix=K`` keeps the state after the first K decoder layers in the output's
+        ``prefix``; ``prefix`` resumes from such a state (taken from a model whose first
+        ``prefix.layers`` layers are these weights, on the same rows and routing replay)."""
         b, t = input_ids.shape
         replay, spec = None, self.moe_spec
         if replay_experts is not None and spec.is_moe:
@@ -251,6 +320,19 @@ class HFPolicy:
                                  f"expected {[b, t, spec.n_moe_layers, spec.top_k]}")
             replay = replay_experts.reshape(b * t, spec.n_moe_layers, spec.top_k)
         self._state.reset(replay, replay_min_ratio)
+        layers = self.module.base_model.layers
+        kept: dict[str, Tensor] = {}
+        handle = layers[capture_prefix - 1].register_forward_hook(
+            lambda module, args, output: kept.update(hidden=output)) if capture_prefix else None
+        if prefix is not None:  # the first prefix.layers layers pass the prefix's state on
+            if tuple(prefix.hidden.shape[:2]) != (b, t):
+                raise ValueError(f"prefix hidden states have shape "
+                                 f"{list(prefix.hidden.shape)}, expected [{b}, {t}, ...]")
+            self._state.idx, self._state.logits = list(prefix.idx), list(prefix.logits)
+            k = prefix.layers
+            self.module.base_model.layers = torch.nn.ModuleList(
+                [_Passthrough() for _ in range(k - 1)] + [_Passthrough(prefix.hidden)]
+                + list(layers[k:]))
         try:
             hidden = self.module.base_model(input_ids=input_ids, attention_mask=pad_mask.long(),
                                             use_cache=False).last_hidden_state
@@ -260,10 +342,19 @@ class HFPolicy:
             routed, probs = self._routing(b, t)
             aux, lb, zl = self._aux(pad_mask)
             logits = fp32_logits(head, hidden) if return_logits else None  # B*T*V: small vocabs
+            kept_prefix = None
+            if capture_prefix:
+                n = sum(1 for i, _ in self._routers if i < capture_prefix)
+                kept_prefix = FrozenPrefix(capture_prefix, kept["hidden"], self._state.idx[:n],
+                                           self._state.logits[:n])
             return TokenLogprobs(logp, routed, probs, aux, lb, zl, self._state.replaced,
-                                 logits=logits, hidden=hidden if return_hidden else None)
+                                 logits=logits, hidden=hidden if return_hidden else None,
+                                 prefix=kept_prefix)
         finally:
             self._state.reset()
+            self.module.base_model.layers = layers
+            if handle is not None:
+                handle.remove()
 
     @property
     def has_chat_template(self) -> bool:

@@ -324,6 +324,13 @@ class TrainerConfig(_Strict):
         "auto", description="MoE expert compute: grouped GEMM (one kernel per weight, no host "
         "sync), per-expert loop, or auto = grouped for bf16 on cuda, else the loop (same outputs)."
     )
+    frozen_prefix: bool = Field(
+        True, description="Hugging Face policy with its first K decoder layers and embeddings "
+        "frozen (scope top_layers): the reference's forward keeps the state entering layer K, "
+        "and the policy's forward passes resume there instead of recomputing the frozen layers "
+        "(the same numbers, fewer FLOPs: policy.hf.FrozenPrefix). Then the per-step "
+        "replay_replaced counts the trained layers' replaced routes only."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TrainerConfig:

@@ -107,14 +107,20 @@ def autocast(device: torch.device, precision: str):  # -> a context manager
 
 def policy_logprobs(policy: Policy, batch: Batch, *, replay: bool, replay_min_ratio: float,
                     return_logits: bool = False, return_hidden: bool = False,
-                    ) -> tuple[Tensor, TokenLogprobs]:
+                    capture_prefix: int = 0, prefix=None) -> tuple[Tensor, TokenLogprobs]:
     """log pi(targets) (B, T) at each row's sampling temperature, and the policy's output
     (routed experts, router probs, aux losses; logits / final hidden states when asked) —
-    through the Policy plug, toy or HF. Batches are right-padded (trainer/data.py)."""
+    through the Policy plug, toy or HF. Batches are right-padded (trainer/data.py).
+    ``capture_prefix`` / ``prefix``: a frozen prefix (HF policies: policy.hf.FrozenPrefix)."""
+    extra = {}
+    if capture_prefix:
+        extra["capture_prefix"] = capture_prefix
+    if prefix is not None:
+        extra["prefix"] = prefix
     out = policy.token_logprobs(batch.tokens, batch.targets, batch.pad_mask, batch.temperature,
                                 replay_experts=batch.replay if replay else None,
                                 replay_min_ratio=replay_min_ratio, return_logits=return_logits,
-                                return_hidden=return_hidden)
+                                return_hidden=return_hidden, **extra)
     return out.logprobs, out
 
 
@@ -173,6 +179,7 @@ class RLRecipe:
             self.param_counts = select_trainable(self.policy, scope=t.scope,
                                                  top_layers=t.top_layers,
                                                  train_embeddings=t.train_embeddings)
+        self.prefix_layers = self._frozen_prefix_layers()
         self.ref_plug = self._frozen(self.champion_dir)  # a copy with its own routing hooks
         self.reference = self.ref_plug.module
         self._setup_samples()
@@ -205,6 +212,34 @@ class RLRecipe:
         plug = load_policy(directory, dtype="float32")
         self._on_device(plug.module).eval().requires_grad_(False)
         return plug
+
+    def _frozen_prefix_layers(self) -> int:
+        """K, when the policy is a Hugging Face model whose embeddings and first K decoder layers
+        are frozen, K >= 1 and ``config.frozen_prefix`` is on: the reference (the same champion
+        weights) computes those layers once per row and the policy resumes from its state. Else
+        0 (the toy, LoRA, DeepSpeed, or nothing frozen)."""
+        if not self.config.frozen_prefix or self.plug.type != "hf" \
+                or self.config.backend.type != "torch":
+            return 0
+        model = self.policy.base_model
+        if model.get_input_embeddings().weight.requires_grad:
+            return 0
+        k = next((i for i, layer in enumerate(model.layers)
+                  if any(p.requires_grad for p in layer.parameters())), 0)
+        if k == 0:  # the first layer trains, or none does: nothing to resume
+            return 0
+        # a frozen layer in train mode must still compute what the reference (eval) did
+        dropout = float(getattr(self.policy.config, "attention_dropout", 0.0) or 0.0) > 0 or any(
+            isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.layers[:k].modules())
+        return 0 if dropout else k
+
+    def _prefix_batch(self, idx: list[int], width: int):  # -> FrozenPrefix | None
+        """The kept frozen-prefix states of samples ``idx``, as a batch ``width`` wide."""
+        if not self.prefix_layers:
+            return None
+        from policy.hf import FrozenPrefix
+
+        return FrozenPrefix.collate([self.prefix[i] for i in idx], width, device=self.device)
 
     def _setup_optimizer(self) -> None:
         cfg, backend = self.config, self.config.backend
@@ -387,9 +422,12 @@ class RLRecipe:
         decides for both: no routing is logged for them)."""
         batch = self._collate(samples).to(self.device)
         with torch.no_grad(), autocast(self.device, self.config.precision):
-            logp_ref, _ = policy_logprobs(self.ref_plug, batch, replay=False, replay_min_ratio=0.0)
+            logp_ref, ref = policy_logprobs(self.ref_plug, batch, replay=False,
+                                            replay_min_ratio=0.0,
+                                            capture_prefix=self.prefix_layers)
         with torch.set_grad_enabled(grad), autocast(self.device, self.config.precision):
-            logp, _ = policy_logprobs(self.plug, batch, replay=False, replay_min_ratio=0.0)
+            logp, _ = policy_logprobs(self.plug, batch, replay=False, replay_min_ratio=0.0,
+                                      prefix=ref.prefix)
         return rl.retain_kl_loss(logp.float(), logp_ref.float(), batch.resp_mask)
 
     @torch.no_grad()
@@ -415,7 +453,8 @@ class RLRecipe:
         batch = cpu_batch.to(self.device)
         with autocast(self.device, self.config.precision):
             logp, _ = policy_logprobs(self.plug, batch, replay=self.config.router_replay,
-                                      replay_min_ratio=self.config.replay_min_ratio)
+                                      replay_min_ratio=self.config.replay_min_ratio,
+                                      prefix=self._prefix_batch(idx, batch.tokens.shape[1]))
         logp_ref = self._ref_batch(idx, cpu_batch, self.logp_ref).to(self.device)
         mask = batch.resp_mask & torch.stack([self._inside_row(i, cpu_batch, r)
                                               for r, i in enumerate(idx)]).to(self.device)
@@ -446,18 +485,22 @@ class RLRecipe:
             self.logp_ref = [scope[k][0] for k in keys]
             self.nucleus = [scope[k][1] for k in keys]
             self.inside = [scope[k][2] for k in keys]
+            self.prefix = [scope[k][3] for k in keys]
         else:
             self.nucleus: list[Tensor | None] = []
             self.inside: list[Tensor] = []
+            self.prefix: list = []  # per sample: its FrozenPrefix row (prefix_layers > 0)
             self.logp_ref = self._logprobs_of(self.ref_plug, setting_nucleus=True)
-            scope.update(zip(keys, zip(self.logp_ref, self.nucleus, self.inside)))
+            self.prefix += [None] * (len(keys) - len(self.prefix))
+            scope.update(zip(keys, zip(self.logp_ref, self.nucleus, self.inside, self.prefix)))
         self.counts["tokens_outside_nucleus"] = int(sum(int((~x).sum()) for x in self.inside))
         self.counts["rows_reference_cached"] = len(keys) if cached else 0
+        self.counts["frozen_prefix_layers"] = self.prefix_layers
 
     def _cache_scope(self) -> tuple:
         cfg = self.config
         return (str(self.champion_dir.resolve()), cfg.router_replay, cfg.replay_min_ratio,
-                cfg.precision, str(self.device), cfg.expert_impl)
+                cfg.precision, str(self.device), cfg.expert_impl, self.prefix_layers)
 
     @torch.no_grad()
     def _logprobs_of(self, plug: Policy, *, setting_nucleus: bool = False) -> list[Tensor]:
@@ -467,10 +510,13 @@ class RLRecipe:
             batch = self._collate(chunk)
             top_p = bool(self.counts["rows_top_p"])  # hidden states only where a nucleus is needed
             dev_batch = batch.to(self.device)
+            capture = self.prefix_layers if setting_nucleus else 0  # the reference's pass
             with autocast(self.device, self.config.precision):
                 logp, out = policy_logprobs(plug, dev_batch, replay=self.config.router_replay,
                                             replay_min_ratio=self.config.replay_min_ratio,
-                                            return_hidden=top_p)
+                                            return_hidden=top_p, capture_prefix=capture)
+            if capture:
+                self.prefix += out.prefix.rows(batch.pad_mask.sum(1).tolist())
             inside = torch.ones_like(batch.resp_mask)
             if setting_nucleus and not top_p:
                 self.nucleus += [None] * len(chunk)
@@ -616,7 +662,8 @@ class RLRecipe:
             logp, out = policy_logprobs(self.plug, batch, replay=cfg.router_replay,
                                         replay_min_ratio=cfg.replay_min_ratio,
                                         return_hidden=top_p or cfg.baseline in ("value_head",
-                                                                                "auto"))
+                                                                                "auto"),
+                                        prefix=self._prefix_batch(idx, batch.tokens.shape[1]))
         inside = batch.resp_mask
         if top_p:  # pi_theta renormalised over the champion's nucleus
             logp, inside = self._truncated(self.plug, batch, out.hidden, logp.float(), idx)
@@ -784,7 +831,7 @@ class RLRecipe:
     def cleanup(self) -> None:
         for name in ("policy", "reference", "plug", "ref_plug", "opt", "samples", "logp_ref",
                      "logp_anchor", "value", "nucleus", "inside", "retain_samples",
-                     "retain_pool"):
+                     "retain_pool", "prefix"):
             self.__dict__.pop(name, None)
 
 
