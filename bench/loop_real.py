@@ -30,7 +30,9 @@ the gate let through) and ``complete`` (False while a run is under way or when i
 the file is rewritten after every cycle). ``--arm rl`` and ``--arm placebo`` run one arm each (two
 processes side by side); ``--merge RL PLACEBO`` joins their files (a placebo run cut short counts
 for the cycles it finished, when none of them promoted); ``--humaneval-after FILE --workdir DIR``
-scores HumanEval on the first and final champions of a finished run.
+scores HumanEval on the first and final champions of a finished run. ``--threads N``: torch
+threads of the run and of its replicas (default: the preset's ``torch_threads``; give each of two
+arms side by side on 2 cores 1).
 Left out: the canary rollout (one replica, the champion alias moves on promotion) and several seeds.
 """
 
@@ -335,6 +337,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="write --out from the files of an rl and a placebo run and exit")
     p.add_argument("--sequential", action="store_true",
                    help="with --merge: the two arms ran one after the other, not side by side")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads of this process and of its replicas (default: the "
+                   "preset's torch_threads; 1 when two arms run side by side on 2 cores)")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
@@ -354,7 +359,9 @@ def main(argv: list[str] | None = None) -> None:
         _humaneval_after(args)
         return
     config = load_config(args.config)
-    torch.set_num_threads(config.torch_threads)
+    threads = args.threads or config.torch_threads
+    torch.set_num_threads(threads)
+    os.environ["RATCHET_TORCH_THREADS"] = str(threads)  # the replicas this run starts
     sealed = read_jsonl(args.sealed_file)
     sealed = sealed[:args.sealed] if args.sealed else sealed
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ratchet-loop-real-"))
