@@ -9,10 +9,10 @@ preset's trainer, ``whole`` = the same with ``frozen_prefix`` off) runs ``RLReci
 steps with ``--threads`` torch threads. Figures per setting: CPU-seconds (``time.process_time``:
 all threads of this process) of setup, of the steps and of the final KLs, and per step of the
 parts (the retain term: sampling and its two forwards; backward with the optimizer step; the
-policy's forward on the batch and the rest); wall seconds; and the run's last metrics (the loss, the KLs: the same within
-float noise across settings, or the prefix is wrong). Writes ``--out`` (default
-bench/results/train_step_real.json) with the date, commit, machine and the 1-minute load at the
-start and end of each setting.
+policy's forward on the batch and the rest); wall seconds; and the run's last metrics (the loss,
+the KLs: the same within float noise across settings, or the prefix is wrong). Writes ``--out``
+(default bench/results/train_step_real.json) with the date, commit, machine and the 1-minute
+load at the start and end of each setting.
 
     .venv/bin/python -m bench.train_step_real [--steps 3] [--threads 1] [--rows 32]
 
