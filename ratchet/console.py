@@ -70,6 +70,8 @@ def setup(log_file: Path | None, *, verbose: bool = False) -> None:
     os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")  # else its own stderr handler
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' load/save bars
+    if not Path("/dev/nvidiactl").exists():  # DeepSpeed warns on every import that detects no GPU
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)

@@ -528,3 +528,20 @@ def test_the_plot_marks_rejections_with_their_reason(tmp_path):
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "promoted" in labels and "rejected" in labels
     assert any("count_even" in t.get_text() for t in ax.texts)
+
+
+@pytest.mark.skipif(__import__("pathlib").Path("/dev/nvidiactl").exists(),
+                    reason="a GPU machine: DeepSpeed detects its accelerator")
+def test_deepspeeds_accelerator_guess_stays_off_a_cpu_machines_terminal(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    code = ("from ratchet.console import setup; setup(None); "
+            "from deepspeed.accelerator import get_accelerator; print(get_accelerator()._name)")
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "cpu"
+    assert "Setting accelerator to CPU" not in out.stdout + out.stderr
