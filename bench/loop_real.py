@@ -102,17 +102,20 @@ def score_sealed(checkpoint: Path, tasks: list[dict], *, max_new_tokens: int, ba
     a replica serves a one-message chat) graded by each task's hidden asserts."""
     from policy.config import HFPolicyConfig
     from policy.loader import load_policy
+    from runtime.progress import Progress
     from tasks.humaneval import reply_complete
     from tasks.pyfuncs import grade
 
     policy = load_policy(HFPolicyConfig(path=checkpoint, chat_template=True))
     passed: list[bool] = []
-    for i in range(0, len(tasks), batch):
-        chunk = tasks[i:i + batch]
-        gens = policy.generate([policy.encode_prompt(t["prompt"]) for t in chunk],
-                               max_new_tokens=max_new_tokens, temperature=0.0,
-                               stop_when=reply_complete)
-        passed += [grade(t, g.text).passed for t, g in zip(chunk, gens, strict=True)]
+    with Progress("scoring", total=len(tasks), unit="task") as progress:
+        for i in range(0, len(tasks), batch):
+            chunk = tasks[i:i + batch]
+            gens = policy.generate([policy.encode_prompt(t["prompt"]) for t in chunk],
+                                   max_new_tokens=max_new_tokens, temperature=0.0,
+                                   stop_when=reply_complete)
+            passed += [grade(t, g.text).passed for t, g in zip(chunk, gens, strict=True)]
+            progress.update(len(chunk))
     return passed
 
 
