@@ -2,7 +2,7 @@
 not better get promoted, how often is a real gain promoted, and how often does an unchanged model
 get rolled back?
 
-    python -m bench.aa_gate [--part nulls|all|gate|canary] [--null-decisions 1000]
+    python -m bench.aa_gate [--part nulls|all|gate|twins|canary] [--null-decisions 1000]
 
 **Nulls and power** (``--part nulls``, the default; no model is run): the shipped rule
 (``GateConfig()``) on the target suite's gates, fed sign-flip nulls resampled from recorded
@@ -27,6 +27,11 @@ gate run (no health figures: the candidates are healthy by construction). A prom
 decision where every gate passed. For comparison every decision is also evaluated at one
 decision's level (``rule='fixed'``, alpha 0.05: each route to a win at 2.5%), with prompts
 clustered and with rows as independent.
+
+**Seed twins and placebo** (``--part twins``, written under ``twin_nulls``): per decision, two
+RL candidates trained on the same recorded rows with different seeds gated against each other,
+and a shuffled-reward candidate gated against the champion, under the shipped per-decision rule
+on a fresh draw (:func:`run_twins_part`).
 
 **Canary** (``--part canary``): A/A windows, the same model version on both arms. Each window's
 two arms are drawn independently from the per-request figures of the recorded traffic fixture
@@ -190,6 +195,79 @@ def run_gate_part(args, work: Path) -> dict:
         "per_decision": records,
         "gate_seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+def run_twins_part(args, work: Path) -> dict:
+    """Seed twins and shuffled-reward candidates under the shipped per-decision rule.
+
+    Decision i draws the gate suite afresh (``build_suite(config.suite, i)``) and makes two null
+    decisions: twin A against twin B, two RL candidates trained from the committed toy champion
+    on the same recorded rows for ``--placebo-steps`` steps with trainer seeds 2i and 2i + 1 (A
+    is the candidate, B the champion: neither is better by construction, only the seed differs);
+    and a shuffled-reward candidate (seed i) against the champion itself. Decisions are grouped
+    into lifetimes of ``--decisions`` (a loop's cycles) to count lifetimes with a false
+    promotion."""
+    import torch
+
+    from bench.learning import train_arm
+    from gating.config import GateConfig
+    from gating.gates import evaluate_gates
+    from gating.stats import clopper_pearson_upper
+    from trainer.fixtures import champion_dir, recorded_rows
+
+    torch.set_num_threads(args.threads)
+    config = GateConfig.model_validate({"suite": {"size": args.size}})
+    champion = champion_dir()
+    rows = recorded_rows(champion)
+    records = []
+    t0 = time.perf_counter()
+    for i in range(args.twins):
+        made = {}
+        for name, arm, seed in (("twin_a", "rl", 2 * i), ("twin_b", "rl", 2 * i + 1),
+                                ("placebo", "placebo", i)):
+            made[name] = work / f"{name}-{i}"
+            train_arm(arm, seed, champion, rows, {"mismatch_every": 0}, args.placebo_steps,
+                      made[name])
+        suites = {name: _suite(path, config, i) for name, path in made.items()}
+        suites["champion"] = _suite(champion, config, i)
+        for kind, cand, champ in (("seed_twins", "twin_a", "twin_b"),
+                                  ("placebo", "placebo", "champion")):
+            c, b = suites[cand], suites[champ]
+            gates = evaluate_gates(c, b, config)
+            records.append({
+                "decision": i, "kind": kind, "promoted": _promoted(gates),
+                "failed": [g.name for g in gates if not g.passed],
+                "delta": c.pass_rate - b.pass_rate,
+                "churn": sum(x.passed != y.passed for x, y in zip(c.tasks, b.tasks))
+                / len(c.tasks),
+                "clusters": len(set(c.clusters)), "detail": _evidence(gates).detail})
+        print(f"[{i + 1}/{args.twins}] " + "; ".join(
+            f"{r['kind']}: delta {r['delta']:+.4f}, churn {r['churn']:.3f}, promoted "
+            f"{r['promoted']}" for r in records[-2:]) + f" ({time.perf_counter() - t0:.0f} s)",
+            flush=True)
+
+    def figures(kind: str) -> dict:
+        rs = [r for r in records if r["kind"] == kind]
+        fp = sum(r["promoted"] for r in rs)
+        lives = [rs[j:j + args.decisions] for j in range(0, len(rs), args.decisions)]
+        churn = [r["churn"] for r in rs]
+        return {"decisions": len(rs), "false_promotions": fp,
+                "upper95": clopper_pearson_upper(fp, len(rs)),
+                "lifetimes": len(lives), "decisions_per_lifetime": args.decisions,
+                "lifetimes_with_a_false_promotion": sum(any(r["promoted"] for r in life)
+                                                        for life in lives),
+                "churn": {"min": min(churn), "mean": sum(churn) / len(churn),
+                          "max": max(churn)}}
+
+    return {"rule": "GateConfig() defaults (per decision)", "suite_size": args.size,
+            "train_steps": args.placebo_steps, "seed_twins": figures("seed_twins"),
+            "placebo": figures("placebo"), "per_decision": records,
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _twins_in_tmp(args) -> dict:
+    with tempfile.TemporaryDirectory(prefix="ratchet-aa-twins-") as tmp:
+        return run_twins_part(args, Path(tmp))
 
 
 # -- sign-flip, boundary and planted-effect decisions (no model cost) --------------------------
@@ -481,7 +559,10 @@ def _gate_in_tmp(args) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=("all", "nulls", "gate", "canary"), default="nulls")
+    p.add_argument("--part", choices=("all", "nulls", "gate", "twins", "canary"),
+                   default="nulls")
+    p.add_argument("--twins", type=int, default=30, help="twins part: decisions (each one twin "
+                   "pair and one shuffled-reward candidate)")
     p.add_argument("--null-decisions", type=int, default=1200)
     p.add_argument("--boundary-decisions", type=int, default=300)
     p.add_argument("--power-decisions", type=int, default=100,
@@ -509,6 +590,7 @@ def main(argv: list[str] | None = None) -> None:
     machine = result.setdefault("machine", {})
     for part, run in (("nulls", lambda: run_nulls_part(args)),
                       ("gate", lambda: _gate_in_tmp(args)),
+                      ("twins", lambda: _twins_in_tmp(args)),
                       ("canary", lambda: run_canary_part(args))):
         if args.part not in ("all", part):
             continue
@@ -516,6 +598,9 @@ def main(argv: list[str] | None = None) -> None:
         figures = run()
         if part == "gate":  # the model-built nulls
             result["model_nulls"] = figures
+        elif part == "twins":
+            result["twin_nulls"] = figures
+            result.pop("not_run", None)
         elif part == "canary":
             result["canary"] = {"canary_windows": figures["canary_windows"],
                                 "false_rollbacks": figures["false_rollbacks"],
