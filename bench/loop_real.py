@@ -193,12 +193,14 @@ def run_arm(args, config, *, placebo: bool, sealed: list[dict], workdir: Path, r
                     "gate_champion": result.champion_pass_rate,
                     "gate_ci_low": result.gate_ci_low, "gate_ci_high": result.gate_ci_high,
                     "gate_tasks": result.gate_tasks, "gate_failed": result.gate_failed,
-                    "gate_guards": result.gate_guards,
+                    "gate_guards": result.gate_guards, "gate_decision": result.gate_decision,
                     "seconds": {"traffic": round(traffic_s, 1), **result.seconds},
                 })
                 say(f"[{arm}] cycle {i + 1}: {rows[-1]['outcome']}; live pass "
                     f"{stats.pass_rate:.3f}, edit {stats.edit_persistence:.3f}, dissat "
                     f"{stats.dissatisfied_rate:.3f} ({time.perf_counter() - c0:.0f} s)")
+                if result.gate_decision:  # which rule decided, with its figures
+                    say(f"[{arm}] cycle {i + 1}: {result.gate_decision}")
                 on_cycle()
             sim.close()
         finally:

@@ -63,3 +63,6 @@ def test_loop_real_runs_both_arms_on_chat_traffic(tmp_path):
     assert result["transfer"]["tasks"] == 4 and result["transfer"]["families"] == ["sub_const"]
     assert {"rl-final", "placebo-final"} <= set(result["transfer"])
     assert all("gate_failed" in r and "gate_guards" in r for r in result["per_cycle"])
+    for row in result["per_cycle"]:  # which rule decided, in the results and on the terminal
+        assert row["gate_decision"].split(":")[0] in ("promoted", "rejected")
+        assert f"cycle 1: {row['gate_decision']}" in done.stdout
