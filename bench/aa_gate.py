@@ -8,7 +8,7 @@ get rolled back?
 (``GateConfig()``) on the target suite's gates, fed sign-flip nulls resampled from recorded
 per-prompt verdicts of real candidate/champion pairs (:func:`recorded_pairs`), sign-symmetric
 nulls at 16/25/34% churn, boundary nulls of the shorter-answers route, and planted gains
-(+0.05 on the toy preset's 724 clusters, +0.10 on the real shapes' 69/130/236). Keys:
+(+0.05 on the toy preset's 724 clusters, +0.10 on the real suites' 162/191/244). Keys:
 ``false_promotion_rate``, ``upper95``, ``decisions``, ``power_at``.
 
 **Model nulls** (``--part gate``, written under ``model_nulls``): null candidates of the
@@ -273,9 +273,9 @@ def _twins_in_tmp(args) -> dict:
 # -- sign-flip, boundary and planted-effect decisions (no model cost) --------------------------
 TOY_CLUSTERS = 724
 """Independent clusters of the toy preset's gate draw (2,000 tasks of the gate pool)."""
-REAL_CLUSTERS = (69, 130, 236)
-"""The real preset's gate pool (69 functions' tasks), the 130 the issue of a larger pool targets,
-and the guard pool's 236 tasks."""
+REAL_CLUSTERS = (162, 191, 244)
+"""Independent functions of the real preset's whole-pool suites: the gate pool (162), the guard
+pool (191 functions, 291 tasks) and the transfer pool (244)."""
 
 
 def recorded_pairs() -> list[dict]:
@@ -473,9 +473,6 @@ def run_nulls_part(args) -> dict:
                      "detail": power},
         "bootstrap_resamples": args.resamples,
         "seconds": round(time.perf_counter() - t0, 1),
-        "not_run": "seed twins and the shuffled-reward placebo over dozens of lifetimes need "
-                   "model training and were not part of this run; --part gate runs the model-built "
-                   "nulls (noise re-saves, shuffled-reward candidates) under the shipped rule",
     }
 
 
