@@ -584,6 +584,10 @@ def main(argv: list[str] | None = None) -> None:
     import os
 
     result["date"] = datetime.now(UTC).strftime("%Y-%m-%d")
+    import subprocess
+
+    result["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                      capture_output=True, text=True).stdout.strip() or None
     machine = result.setdefault("machine", {})
     for part, run in (("nulls", lambda: run_nulls_part(args)),
                       ("gate", lambda: _gate_in_tmp(args)),
