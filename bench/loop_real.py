@@ -146,8 +146,10 @@ def run_arm(args, config, *, placebo: bool, sealed: list[dict], workdir: Path, r
     from simulation.simulator import SIMULATED_SKEW_S, UserSimulator
 
     arm = "placebo" if placebo else "rl"
-    config = demo_config(config.model_copy(update={"model_name": f"{config.model_name}-{arm}",
-                                                   "experiment": f"loop-real-{arm}"}))
+    if placebo:  # the rl arm keeps the preset's names: `ratchet gates show --config` finds it
+        config = config.model_copy(update={"model_name": f"{config.model_name}-placebo",
+                                           "experiment": f"{config.experiment}-placebo"})
+    config = demo_config(config)
     with services(workdir, bootstrap=None, tracking_uri=None) as ep:
         uri = ep.tracking_uri
         first = ensure_champion(config, tracking_uri=uri, workdir=workdir)
@@ -395,6 +397,8 @@ def main(argv: list[str] | None = None) -> None:
     summary["complete"] = True
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     report(summary, args.out)
+    print(f"each gate decision: .venv/bin/ratchet gates show VERSION --config {args.config} "
+          f"--workdir {workdir / 'rl'}")
 
 
 def _merge(args) -> None:

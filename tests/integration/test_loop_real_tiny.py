@@ -66,3 +66,12 @@ def test_loop_real_runs_both_arms_on_chat_traffic(tmp_path):
     for row in result["per_cycle"]:  # which rule decided, in the results and on the terminal
         assert row["gate_decision"].split(":")[0] in ("promoted", "rejected")
         assert f"cycle 1: {row['gate_decision']}" in done.stdout
+    # the rl arm registers under the preset's own name: `gates show --config` finds its decision
+    rl = next(r for r in result["per_cycle"] if r["arm"] == "rl")
+    shown = subprocess.run(
+        [sys.executable, "-m", "ratchet.cli", "gates", "show", str(rl["candidate_version"]),
+         "--config", str(config_file), "--workdir", str(tmp_path / "work" / "rl")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert rl["gate_decision"] in shown.stdout
+    assert f"gates show VERSION --config {config_file}" in done.stdout
