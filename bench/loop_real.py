@@ -399,6 +399,9 @@ def main(argv: list[str] | None = None) -> None:
     report(summary, args.out)
     print(f"each gate decision: .venv/bin/ratchet gates show VERSION --config {args.config} "
           f"--workdir {workdir / 'rl'}")
+    size = sum(f.stat().st_size for f in workdir.rglob("*") if f.is_file())
+    print(f"run folder {workdir}: {size / 1e9:.1f} GB (checkpoints and the MLflow store); "
+          f"remove it when done with them")
 
 
 def _merge(args) -> None:
