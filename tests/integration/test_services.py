@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.registry import runs_page
 from runtime.services import Broker, MlflowServer, _pid_alive, stop_leftovers
 
 pytestmark = pytest.mark.integration
@@ -56,6 +57,10 @@ def test_mlflow_server_is_one_process_that_stores_and_stops(tmp_path):
         (tmp_path / "note.txt").write_text("logged through the server")
         client.log_artifact(run.info.run_id, str(tmp_path / "note.txt"))
         assert run.info.artifact_uri.startswith("mlflow-artifacts:/")
+        # the address `ratchet ui` prints, looked up without mlflow's client
+        assert runs_page(s.uri, "round-trip") == (
+            f"{s.uri}/#/experiments/{experiment_id}?workflowType=machine_learning")
+        assert runs_page(s.uri, "no-such-experiment") == s.uri
     finally:
         s.stop()
     assert not _pid_alive(s.pid)
