@@ -302,12 +302,12 @@ def _ui(workdir: Path) -> int:
     from runtime.services import MlflowServer
 
     server = MlflowServer.start(workdir / "mlflow")
-    from ratchet.config import RatchetConfig
-    from runtime.registry import runs_page
+    try:  # from here a Ctrl-C stops the server, whenever it comes
+        from ratchet.config import RatchetConfig
+        from runtime.registry import runs_page
 
-    print(f"MLflow UI: {runs_page(server.uri, RatchetConfig().experiment)}  (Ctrl-C to stop)",
-          flush=True)
-    try:
+        print(f"MLflow UI: {runs_page(server.uri, RatchetConfig().experiment)}  (Ctrl-C to stop)",
+              flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

@@ -130,13 +130,31 @@ EXPERIMENT_KIND = "mlflow.experimentKind"
 def runs_page(tracking_uri: str, experiment: str) -> str:
     """The address of ``experiment``'s runs table in MLflow's UI. MLflow 3 opens an experiment in
     the browser's remembered workflow (GenAI by default: overview and traces); the
-    ``workflowType`` parameter opens it on the runs instead."""
-    from mlflow import MlflowClient
+    ``workflowType`` parameter opens it on the runs instead.
 
-    exp = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(experiment)
-    if exp is None:
-        return tracking_uri
-    return f"{tracking_uri}/#/experiments/{exp.experiment_id}?workflowType=machine_learning"
+    The experiment is looked up over MLflow's REST API, so ``ratchet ui`` prints the address
+    without importing mlflow (seconds); a server that refuses the plain request (one with
+    authentication) is asked through ``MlflowClient``, which knows the credentials."""
+    import json
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    query = urllib.parse.urlencode({"experiment_name": experiment})
+    url = f"{tracking_uri}/api/2.0/mlflow/experiments/get-by-name?{query}"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            experiment_id = json.load(resp)["experiment"]["experiment_id"]
+    except urllib.error.HTTPError as e:
+        if e.code == 404:  # RESOURCE_DOES_NOT_EXIST: no run has been logged yet
+            return tracking_uri
+        from mlflow import MlflowClient
+
+        exp = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(experiment)
+        if exp is None:
+            return tracking_uri
+        experiment_id = exp.experiment_id
+    return f"{tracking_uri}/#/experiments/{experiment_id}?workflowType=machine_learning"
 
 
 def use_experiment(tracking_uri: str, name: str) -> str:

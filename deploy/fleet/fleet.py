@@ -1,12 +1,13 @@
 """A fleet of serving replicas: separate uvicorn processes on free 127.0.0.1 ports.
 
 ``Fleet.start(...)`` launches ``python -m deploy.replica.serve_main`` per replica (each in its own
-process
-group, configured by ``RATCHET_*`` variables, logging to ``workdir/<replica>.log``) and waits until
-every ``/readyz`` answers. ``rolling_reload(version)`` reloads one replica at a time and waits for
-it to report the new version before touching the next, so the fleet always has serving replicas
-(and each replica keeps serving its old model while it loads the new one). ``stop()`` stops each
-replica by its PID.
+process group, configured by ``RATCHET_*`` variables, logging to ``workdir/<replica>.log``) and
+waits until every ``/readyz`` answers. Like the services of runtime/services.py, a replica (and
+the router process) started from the main thread dies with the process that started it, even if
+that one is SIGKILLed (``die_with_parent``). ``rolling_reload(version)`` reloads one replica at a
+time and waits for it to report the new version before touching the next, so the fleet always has
+serving replicas (and each replica keeps serving its old model while it loads the new one).
+``stop()`` stops each replica by its PID.
 
 Deliberately left out: traffic splitting (deploy/fleet/router.py), autoscaling, restarting crashed
 replicas.
@@ -26,7 +27,7 @@ from typing import Self
 
 import httpx
 
-from runtime.services import free_port, stop_child
+from runtime.services import die_with_parent, free_port, stop_child
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +230,7 @@ def _spawn(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=die_with_parent(),  # None off the main thread: see its docstring
         )
     (workdir / f"{replica_id}.pid").write_text(str(proc.pid))
     return Replica(replica_id, f"http://127.0.0.1:{port}", proc, log_path)
