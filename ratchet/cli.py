@@ -142,8 +142,11 @@ def check_inputs(args: argparse.Namespace):
     from ratchet.replay import RecordingError, load_recording
     from ratchet.scheduler import parse_period
 
+    # reading a recorded decision needs the model's name, not its weights
+    reads_records = args.command == "gates" and args.gates_command == "show"
     try:
-        config = _with_fleet(args, load_config(getattr(args, "config", None)))
+        config = _with_fleet(args, load_config(getattr(args, "config", None),
+                                               check_paths=not reads_records))
         if args.command == "replay":
             load_recording(args.file)
         if args.command == "loop":

@@ -87,6 +87,25 @@ def test_gates_show_against_an_unreachable_server_fails_without_retrying():
     assert "not reachable" in err and len(err.splitlines()) == 1
 
 
+def test_gates_show_reads_a_preset_whose_model_is_not_installed(monkeypatch, capsys):
+    """Reviewing a recorded decision needs the preset's model name, not its weights: a preset
+    whose model package is missing is read (the unreachable server is what fails)."""
+    from policy import config as policy_config
+    from runtime.services import free_port
+
+    def missing(package, name):
+        raise policy_config.PolicyLoadError(f"policy.package: '{package}' is not installed")
+
+    monkeypatch.setattr(policy_config, "packaged_file", missing)
+    rc = main(["gates", "show", "3", "--config", "configs/smollm2-pyfuncs.json",
+               "--tracking-uri", f"http://127.0.0.1:{free_port()}"])
+    err = capsys.readouterr().err
+    assert rc == EXIT_FAILED and "not reachable" in err and "not installed" not in err
+    # a command that runs the model still refuses up front
+    rc = main(["cycle", "--config", "configs/smollm2-pyfuncs.json"])
+    assert rc == EXIT_USAGE and "not installed" in capsys.readouterr().err
+
+
 def test_demo_refuses_a_workdir_it_did_not_create(tmp_path, capsys):
     notes = tmp_path / "mine" / "notes.txt"
     notes.parent.mkdir()
