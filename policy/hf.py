@@ -323,7 +323,9 @@ class HFPolicy:
         layers = self.module.base_model.layers
         kept: dict[str, Tensor] = {}
         handle = layers[capture_prefix - 1].register_forward_hook(
-            lambda module, args, output: kept.update(hidden=output)) if capture_prefix else None
+            lambda module, args, output: kept.update(
+                hidden=output[0] if isinstance(output, tuple) else output)) \
+            if capture_prefix else None
         if prefix is not None:  # the first prefix.layers layers pass the prefix's state on
             if tuple(prefix.hidden.shape[:2]) != (b, t):
                 raise ValueError(f"prefix hidden states have shape "
