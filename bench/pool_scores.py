@@ -6,7 +6,8 @@ champion (``--config``, default configs/smollm2-pyfuncs.json: SmolLM2-135M-Instr
 4 experts top-2, built once under ``--workdir``). Each task is answered greedily as one chat turn
 and graded by its hidden asserts (``bench.loop_real.score_sealed``, the scorer of the loop bench).
 Per pool: tasks, independent functions (family + constants), pass rate with a 95% bootstrap over
-functions, pass count per family. Writes ``--out`` (default bench/results/pool_scores.json).
+functions (``gating.stats.cluster_bootstrap``), pass count per family. Writes ``--out``
+(default bench/results/pool_scores.json).
 
     .venv/bin/python -m bench.pool_scores [--checkpoint DIR] [--pools sealed,gate,transfer]
 
@@ -19,7 +20,6 @@ import argparse
 import datetime
 import json
 import os
-import random
 import sys
 import time
 from collections import Counter
@@ -51,21 +51,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def summarize(tasks: list[dict], passed: list[bool], *, seed: int = 0) -> dict:
-    """Pass rate over tasks, and its 95% bootstrap interval resampling functions."""
-    from bench.loop_real import by_cluster, clusters
+    """Pass rate over tasks with its 95% interval resampling functions
+    (``gating.stats.cluster_bootstrap``), the mean of per-function rates, per-family counts and
+    every task's verdict."""
+    import numpy as np
 
-    per_function = by_cluster(clusters(tasks), passed)
-    rates = list(per_function.values())
-    rng = random.Random(seed)
-    boot = sorted(sum(rng.choices(rates, k=len(rates))) / len(rates) for _ in range(BOOTSTRAP))
+    from bench.loop_real import by_cluster, clusters
+    from gating.stats import cluster_bootstrap, cluster_ids
+
+    keys = clusters(tasks)
+    rates = list(by_cluster(keys, passed).values())
+    ci = cluster_bootstrap(np.asarray(passed, dtype=float), cluster_ids(keys),
+                           n_resamples=BOOTSTRAP, seed=seed)
     fam_pass: Counter = Counter()
     fam_tasks: Counter = Counter()
     for t, ok in zip(tasks, passed, strict=True):
         fam_tasks[t.get("family") or "?"] += 1
         fam_pass[t.get("family") or "?"] += int(ok)
     return {"tasks": len(tasks), "functions": len(rates), "pass_rate": sum(passed) / len(tasks),
-            "function_mean": sum(rates) / len(rates),
-            "function_ci95": [boot[int(0.025 * BOOTSTRAP)], boot[int(0.975 * BOOTSTRAP) - 1]],
+            "function_mean": sum(rates) / len(rates), "function_ci95": [ci.low, ci.high],
             "per_family": {f: [fam_pass[f], fam_tasks[f]] for f in sorted(fam_tasks)},
             "verdicts": {t["task_id"]: ok for t, ok in zip(tasks, passed, strict=True)}}
 
@@ -93,8 +97,8 @@ def run(args: argparse.Namespace) -> dict:
     }
     for name, pool in result["pools"].items():
         lo, hi = pool["function_ci95"]
-        say(f"{name}: {pool['pass_rate']:.3f} of {pool['tasks']} tasks, {pool['functions']} "
-            f"functions (per function {pool['function_mean']:.3f} [{lo:.3f}, {hi:.3f}])")
+        say(f"{name}: {pool['pass_rate']:.3f} of {pool['tasks']} tasks [{lo:.3f}, {hi:.3f}] "
+            f"over {pool['functions']} functions")
     return result
 
 
