@@ -397,8 +397,9 @@ def main(argv: list[str] | None = None) -> None:
     summary["complete"] = True
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     report(summary, args.out)
-    print(f"each gate decision: .venv/bin/ratchet gates show VERSION --config {args.config} "
-          f"--workdir {workdir / 'rl'}")
+    if False in arms:  # the rl arm ran: its store is the one named by the preset
+        print(f"each gate decision: .venv/bin/ratchet gates show VERSION --config {args.config} "
+              f"--workdir {workdir / 'rl'}")
     size = sum(f.stat().st_size for f in workdir.rglob("*") if f.is_file())
     print(f"run folder {workdir}: {size / 1e9:.1f} GB (checkpoints and the MLflow store); "
           f"remove it when done with them")
