@@ -56,6 +56,7 @@ from gating.stats import (
     mcnemar_exact,
     mde_at_power,
     resamples_for,
+    sign_test_interval,
 )
 
 
@@ -179,6 +180,8 @@ class Evidence:
     """One-sided level of the shorter-answers route; 0: ``alpha / 2``; no route when < 0."""
     passed_ci_shorter: PairedCI | None = None
     """Pass-rate change bounds at the shorter route's level (its non-inferiority part)."""
+    clusters: int = 0
+    """Independent clusters of the draw (the McNemar test's unit); 0: ``better + worse``."""
 
     @property
     def levels(self) -> tuple[float, float]:
@@ -190,7 +193,12 @@ def improvement_gate(e: Evidence, rule: ImprovementEvidence) -> GateResult:
     clusters rejects at the primary level, and the pass-rate lower bound at that level is above
     ``min_pass_rate_ci_low`` when that margin is positive) or secondary (non-inferior pass rate and
     surely shorter, both at the shorter route's level: an intersection-union test). A negative
-    margin accepts on the bound alone (tests that need a tie to pass)."""
+    margin accepts on the bound alone (tests that need a tie to pass).
+
+    The interval the result carries and its reason quotes is the one of the test that decides:
+    with a margin of 0 (the default) the exact test's interval of the net share of clusters
+    answered better (:func:`gating.stats.sign_test_interval`), whose lower bound is above 0 iff
+    the test rejects; with a margin the clustered bootstrap bounds of the pass-rate change."""
     a_primary, a_shorter = e.levels
     p = mcnemar_exact(e.better, e.worse)
     margin = rule.min_pass_rate_ci_low
@@ -205,25 +213,38 @@ def improvement_gate(e: Evidence, rule: ImprovementEvidence) -> GateResult:
     secondary = a_shorter > 0.0 and non_inferior and shorter
     why = ("pass-rate win" if primary else "shorter and non-inferior" if secondary
            else "no evidence of improvement (a tie is noise)")
+    n = max(e.clusters, e.better + e.worse, 1)
+    exact = margin == 0.0
+    if exact:
+        value = (e.better - e.worse) / n
+        low, high = sign_test_interval(e.better, e.worse, n, a_primary)
+        figures = (f"{value:+.3f} [{low:+.3f}, {high:+.3f}] net share of {n} clusters better, "
+                   f"superiority p = {p:.2g} {'<=' if p <= a_primary else '>'} {a_primary:.2g} "
+                   f"({e.better} better / {e.worse} worse); pass rate {e.passed_ci.mean:+.3f}")
+    else:
+        value, low, high = e.passed_ci.low, e.passed_ci.low, e.passed_ci.high
+        figures = (f"{e.passed_ci.mean:+.3f} [{low:+.3f}, {high:+.3f}], superiority p = "
+                   f"{p:.2g} {'<=' if p <= a_primary else '>'} {a_primary:.2g} ({e.better} "
+                   f"better / {e.worse} worse), pass-rate bound {low:+.3f} vs margin "
+                   f"{margin:+.3f}")
     if primary:
-        reason = (f"{e.passed_ci.mean:+.3f} [{e.passed_ci.low:+.3f}, {e.passed_ci.high:+.3f}], "
-                  f"superiority p = {p:.2g} <= {a_primary:.2g} ({e.better} better / "
-                  f"{e.worse} worse)")
+        reason = figures
     elif secondary:
         reason = (f"shorter by {-e.tokens_ci.mean:.2f} tokens (upper bound {e.tokens_ci.high:+.2f}"
                   f" < {-saving:+.2f}) and not worse (pass {ni_ci.mean:+.3f}, lower bound "
                   f"{ni_ci.low:+.3f} > {-rule.non_inferiority_margin:+.3f})")
     else:
-        reason = (f"no evidence of a win: {e.passed_ci.mean:+.3f} [{e.passed_ci.low:+.3f}, "
-                  f"{e.passed_ci.high:+.3f}], superiority p = {p:.2g} > {a_primary:.2g} "
-                  f"({e.better} better / {e.worse} worse)")
+        reason = f"no evidence of a win: {figures}"
     return GateResult(
-        name="improvement_evidence", value=e.passed_ci.low, threshold=margin,
-        passed=primary or secondary, ci_low=e.passed_ci.low, ci_high=e.passed_ci.high,
+        name="improvement_evidence", value=value, threshold=0.0 if exact else margin,
+        passed=primary or secondary, ci_low=low, ci_high=high,
         comparator="ci_low >", reason=reason,
         detail=(f"{why}; alpha_k {e.alpha:.3g} (primary at {a_primary:.3g}, shorter at "
-                f"{a_shorter:.3g}); McNemar {e.better} better / {e.worse} worse clusters, "
-                f"p = {p:.3g}; pass bounds [{e.passed_ci.low:+.4f}, {e.passed_ci.high:+.4f}] at "
+                f"{a_shorter:.3g}); McNemar {e.better} better / {e.worse} worse of {n} clusters, "
+                f"p = {p:.3g}; "
+                + (f"exact interval of the net share better [{low:+.4f}, {high:+.4f}], each "
+                   f"bound one-sided at {a_primary:.3g}; " if exact else "")
+                + f"pass bounds [{e.passed_ci.low:+.4f}, {e.passed_ci.high:+.4f}] at "
                 f"{a_primary:.3g} (non-inferior if {ni_ci.low:+.4f} > "
                 f"{-rule.non_inferiority_margin:+.3f}); tokens bounds [{e.tokens_ci.low:+.2f}, "
                 f"{e.tokens_ci.high:+.2f}] (shorter if < {-saving:+.2f})"),
@@ -319,6 +340,7 @@ def _evidence(candidate: SuiteResult, champion: SuiteResult, config: GateConfig,
                              [t.completion_tokens for t in champion.tasks], b, clusters,
                              tail=tail_shorter),
         better=better, worse=worse, champion_tokens=champion.mean_completion_tokens,
+        clusters=d.size if clusters is None else int(np.unique(clusters).size),
     )
 
 

@@ -139,6 +139,30 @@ def clopper_pearson_upper(successes: int, n: int, level: float = 0.95) -> float:
     return hi
 
 
+def sign_test_interval(better: int, worse: int, clusters: int,
+                       level: float) -> tuple[float, float]:
+    """The interval of the net share of clusters the candidate answers better,
+    ``(better - worse) / clusters``, that the exact McNemar test implies: the Clopper-Pearson
+    bounds of the better share among the discordant clusters, each one-sided at ``level``, mapped
+    to the net scale (given the discordant count). The lower bound is above 0 exactly when
+    ``mcnemar_exact(better, worse) <= level`` (an exact test and its interval agree), so a
+    decision that shows this interval never contradicts the test that made it; at the boundary
+    the float bisection is pinned to that side. (0, 0) with no discordant cluster."""
+    if better < 0 or worse < 0 or clusters < better + worse or clusters <= 0:
+        raise ValueError(f"need 0 <= better + worse <= clusters, got {better}, {worse}, "
+                         f"{clusters}")
+    if not 0.0 < level < 0.5:
+        raise ValueError(f"level must be in (0, 0.5), got {level}")
+    n = better + worse
+    if n == 0:
+        return 0.0, 0.0
+    share = n / clusters
+    high = share * (2.0 * clopper_pearson_upper(better, n, 1.0 - level) - 1.0)
+    low = share * (1.0 - 2.0 * clopper_pearson_upper(worse, n, 1.0 - level))
+    low = max(low, 0.0) if mcnemar_exact(better, worse) <= level else min(low, 0.0)
+    return low, high
+
+
 def mcnemar_z(better: int, worse: int) -> float:
     """Normal statistic of the McNemar test, ``(better - worse) / sqrt(better + worse)`` (0 when
     no pair is discordant): the statistic the two-look boundaries are set on."""

@@ -84,14 +84,17 @@ class CycleResult:
     candidate_tokens: float | None = None
     candidate_score: float | None = None
     gate_ci_low: float | None = None
-    """Lower bound of the paired-bootstrap CI of the pass-rate change (candidate - champion)."""
+    """Lower bound of the interval the decision rests on: the exact McNemar test's interval of the
+    net share of clusters the candidate answers better, at the primary's one-sided level (above 0
+    exactly when that test promotes); the pass-rate change's bootstrap CI when the gate has no
+    improvement test or decides on a margin."""
     gate_ci_high: float | None = None
     gate_tasks: int | None = None
     """Tasks in the gate suite behind the pass rates."""
     gate_alpha_k: float | None = None
     """The level this gate decision spent (gating/stats.py alpha spending)."""
     gate_evidence_low: float | None = None
-    """Lower bound of the pass-rate change at level alpha_k: the figure the promotion hangs on."""
+    """The improvement test's lower bound at its level: the figure the promotion hangs on."""
     gate_failed: str | None = None
     """The gates the candidate failed, comma-separated (``none`` when it passed every one)."""
     gate_decision: str | None = None
@@ -487,11 +490,12 @@ class Cycle:
                              "decision": verdict.decision}
             result.gate_tasks = verdict.candidate.n_tasks
             change = next((g for g in verdict.gates if g.name == "pass_rate_change"), None)
-            if change is not None:
-                result.gate_ci_low, result.gate_ci_high = change.ci_low, change.ci_high
             evidence = next((g for g in verdict.gates if g.name == "improvement_evidence"), None)
+            decided = evidence if evidence is not None else change
+            if decided is not None:
+                result.gate_ci_low, result.gate_ci_high = decided.ci_low, decided.ci_high
             if evidence is not None:
-                result.gate_evidence_low = evidence.value
+                result.gate_evidence_low = evidence.ci_low
             result.gate_alpha_k = verdict.extras.get("alpha_k")
             result.gate_guards = {
                 g.name.removeprefix("guard."): {

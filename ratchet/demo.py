@@ -69,7 +69,7 @@ class CycleRow:
     gate_candidate: float | None
     gate_champion: float | None
     gate_ci_low: float | None
-    """Paired-bootstrap CI of the pass-rate change, candidate minus champion."""
+    """The decision's interval of the change (``CycleResult.gate_ci_low``)."""
     gate_ci_high: float | None
     gate_tasks: int | None
     outcome: str
@@ -118,7 +118,7 @@ _COLUMNS = [  # (header, width, cell)
     ("gated", 9, lambda r: f"{_version(r.candidate_version)}/{_version(r.champion_version)}"),
     ("cand", 5, lambda r: _num(r.gate_candidate)),
     ("champ", 5, lambda r: _num(r.gate_champion)),
-    ("95% CI", 15, _ci),
+    ("decision CI", 15, _ci),
     ("n", 4, lambda r: "-" if r.gate_tasks is None else str(r.gate_tasks)),
     ("outcome", 11, lambda r: r.outcome),
     ("sec", 4, lambda r: f"{r.seconds:.0f}"),
@@ -129,14 +129,17 @@ completion tokens; ``rows`` is the cycle's new span rows, then ``/`` and all row
 trained on when rows were carried from rejected cycles; ``detect`` is the share of follow-ups where
 ingest's detector agreed with the simulated user; ``gated`` is candidate/champion, the versions the
 gate compared, ``cand``/``champ`` their pass rates on the same ``n`` gate tasks and
-``95% CI`` the function-clustered interval of candidate minus champion (context: the promotion is
-decided by the one-sided tests the decision line names)."""
+``decision CI`` the interval of the test that decided: the exact McNemar test's interval of the net
+share of independent clusters the candidate answers better, each bound one-sided at the decision's
+level, so its lower bound is above 0 exactly when the candidate won (a guardrail can still
+reject it; the decision line names which)."""
 
 LEGEND = (
     "live: version serving the round; pass/edit/dissat/tokens: its live pass rate, edit "
     "persistence, dissatisfied follow-ups, answer tokens; rows: new span rows[/all trained on]; "
     "detect: follow-up detector agreement with the simulated users; gated: candidate/champion; "
-    "cand/champ: their gate pass rates on n tasks; 95% CI: of candidate minus champion. "
+    "cand/champ: their gate pass rates on n tasks; decision CI: the exact test's interval of the "
+    "net share of clusters the candidate answers better (above 0: a win). "
     "Each cycle's decision line says which rule decided.")
 
 
@@ -242,12 +245,12 @@ def _gate_panel(ax, rows: list[CycleRow]) -> None:
     champ = [r.gate_champion for r in gated]
     ax.plot(x, [float("nan") if c is None else c for c in champ], marker="s", color="gray",
             label="champion (the version gated against)")
-    low = [r.gate_candidate - (r.gate_champion + r.gate_ci_low)
-           if r.gate_ci_low is not None and r.gate_champion is not None else 0.0 for r in gated]
-    high = [(r.gate_champion + r.gate_ci_high) - r.gate_candidate
-            if r.gate_ci_high is not None and r.gate_champion is not None else 0.0 for r in gated]
-    ax.errorbar(x, [r.gate_candidate for r in gated], yerr=[low, high], fmt="o", capsize=3,
-                color="tab:blue", label="candidate, 95% CI of the change")
+    ax.plot(x, [r.gate_candidate for r in gated], "o", color="tab:blue", label="candidate")
+    bars = [r for r in gated if r.gate_ci_low is not None and r.gate_champion is not None]
+    if bars:  # the decision's interval need not hold the pass-rate point (a cluster-level test)
+        ax.vlines([r.cycle for r in bars], [r.gate_champion + r.gate_ci_low for r in bars],
+                  [r.gate_champion + r.gate_ci_high for r in bars], color="tab:blue", alpha=0.6,
+                  label="champion + the decision's interval")
     promoted = [r for r in gated if r.promoted and not r.rolled_back]
     rolled = [r for r in gated if r.rolled_back]
     if promoted:

@@ -47,7 +47,7 @@ def cycle_records(tracking_uri: str, experiment: str) -> list[dict]:
 def render(records: list[dict], experiment: str) -> str:
     """The overview page: a table and an inline SVG of the gate pass rates."""
     head = ["cycle", "outcome", "candidate", "champion", "cand. pass", "champ. pass",
-            "change 95% CI", "span rows", "live edit p.", "live dissat."]
+            "decision CI", "span rows", "live edit p.", "live dissat."]
     rows = []
     for r in records:
         ci = ("-" if r["gate.ci_low"] is None else
@@ -61,9 +61,12 @@ def render(records: list[dict], experiment: str) -> str:
              + "</tr>" + "".join(rows) + "</table>")
     return (f"<html><head><meta charset='utf-8'><title>{html.escape(experiment)} cycles</title>"
             f"</head><body><h2>Cycles of experiment {html.escape(experiment)}</h2>"
-            f"{_svg(records)}<p>Gate pass rate of the candidate (blue, bar = 95% CI of the change "
-            f"added to the champion's rate) and of the champion it was gated against (gray); "
-            f"green = promoted.</p>{table}</body></html>")
+            f"{_svg(records)}<p>Gate pass rate of the candidate (blue; bar = the decision's "
+            f"interval of the change, added to the champion's rate) and of the champion it was "
+            f"gated against (gray); green = promoted. The decision's interval is the exact McNemar "
+            f"test's interval of the net share of independent clusters the candidate answers "
+            f"better, each bound one-sided at the decision's level: above 0 exactly when the "
+            f"candidate won.</p>{table}</body></html>")
 
 
 def _f(value: float | None, digits: int = 3) -> str:

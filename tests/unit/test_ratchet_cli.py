@@ -310,7 +310,7 @@ def test_demo_table_names_the_versions_it_compared():
     from ratchet.demo import LEGEND, format_table
 
     lines = format_table([_row(0, 1, 2, True), _row(1, 2, 3, False)]).splitlines()
-    assert "gated" in lines[0] and "95% CI" in lines[0]
+    assert "gated" in lines[0] and "decision CI" in lines[0]
     assert "v2/v1" in lines[1] and "promoted" in lines[1] and "[+0.010,+0.090]" in lines[1]
     assert "v3/v2" in lines[2] and "rejected" in lines[2]
     assert " 300/600 " in lines[1]  # the span's rows / all trained on, carried rows included

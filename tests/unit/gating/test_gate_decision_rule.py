@@ -141,7 +141,7 @@ def test_the_decision_line_names_the_rule_that_decided():
                     candidate=win.summary(), champion=champ.summary(), champion_version=1)
     line = decision_line(v)
     assert line.startswith("promoted: +0.500 [") and "superiority p = " in line
-    assert line.endswith("<= 0.04 (200 better / 0 worse); guardrails held")
+    assert line.endswith("<= 0.04 (200 better / 0 worse); pass rate +0.500; guardrails held")
     tie = _suite([False, True] * 10 + [True, False] * 190)  # 10 better, 10 worse
     gates = evaluate_gates(tie, champ, GateConfig())
     v = GateVerdict(passed=False, run_id="r", gates=gates, candidate=tie.summary(),
@@ -167,3 +167,50 @@ def test_variants_of_one_function_are_one_cluster():
     d = SimpleNamespace(prompt="Please write plus_38(x).", messages=())
     assert prompt_key(a) == prompt_key(b)
     assert prompt_key(c) != prompt_key(d) and prompt_key(c) != prompt_key(a)
+
+
+def _bracket(text: str) -> tuple[float, float]:
+    inside = text.split("[", 1)[1].split("]", 1)[0]
+    low, high = (float(x) for x in inside.split(","))
+    return low, high
+
+
+@pytest.mark.parametrize("better, worse, boot, promoted", [
+    (15, 4, (0.035, -0.027, 0.096), True),  # the exact test rejects; a bootstrap bound below 0
+    (20, 10, (0.026, 0.002, 0.064), False),  # p = 0.049 > 0.037; a bootstrap bound above 0
+])
+def test_the_bracket_of_a_decision_is_the_interval_of_the_test_that_decided(
+        better, worse, boot, promoted):
+    """Two decisions of the 2026-11-28 toy demo: its line showed a 95% bootstrap interval beside
+    an exact McNemar decision at 0.037, so a promotion read "+0.035 [-0.027, +0.096]" and a
+    rejection "[+0.002, +0.064]". The bracket must agree with the verdict."""
+    from gating.config import ImprovementEvidence
+    from gating.gates import Evidence, improvement_gate
+    from gating.stats import PairedCI
+
+    mean, low, high = boot
+    e = Evidence(alpha=0.0375, primary=0.037, shorter=-1.0, passed_ci=PairedCI(mean, low, high),
+                 tokens_ci=PairedCI(0.0, -1.0, 1.0), better=better, worse=worse,
+                 champion_tokens=20.0, clusters=237)
+    g = improvement_gate(e, ImprovementEvidence())
+    assert g.passed is promoted
+    ci_low, ci_high = _bracket(g.reason)
+    assert (ci_low > 0) is promoted and ci_low <= (better - worse) / 237 <= ci_high
+    assert (g.ci_low, g.ci_high) == pytest.approx((ci_low, ci_high), abs=5e-4)
+    assert f"({better} better / {worse} worse)" in g.reason
+
+
+def test_the_exact_interval_is_above_zero_exactly_when_the_test_rejects():
+    from gating.stats import mcnemar_exact, sign_test_interval
+
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        n = int(rng.integers(1, 300))
+        discordant = int(rng.integers(0, min(n, 80) + 1))
+        better = int(rng.integers(0, discordant + 1))
+        level = float(rng.choice([0.005, 0.0125, 0.037, 0.04, 0.05]))
+        low, high = sign_test_interval(better, discordant - better, n, level)
+        assert (low > 0 or (low == 0 and discordant > 0)) is (
+            mcnemar_exact(better, discordant - better) <= level)
+        assert low <= (2 * better - discordant) / n <= high
+        assert -discordant / n <= low and high <= discordant / n

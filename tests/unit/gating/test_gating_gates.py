@@ -187,16 +187,18 @@ def test_tie_is_rejected_by_improvement_evidence():
 
 
 def test_clear_win_passes_with_hand_computed_ci():
-    # 40 tasks: the candidate wins 20 (d = 1) and ties 20 (d = 0). The bootstrap mean is
-    # Binomial(40, 1/2) / 40: mean 0.5, sd sqrt(0.25 / 40) = 0.0791, 2.5% quantile
-    # ~ 0.5 - 1.96 * 0.0791 = 0.345 (exact binomial: 14/40 = 0.35).
+    # 40 tasks: the candidate wins 20 (d = 1) and ties 20 (d = 0). The gate's interval is the
+    # exact test's, at the primary level 0.04: 20 of 20 discordant clusters better, so the
+    # Clopper-Pearson lower bound of the better share is 0.04 ** (1 / 20) = 0.8513 and the net
+    # share better is 20 / 40 * (2 * 0.8513 - 1) = 0.351, its upper bound 20 / 40 = 0.5.
     champion = suite([False] * 40)
     better = suite([True] * 20 + [False] * 20)
     ev = by_name(evaluate_gates(better, champion, GateConfig(min_pass_rate=0.1)))[
         "improvement_evidence"]
     assert ev.passed
-    assert ev.ci_low == pytest.approx(0.345, abs=0.03)
-    assert ev.ci_high == pytest.approx(0.655, abs=0.03)
+    assert ev.value == pytest.approx(0.5)
+    assert ev.ci_low == pytest.approx(0.5 * (2 * 0.04 ** (1 / 20) - 1), abs=1e-6)
+    assert ev.ci_high == pytest.approx(0.5)
     margin = GateConfig(min_pass_rate=0.1, improvement={"min_pass_rate_ci_low": 0.4})
     assert not by_name(evaluate_gates(better, champion, margin))["improvement_evidence"].passed
 
