@@ -14,12 +14,15 @@ export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
 	lint lock clean gpu-kit gpu-check-smoke sandbox-tool
 
 # The installer's output goes to .venv/bootstrap.log; the terminal gets one line (or the log's
-# tail when it fails, after a newline).
+# tail when it fails, after a newline). Packages are installed with their bytecode compiled:
+# where PYTHONDONTWRITEBYTECODE is set (some CI images), Python would otherwise compile every
+# module it imports again in every process (mlflow's server imported in 5.7 s instead of 2.7 s).
 $(BIN)/.bootstrapped: requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@printf "setting up $(VENV) from requirements.lock (log: $(VENV)/bootstrap.log) ... "
 	@( $(BIN)/pip install -q --disable-pip-version-check uv==0.13.9 \
-	  && ( $(BIN)/uv pip sync --python $(BIN)/python --find-links $(FIND_LINKS) requirements.lock \
+	  && ( $(BIN)/uv pip sync --compile-bytecode --python $(BIN)/python --find-links $(FIND_LINKS) \
+	       requirements.lock \
 	       || $(BIN)/pip install -q -r requirements.lock ) \
 	  && ( $(BIN)/uv pip install --python $(BIN)/python --no-deps -e . \
 	       || $(BIN)/pip install -q --no-deps -e . ) ) > $(VENV)/bootstrap.log 2>&1 \

@@ -1,4 +1,5 @@
-"""How long the local MLflow server takes to answer, and ``ratchet ui`` to print its URL.
+"""How long the local MLflow server takes to answer, and ``ratchet ui`` and ``ratchet serve`` to
+print their addresses.
 
     python bench/services_start.py [--runs 3] [--out bench/results/services_start.json]
 
@@ -7,6 +8,13 @@
    that moment (``mlflow server`` had run two: the launcher and its uvicorn child).
 2. ``ui_url_s``: ``ratchet ui --workdir <fresh>`` from its start until it prints the
    ``MLflow UI:`` line, per run; it is then stopped by its PID (SIGINT, as Ctrl-C would).
+3. ``serve_url_s``: ``ratchet serve --workdir <fresh>`` (broker, MLflow, a champion bootstrapped,
+   one replica ready) from its start until it prints the replica's address, per run; then
+   stopped by its PID (SIGINT).
+
+``bytecode`` says whether the interpreter's installed packages carry compiled bytecode (mlflow's
+``__pycache__``): where ``PYTHONDONTWRITEBYTECODE`` is set, a package installed without it is
+compiled again by every process that imports it.
 
 Each figure carries the 1-minute load average read just before it: the machine is shared and
 the times move with it. Measures; chooses nothing.
@@ -71,18 +79,50 @@ def _ui_run(tmp: Path) -> dict:
         proc.wait(timeout=30)
 
 
+def _serve_run(tmp: Path) -> dict:
+    load = os.getloadavg()[0]
+    argv = [sys.executable, "-m", "ratchet.cli", "serve", "--workdir", str(tmp)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("ratchet serve: ") and " at http://" in line:
+                return {"seconds": round(time.perf_counter() - t0, 2), "load_1m": load}
+        raise RuntimeError(f"ratchet serve exited with {proc.wait()} before its address")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+
+
+def _bytecode() -> bool:
+    import importlib.util
+
+    origin = Path(importlib.util.find_spec("mlflow").origin)
+    return any((origin.parent / "__pycache__").glob("__init__.*.pyc"))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "services_start.json")
     args = p.parse_args(argv)
-    result: dict = {"cpus": os.cpu_count(), "mlflow_healthy_s": [], "ui_url_s": []}
-    for _ in range(args.runs):
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                            capture_output=True).stdout.strip()
+    result: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
+                    "cpus": os.cpu_count(), "bytecode": _bytecode(),
+                    "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", ""),
+                    "mlflow_healthy_s": [], "ui_url_s": [], "serve_url_s": []}
+    for i in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="bench-mlflow-") as tmp:
             result["mlflow_healthy_s"].append(_mlflow_run(Path(tmp)))
         with tempfile.TemporaryDirectory(prefix="bench-ui-") as tmp:
             result["ui_url_s"].append(_ui_run(Path(tmp)))
-    print(json.dumps(result, indent=2))
+        with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+            result["serve_url_s"].append(_serve_run(Path(tmp)))
+        print(f"run {i + 1} of {args.runs}: mlflow {result['mlflow_healthy_s'][-1]['seconds']} s,"
+              f" ui {result['ui_url_s'][-1]['seconds']} s, serve "
+              f"{result['serve_url_s'][-1]['seconds']} s", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     return 0

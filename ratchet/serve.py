@@ -32,32 +32,52 @@ def run(
     bootstrap: str | None,
     tracking_uri: str | None,
 ) -> int:
+    from contextlib import ExitStack
+
     from deploy.fleet.fleet import Fleet
-    from ratchet.bootstrap import ensure_champion
-    from ratchet.runner import services
+    from runtime.services import Broker, MlflowServer
 
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     admin_token = secrets.token_urlsafe(24)
-    with services(workdir, bootstrap=bootstrap, tracking_uri=tracking_uri) as ep:
-        version = ensure_champion(config, tracking_uri=ep.tracking_uri, workdir=workdir)
-        with Fleet.start(
-            n_replicas=1, tracking_uri=ep.tracking_uri, model_name=config.model_name,
-            bootstrap=ep.bootstrap, workdir=workdir / "serve", admin_token=admin_token,
-            port=port, api_keys_path=workdir / "api_keys.json", name="serve",
-        ) as fleet:
-            key = fleet.create_api_key("ratchet-serve")
-            replica = fleet.replicas[0]
-            print(f"ratchet serve: {config.model_name} v{version} at {replica.url}", flush=True)
-            print(f"Kafka: {ep.bootstrap}  MLflow: {ep.tracking_uri}", flush=True)
-            print(f"Admin token: {admin_token}", flush=True)
-            print(f"API key: {key}", flush=True)
-            print("Ctrl-C to stop", flush=True)
-            try:
-                while replica.proc.poll() is None:
-                    time.sleep(0.5)
-            except KeyboardInterrupt:
-                return 0
-            log.error("the replica exited with %s; see %s", replica.proc.returncode,
-                      replica.log_path)
-            return 1
+    with ExitStack() as stack:
+        # Everything that takes seconds starts at once: the broker (ready in a fraction of a
+        # second), the MLflow server and the replica, which imports its engine and waits for the
+        # registry's champion itself; this process does its own imports meanwhile.
+        if bootstrap is None:
+            broker = stack.enter_context(Broker.start(workdir / "broker"))
+            bootstrap = broker.bootstrap
+        server = None
+        if tracking_uri is None:
+            server = stack.enter_context(MlflowServer.launch(workdir / "mlflow"))
+            tracking_uri = server.uri
+        fleet = stack.enter_context(Fleet.start(
+            n_replicas=1, tracking_uri=tracking_uri, model_name=config.model_name,
+            bootstrap=bootstrap, workdir=workdir / "serve", admin_token=admin_token,
+            port=port, api_keys_path=workdir / "api_keys.json", name="serve", wait=False,
+        ))
+        print(f"ratchet serve: starting the broker, MLflow and a replica of {config.model_name}"
+              " ...", flush=True)
+        from ingest.kafka_io import ensure_topics
+        from ratchet.bootstrap import ensure_champion
+
+        ensure_topics(bootstrap)
+        if server is not None:
+            server.wait_ready()
+        version = ensure_champion(config, tracking_uri=tracking_uri, workdir=workdir)
+        fleet.wait_ready()
+        key = fleet.create_api_key("ratchet-serve")
+        replica = fleet.replicas[0]
+        print(f"ratchet serve: {config.model_name} v{version} at {replica.url}", flush=True)
+        print(f"Kafka: {bootstrap}  MLflow: {tracking_uri}", flush=True)
+        print(f"Admin token: {admin_token}", flush=True)
+        print(f"API key: {key}", flush=True)
+        print("Ctrl-C to stop", flush=True)
+        try:
+            while replica.proc.poll() is None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            return 0
+        log.error("the replica exited with %s; see %s", replica.proc.returncode,
+                  replica.log_path)
+        return 1

@@ -309,6 +309,19 @@ class MlflowServer(_Service):
     @classmethod
     def start(cls, workdir: Path, *, timeout_s: float = 90.0) -> MlflowServer:
         """Start the server (one process, job execution off) and wait for ``/health``."""
+        server = cls.launch(workdir)
+        try:
+            server.wait_ready(timeout_s)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    @classmethod
+    def launch(cls, workdir: Path) -> MlflowServer:
+        """Start the server without waiting for it: its ``uri`` is known at once, so a caller can
+        start what will use it (a replica that retries until the registry answers) and do its
+        own imports while it comes up; :meth:`wait_ready` before the caller's first request."""
         workdir = Path(workdir).resolve()
         port = free_port()
         argv = [sys.executable, "-m", "runtime.mlflow_server_main"]
@@ -318,13 +331,8 @@ class MlflowServer(_Service):
         # the workdir is the child's cwd: the repository must be on its path to find the module
         path = os.pathsep.join(filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")]))
         env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "PYTHONPATH": path}
-        server = cls(cls._spawn(argv, workdir, env), workdir, port)
-        try:
-            server._wait_ready(timeout_s)
-        except BaseException:
-            server.stop()
-            raise
-        return server
+        return cls(cls._spawn(argv, workdir, env), workdir, port)
 
-    def _wait_ready(self, timeout_s: float) -> None:
+    def wait_ready(self, timeout_s: float = 90.0) -> None:
+        """Block until ``/health`` answers; raise if the server exits or ``timeout_s`` passes."""
         self._wait_healthy(f"{self.uri}/health", timeout_s, f"mlflow server at {self.uri}")

@@ -90,6 +90,7 @@ class Fleet:
         signal_max_skew_s: float | None = None,
         port: int | None = None,
         api_keys_path: Path | None = None,
+        wait: bool = True,
     ) -> Fleet:
         """Start ``n_replicas`` replicas of ``model_name`` (``version`` pinned, else ``alias``).
 
@@ -97,7 +98,9 @@ class Fleet:
         ``workdir/api_keys.json``; give two fleets the same one to share keys).
         ``signal_max_skew_s``: how far a signal's ``created`` may be from the receive time (a
         simulator compressing time needs more than its longest delay). ``port``: bind the single
-        replica there instead of a free port.
+        replica there instead of a free port. ``wait=False`` returns once the processes are
+        spawned (a replica retries until the registry and the alias exist): the caller can
+        bootstrap the champion while the replicas import, then :meth:`wait_ready`.
         """
         if n_replicas < 1:
             raise ValueError(f"n_replicas must be >= 1, got {n_replicas}")
@@ -128,7 +131,8 @@ class Fleet:
                     **(extra_env or {}),
                 }
                 fleet.replicas.append(_spawn(f"{name}-{i}", workdir, env, port=port))
-            fleet.wait_ready(timeout_s=ready_timeout_s)
+            if wait:
+                fleet.wait_ready(timeout_s=ready_timeout_s)
         except BaseException:
             fleet.stop()
             raise

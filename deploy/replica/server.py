@@ -51,11 +51,24 @@ class _InitialLoad:
     def _run(self) -> None:
         from mlflow.exceptions import MlflowException
 
-        delay = 0.5
+        delay, unset_logged = 0.5, False
         while not self.stop.is_set() and self.host.current is None:
+            if not _tracking_server_answers(self.host.tracking_uri):
+                # Started beside the server (`ratchet serve`): wait for it here, in short quiet
+                # polls, rather than in the MLflow client's retries with their long backoff.
+                self.host.load_error = f"the tracking server {self.host.tracking_uri} is not up"
+                self.stop.wait(0.25)
+                continue
             try:
                 version = self.settings.version or self.host.resolve(self.settings.alias)
-            except (LookupError, MlflowException, OSError) as exc:
+            except LookupError as exc:  # no champion yet: a bootstrap may be registering it
+                self.host.load_error = f"{type(exc).__name__}: {exc}"
+                if not unset_logged:
+                    log.warning("no version to load (%s); polling every %.1fs", exc, _UNSET_POLL_S)
+                    unset_logged = True
+                self.stop.wait(_UNSET_POLL_S)
+                continue
+            except (MlflowException, OSError) as exc:
                 self.host.load_error = f"{type(exc).__name__}: {exc}"
                 log.warning("no version to load (%s); retrying in %.1fs", exc, delay)
             else:
@@ -68,6 +81,27 @@ class _InitialLoad:
                                 version, self.host.load_error, delay)
             self.stop.wait(delay)
             delay = min(delay * 2, 5.0)
+
+
+_UNSET_POLL_S = 0.5
+"""How often a replica asks for an alias that is not set yet (one small registry request)."""
+
+
+def _tracking_server_answers(uri: str) -> bool:
+    """Whether an http(s) tracking server answers at all now (any HTTP status: a server behind a
+    proxy may refuse ``/health``); other stores: always."""
+    if not uri.startswith(("http://", "https://")):
+        return True
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=5):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+        return False
 
 
 def create_app(settings: ServerSettings) -> FastAPI:
