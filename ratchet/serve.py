@@ -1,11 +1,10 @@
 """`ratchet serve`: one replica of the champion, with everything it needs, until Ctrl-C/SIGTERM.
 
-Uses the given broker and MLflow server or starts the embedded ones under the workdir
-(ratchet/runner.py ``services``), bootstraps a champion when the registry has none
-(ratchet/bootstrap.py), starts one replica process (deploy/fleet/fleet.py) with a random admin
-token,
-creates a client API key for the signals API, prints the address and a line ``API key: KEY``, and
-waits. On Ctrl-C or SIGTERM (the CLI turns it into SystemExit) everything it started is stopped by
+Uses the given broker and MLflow server or starts the embedded ones under the workdir, starts one
+replica process (deploy/fleet/fleet.py) with a random admin token at the same time (it waits for
+the registry's champion itself), bootstraps a champion when the registry has none
+(ratchet/bootstrap.py), creates a client API key for the signals API, prints the address and a
+line ``API key: KEY``, and waits. On Ctrl-C or SIGTERM (the CLI turns it into SystemExit) everything it started is stopped by
 PID: the replica, then the MLflow server and the broker.
 
 Deliberately left out: more than one replica and a router (the demo and the rollout do that),
@@ -32,13 +31,22 @@ def run(
     bootstrap: str | None,
     tracking_uri: str | None,
 ) -> int:
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:  # a Ctrl-C at any point, start-up included, stops what was started, quietly
+        return _serve(config, workdir=workdir, port=port, bootstrap=bootstrap,
+                      tracking_uri=tracking_uri)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _serve(config: RatchetConfig, *, workdir: Path, port: int | None, bootstrap: str | None,
+           tracking_uri: str | None) -> int:
     from contextlib import ExitStack
 
     from deploy.fleet.fleet import Fleet
     from runtime.services import Broker, MlflowServer
 
-    workdir = Path(workdir).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
     admin_token = secrets.token_urlsafe(24)
     with ExitStack() as stack:
         # Everything that takes seconds starts at once: the broker (ready in a fraction of a
@@ -73,11 +81,8 @@ def run(
         print(f"Admin token: {admin_token}", flush=True)
         print(f"API key: {key}", flush=True)
         print("Ctrl-C to stop", flush=True)
-        try:
-            while replica.proc.poll() is None:
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            return 0
+        while replica.proc.poll() is None:
+            time.sleep(0.5)
         log.error("the replica exited with %s; see %s", replica.proc.returncode,
                   replica.log_path)
         return 1

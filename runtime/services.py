@@ -318,12 +318,13 @@ class MlflowServer(_Service):
         return server
 
     @classmethod
-    def launch(cls, workdir: Path) -> MlflowServer:
+    def launch(cls, workdir: Path, *, port: int | None = None) -> MlflowServer:
         """Start the server without waiting for it: its ``uri`` is known at once, so a caller can
         start what will use it (a replica that retries until the registry answers) and do its
-        own imports while it comes up; :meth:`wait_ready` before the caller's first request."""
+        own imports while it comes up; :meth:`wait_ready` before the caller's first request.
+        ``port``: bind there instead of a free port."""
         workdir = Path(workdir).resolve()
-        port = free_port()
+        port = port or free_port()
         argv = [sys.executable, "-m", "runtime.mlflow_server_main"]
         argv += ["--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}"]
         argv += ["--artifacts-destination", str(workdir / "artifacts")]
