@@ -4,8 +4,9 @@ Uses the given broker and MLflow server or starts the embedded ones under the wo
 replica process (deploy/fleet/fleet.py) with a random admin token at the same time (it waits for
 the registry's champion itself), bootstraps a champion when the registry has none
 (ratchet/bootstrap.py), creates a client API key for the signals API, prints the address and a
-line ``API key: KEY``, and waits. On Ctrl-C or SIGTERM (the CLI turns it into SystemExit) everything it started is stopped by
-PID: the replica, then the MLflow server and the broker.
+line ``API key: KEY``, and waits. On Ctrl-C or SIGTERM (the CLI turns it into SystemExit),
+start-up included, everything it started is stopped by PID: the replica, then the MLflow server
+and the broker.
 
 Deliberately left out: more than one replica and a router (the demo and the rollout do that),
 binding anything but 127.0.0.1.
