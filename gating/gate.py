@@ -547,10 +547,12 @@ def _note(v: GateVerdict, confidence: float, lineage: dict[str, str]) -> str:
     lines = [f"**Gate {'PASS' if v.passed else 'FAIL'}**: candidate v{v.candidate_version} vs "
              f"champion {'none' if v.champion_version is None else f'v{v.champion_version}'}: "
              f"**{v.decision or decision_line(v)}**", "",
-             "Bounds are paired-bootstrap quantiles over independent clusters (functions, else "
-             "prompts): improvement_evidence's at the primary's one-sided level, the "
-             "non-inferiority guardrails' (`ci_low >`, `ci_high <`) at one-sided 0.05, the "
-             f"others' {confidence:.0%} two-sided.", "",
+             "improvement_evidence's value and bounds are the exact McNemar test's: the net "
+             "share of independent clusters (functions, else prompts) the candidate answers "
+             "better, each bound one-sided at the primary's level (the lower above 0 exactly "
+             "when the test rejects). The other bounds are paired-bootstrap quantiles over the "
+             "same clusters: the non-inferiority guardrails' (`ci_low >`, `ci_high <`) at "
+             f"one-sided 0.05, the others' {confidence:.0%} two-sided.", "",
              f"```\n{format_table(v)}\n```", "", "Comparators:"]
     used = {g.comparator for g in v.gates}
     lines += [f"- `{k}`: {meaning}" for k, meaning in COMPARATORS.items() if k in used]
