@@ -170,8 +170,15 @@ def sample_traffic(champion: Path, tasks: list[dict], *, n: int, temperature: fl
 
 # -- scoring ---------------------------------------------------------------------------------------
 def compare(tasks: list[dict], before: list[bool], after: list[bool]) -> dict:
-    """Pass rates, the paired change by function, discordant share, per-family change."""
+    """Pass rates, the paired change by function, discordant share, per-family change, the
+    gate's per-family maximum-drop test (``gating.stats.max_drop_test``: is some family surely
+    worse, family-wise), and every task's verdicts (``verdicts``: one character a task, ``=``
+    both pass, ``.`` both fail, ``+`` only the candidate passes, ``-`` only the champion), so a
+    later test can be run on the same answers."""
+    import numpy as np
+
     from bench.loop_real import by_cluster, clusters, paired_delta
+    from gating.stats import max_drop_test
 
     keys = clusters(tasks)
     delta, lo, hi = paired_delta(by_cluster(keys, before), by_cluster(keys, after))
@@ -179,10 +186,17 @@ def compare(tasks: list[dict], before: list[bool], after: list[bool]) -> dict:
     for t, b, a in zip(tasks, before, after, strict=True):
         fam[t.get("family") or "?"] += int(a) - int(b)
     n = len(tasks)
+    diff = np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)
+    drop = max_drop_test(diff, np.asarray(keys), [t.get("family") or "?" for t in tasks],
+                         candidate=np.asarray(after, dtype=np.float64))
     return {"tasks": n, "functions": len(set(keys)), "pass_champion": sum(before) / n,
             "pass_candidate": sum(after) / n, "delta": delta, "ci_low": lo, "ci_high": hi,
             "discordant_share": sum(a != b for a, b in zip(before, after)) / n,
-            "per_family_change": dict(sorted(fam.items()))}
+            "per_family_change": dict(sorted(fam.items())),
+            "family_max_drop": {"family": drop.family, "drop": drop.drop, "z": drop.z,
+                                "p": drop.p_value, "surely_worse": drop.p_value <= 0.05},
+            "verdicts": "".join("=" if b and a else "." if not (a or b) else "+" if a else "-"
+                                for b, a in zip(before, after))}
 
 
 def score(checkpoint: Path, pools: dict[str, list[dict]], args) -> dict[str, list[bool]]:

@@ -51,6 +51,17 @@ def test_comparison_by_hand():
     assert c["discordant_share"] == 0.5 and c["functions"] == 3
     assert c["delta"] == pytest.approx((0.5 - 1.0 + 0.0) / 3)  # per function: f +0.5, g -1
     assert c["per_family_change"] == {"f": 1, "g": -1, "h": 0}
+    assert c["verdicts"] == "=+-."
+    assert c["family_max_drop"]["family"] == "g" and not c["family_max_drop"]["surely_worse"]
+
+
+def test_a_family_that_lost_every_function_is_surely_worse():
+    tasks = [{"function": f"{f}/{i}", "family": f} for f in "abcd" for i in range(8)]
+    before = [True] * 32
+    after = [f != "a" for f in "abcd" for _ in range(8)]
+    c = lu.compare(tasks, before, after)
+    assert c["family_max_drop"]["family"] == "a" and c["family_max_drop"]["surely_worse"]
+    assert c["family_max_drop"]["p"] <= 0.05
 
 
 def test_dry_run_on_a_tiny_model(tmp_path):
