@@ -63,36 +63,31 @@ def _mlflow_run(tmp: Path) -> dict:
     return {"seconds": round(seconds, 2), "load_1m": load, "processes": processes}
 
 
-def _ui_run(tmp: Path) -> dict:
+def _until_line(command: str, tmp: Path, done) -> dict:
+    """Seconds from starting ``ratchet COMMAND --workdir tmp`` until it prints a line ``done``
+    accepts; then it is stopped by its PID (SIGINT, as Ctrl-C would)."""
     load = os.getloadavg()[0]
-    argv = [sys.executable, "-m", "ratchet.cli", "ui", "--workdir", str(tmp)]
+    argv = [sys.executable, "-m", "ratchet.cli", command, "--workdir", str(tmp)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     try:
         for line in proc.stdout:
-            if line.startswith("MLflow UI:"):
+            if done(line):
                 return {"seconds": round(time.perf_counter() - t0, 2), "load_1m": load}
-        raise RuntimeError(f"ratchet ui exited with {proc.wait()} before printing its URL")
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
-
-
-def _serve_run(tmp: Path) -> dict:
-    load = os.getloadavg()[0]
-    argv = [sys.executable, "-m", "ratchet.cli", "serve", "--workdir", str(tmp)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
-    try:
-        for line in proc.stdout:
-            if line.startswith("ratchet serve: ") and " at http://" in line:
-                return {"seconds": round(time.perf_counter() - t0, 2), "load_1m": load}
-        raise RuntimeError(f"ratchet serve exited with {proc.wait()} before its address")
+        raise RuntimeError(f"ratchet {command} exited with {proc.wait()} before its address")
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
+
+
+def _ui_run(tmp: Path) -> dict:
+    return _until_line("ui", tmp, lambda line: line.startswith("MLflow UI:"))
+
+
+def _serve_run(tmp: Path) -> dict:
+    return _until_line("serve", tmp, lambda line: line.startswith("ratchet serve: ")
+                       and " at http://" in line)
 
 
 def _bytecode() -> bool:
