@@ -24,8 +24,18 @@ set, after the update). Writes ``--out`` (default bench/results/local_update.jso
 
 ``--tiny`` runs the same code on a tiny random-init Mixtral (no download; answers fail, so the
 figures mean nothing): the dry run of the tests.
-Left out: choosing defaults (needs a tuning draw disjoint from every scoring pool; the arms here
-are scored on the pools of the report) and HumanEval.
+``--tune`` is how the defaults are chosen: the settings of :data:`SWEEP` (learning rate, steps,
+LoRA and its rank, the retain-KL budget, the replay share), each trained on rows sampled from the
+tuning draw's traffic (``tasks.pyfuncs.tuning_draw``: the train pool without a third of each
+trained family's functions) and scored on that draw's held-out sides only (``trained``,
+``guard``, ``transfer``), which share no function with any pool that scores. ``--part K/N``
+runs every N-th setting (two processes on two cores); ``--choose FILE...`` merges the parts and
+applies :func:`choose`, the rule fixed before any sweep ran.
+
+    .venv/bin/python -m bench.local_update --tune --seeds 1 --part 0/2 --out A.json
+    .venv/bin/python -m bench.local_update --choose A.json B.json
+
+Left out: HumanEval, and matching the objective arms at equal retain-set KL.
 """
 
 from __future__ import annotations
@@ -45,11 +55,31 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "bench" / "results" / "local_update.json"
+TUNING = ROOT / "bench" / "results" / "local_update_tuning.json"
 CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 DATA = ROOT / "tasks" / "data"
 POOLS = {"sealed": DATA / "pyfuncs_sealed.jsonl", "transfer": DATA / "pyfuncs_transfer.jsonl",
          "guard": DATA / "pyfuncs_guard.jsonl", "gate": DATA / "pyfuncs_gate.jsonl"}
 OBJECTIVES = ("token_clip", "cispo", "sequence_gspo")
+
+
+SWEEP: tuple[tuple[str, dict], ...] = (
+    ("full lr 2.5e-5", {"lr": 2.5e-5}),
+    ("lora r8 lr 2.5e-4", {"scope": "lora", "lr": 2.5e-4}),
+    ("lora r8 lr 5e-4", {"scope": "lora", "lr": 5e-4}),
+    ("full preset", {}),
+    ("full lr 1e-4", {"lr": 1e-4}),
+    ("lora r8 lr 1e-3", {"scope": "lora", "lr": 1e-3}),
+    ("lora r32 lr 5e-4", {"scope": "lora", "lr": 5e-4, "lora_rank": 32}),
+    ("full 8 steps", {"steps": 8}),
+    ("full retain budget 0.01", {"retain_kl_target": 0.01}),
+    ("full replay 0.5", {"replay_share": 0.5}),
+)
+"""The tuning sweep: each setting changes the preset's trainer (top-8 layers, token_clip, 16 steps,
+lr 5e-5, retain budget 0.02 nats/token, replay 25%) only where it says. The order spreads LoRA
+settings over both halves of ``--part k/2``."""
+COLLATERAL_FLOOR = -0.02
+""":func:`choose`'s floor on the change of the tuning draw's guard and transfer sides."""
 
 
 def say(msg: str) -> None:
@@ -88,6 +118,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "local_update")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--tiny", action="store_true", help="dry run on a tiny random Mixtral")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's; 1 when two runs share 2 cores)")
+    p.add_argument("--tune", action="store_true",
+                   help="run the SWEEP settings on the tuning draw (not the pools)")
+    p.add_argument("--part", type=_part, default=(0, 1), help="K/N: every N-th SWEEP setting")
+    p.add_argument("--choose", type=Path, nargs="+", default=None,
+                   help="merge tuning results and apply the choice rule (writes --out)")
     a = p.parse_args(argv)
     if a.seeds < 1 or a.requests < 1 or a.limit < 0 or (a.steps is not None and a.steps < 1):
         p.error("--seeds, --requests, --steps must be >= 1 and --limit >= 0")
@@ -96,8 +133,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def _part(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected K/N, got {text!r}") from None
+    if not 0 <= k < n:
+        raise argparse.ArgumentTypeError(f"expected 0 <= K < N, got {text!r}")
+    return k, n
+
+
 def arms(args: argparse.Namespace) -> list[dict]:
-    """Every (objective, retain, lora) of the grid, in a fixed order."""
+    """Every (objective, retain, lora) of the grid, in a fixed order; with ``--tune`` the SWEEP
+    settings of ``--part``."""
+    if args.tune:
+        k, n = args.part
+        return [{"name": name, "overrides": ov} for i, (name, ov) in enumerate(SWEEP)
+                if i % n == k]
     return [{"name": f"{o}/retain-{r}/lora-{lo}", "objective": o, "retain": r == "on",
              "lora": lo == "on"}
             for o, r, lo in itertools.product(args.objectives, args.retain, args.lora)]
@@ -120,6 +172,86 @@ def trainer_config(base, arm: dict, *, seed: int, steps: int | None, lora_lr: fl
         cfg["trainable"]["scope"] = "lora"
         cfg["lr"] = lora_lr if lora_lr is not None else cfg["lr"] * 10
     return TrainerConfig.model_validate(cfg)
+
+
+def sweep_config(base, overrides: dict, *, seed: int, steps: int | None = None):
+    """The preset's trainer config with one SWEEP setting (``lr``, ``steps``, ``scope``,
+    ``lora_rank``, ``retain_kl_target``, ``replay_share``)."""
+    from trainer.config import TrainerConfig
+
+    known = {"lr", "steps", "scope", "lora_rank", "retain_kl_target", "replay_share"}
+    if set(overrides) - known:
+        raise ValueError(f"unknown sweep settings {sorted(set(overrides) - known)}")
+    cfg = base.model_dump(mode="json")
+    cfg["seed"] = seed
+    if steps is not None:
+        cfg["steps"] = steps
+    for key in ("lr", "steps"):
+        if key in overrides:
+            cfg[key] = overrides[key]
+    if "scope" in overrides:
+        cfg["trainable"]["scope"] = overrides["scope"]
+    if "lora_rank" in overrides:
+        cfg["trainable"]["lora_rank"] = overrides["lora_rank"]
+    if "retain_kl_target" in overrides:
+        cfg["retain"]["kl_target"] = overrides["retain_kl_target"]
+    if "replay_share" in overrides:
+        cfg["replay"]["share"] = overrides["replay_share"]
+    return TrainerConfig.model_validate(cfg)
+
+
+def choose(entries: list[dict]) -> dict:
+    """The rule, fixed before the sweep ran: a setting is admissible when the change on the
+    tuning draw's ``guard`` and ``transfer`` sides is each at least :data:`COLLATERAL_FLOOR`
+    (mean over seeds); the chosen one has the largest mean change on the ``trained`` side (ties:
+    the lower KL to the champion on traffic). With none admissible, the one whose worse
+    collateral change is highest. Returns the per-setting means, the admissible names and the
+    choice."""
+    by: dict[str, list[dict]] = {}
+    for e in entries:
+        by.setdefault(e["name"], []).append(e)
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs)
+
+    table = {}
+    for name, es in by.items():
+        row = {side: mean([e["pools"][side]["delta"] for e in es])
+               for side in ("trained", "guard", "transfer")}
+        row["kl_traffic"] = mean([e["train"].get("kl_theta_ref_k3_final", 0.0) for e in es])
+        row["seeds"] = len(es)
+        table[name] = row
+    admissible = [n for n, r in table.items()
+                  if min(r["guard"], r["transfer"]) >= COLLATERAL_FLOOR]
+    if admissible:
+        chosen = max(admissible, key=lambda n: (round(table[n]["trained"], 9),
+                                                -table[n]["kl_traffic"]))
+    else:
+        chosen = max(table, key=lambda n: min(table[n]["guard"], table[n]["transfer"]))
+    return {"settings": table, "admissible": admissible, "chosen": chosen,
+            "overrides": dict(SWEEP).get(chosen),
+            "rule": f"admissible: mean change on the tuning guard and transfer sides each >= "
+                    f"{COLLATERAL_FLOOR}; chosen: the admissible setting with the largest mean "
+                    f"change on the tuning trained side (ties: lower traffic KL); none "
+                    f"admissible: the highest worse-collateral change"}
+
+
+def merge(paths: list[Path], out: Path) -> dict:
+    """Tuning parts into one result with :func:`choose`'s verdict; every part must be complete
+    and share the champion and rows."""
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    if not all(p.get("complete") and p.get("tune") for p in parts):
+        raise SystemExit("every part must be a complete --tune run")
+    keys = ("champion", "rows", "rows_reward_mean", "config")
+    if any(p[k] != parts[0][k] for p in parts for k in keys):
+        raise SystemExit(f"parts differ in {keys}: not one sweep")
+    result = {**parts[0], "parts": [str(p) for p in paths],
+              "arms": [a for p in parts for a in p["arms"]],
+              "seconds": sum(p.get("seconds", 0.0) for p in parts),
+              "load": [p["load"] for p in parts], "commit": [p["commit"] for p in parts]}
+    result["choice"] = choose(result["arms"])
+    write(result, out)
+    return result
 
 
 # -- the champion and the rows ---------------------------------------------------------------------
@@ -218,23 +350,36 @@ def run(args: argparse.Namespace) -> dict:
     import pyarrow.parquet as pq
 
     from ratchet.config import load_config
-    from tasks.pyfuncs import read_jsonl
+    from tasks.pyfuncs import read_jsonl, tuning_draw
     from trainer.recipe import run_training
 
     t0 = time.perf_counter()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     workdir = args.workdir / ("tiny" if args.tiny else "real")
     workdir.mkdir(parents=True, exist_ok=True)
     preset = load_config(args.config, check_paths=not args.tiny)
     champion = build_champion(args, workdir)
     sim = preset.simulator
+    draw = tuning_draw() if args.tune else None
+    cached = workdir / f"rows_{'tune' if args.tune else 'train'}_{args.requests}.parquet"
     if args.rows is not None:
         rows = pq.read_table(args.rows)
+    elif cached.is_file():
+        rows = pq.read_table(cached)
     else:
-        say(f"sampling {args.requests} training rows from the champion on the train pool")
-        rows = sample_traffic(champion, read_jsonl(DATA / "pyfuncs_train.jsonl"),
-                              n=args.requests, temperature=sim.temperature,
+        source = "the tuning draw's traffic" if args.tune else "the train pool"
+        say(f"sampling {args.requests} training rows from the champion on {source}")
+        traffic = draw["traffic"] if args.tune else read_jsonl(DATA / "pyfuncs_train.jsonl")
+        rows = sample_traffic(champion, traffic, n=args.requests, temperature=sim.temperature,
                               max_new_tokens=sim.max_tokens, seed=0)
-    pools = {name: read_jsonl(POOLS[name]) for name in args.pools}
+        pq.write_table(rows, cached)
+    if args.tune:
+        pools = {side: draw[side] for side in ("trained", "guard", "transfer")}
+    else:
+        pools = {name: read_jsonl(POOLS[name]) for name in args.pools}
     if args.limit:
         pools = {k: v[:args.limit] for k, v in pools.items()}
     say(f"scoring the champion on {sum(map(len, pools.values()))} pool tasks")
@@ -242,7 +387,7 @@ def run(args: argparse.Namespace) -> dict:
     result: dict = {
         "date": datetime.date.today().isoformat(), "commit": _commit(),
         "machine": f"{os.cpu_count()} CPU cores", "load": os.getloadavg()[0],
-        "config": str(args.config), "tiny": args.tiny,
+        "config": str(args.config), "tiny": args.tiny, "tune": args.tune,
         "rows": rows.num_rows, "rows_reward_mean": sum(rows.column("reward").to_pylist())
         / max(rows.num_rows, 1),
         "champion": {k: sum(v) / len(v) for k, v in base_scores.items()}, "arms": [],
@@ -250,17 +395,22 @@ def run(args: argparse.Namespace) -> dict:
     }
     for arm in arms(args):
         for seed in range(args.seeds):
-            cfg = trainer_config(preset.trainer, arm, seed=seed, steps=args.steps,
-                                 lora_lr=args.lora_lr)
+            if args.tune:
+                cfg = sweep_config(preset.trainer, arm["overrides"], seed=seed, steps=args.steps)
+            else:
+                cfg = trainer_config(preset.trainer, arm, seed=seed, steps=args.steps,
+                                     lora_lr=args.lora_lr)
             if args.tiny:  # the tiny model has 2 layers
                 cfg = cfg.model_copy(update={"trainable": cfg.trainable.model_copy(
                     update={"top_layers": 1})})
-            out = workdir / "candidates" / arm["name"].replace("/", "_") / f"seed{seed}"
+            slug = arm["name"].replace("/", "_").replace(" ", "-")
+            out = workdir / ("tuning" if args.tune else "candidates") / slug / f"seed{seed}"
             say(f"arm {arm['name']} seed {seed}: training")
             metrics = run_training(champion, rows, cfg, out)
             scores = score(out, pools, args)
             result["arms"].append({
-                **arm, "seed": seed, "lr": cfg.lr,
+                **arm, "seed": seed, "lr": cfg.lr, "steps": cfg.steps,
+                "scope": cfg.trainable.scope,
                 "train": {k: metrics[k] for k in ("steps_done", "kl_theta_ref_k3_final",
                                                   "retain_kl_final", "retain_kl_k3_final",
                                                   "train_seconds") if k in metrics},
@@ -279,6 +429,15 @@ def write(result: dict, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.choose:
+        out = args.out if args.out != RESULTS else TUNING
+        result = merge(args.choose, out)
+        for name, r in result["choice"]["settings"].items():
+            say(f"{name:<24} trained {r['trained']:+.3f}  guard {r['guard']:+.3f}  "
+                f"transfer {r['transfer']:+.3f}  KL {r['kl_traffic']:.3f}")
+        say(f"admissible: {result['choice']['admissible']}; chosen: "
+            f"{result['choice']['chosen']}; wrote {out}")
+        return
     result = run(args)
     for a in result["arms"]:
         pools = "  ".join(f"{k} {v['delta']:+.3f} [{v['ci_low']:+.3f}, {v['ci_high']:+.3f}] "

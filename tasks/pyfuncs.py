@@ -1008,6 +1008,76 @@ def write_pools(calibrations: Path | Sequence[Path] = CALIBRATIONS, out_dir: Pat
     return stats
 
 
+TUNING_SHARE = 1 / 3
+"""Share of each trained family's train-pool functions the tuning draw holds out of traffic."""
+
+
+def tuning_draw(out_dir: Path = DATA, *, per_family: int = 24) -> dict[str, list[dict]]:
+    """A tuning draw for choosing trainer settings, disjoint by independent function from every
+    pool that scores (gate, sealed, transfer, guard) and from the retain set. Keys:
+
+    - ``traffic``: the train pool without the held-out functions below (the rows a tuning run
+      trains on come from here only);
+    - ``trained``: one prompt of each held-out train-pool function (:data:`TUNING_SHARE` of each
+      trained family of 3+ functions, seeded) and the trained families' constants no pool uses:
+      the gain on the trained families;
+    - ``guard``: the guard families' constants beyond the guard and retain pools (up to
+      ``per_family`` each): collateral on what the model already solves;
+    - ``transfer``: the held-out families' constants beyond the transfer pool (up to
+      ``per_family`` each): carry-over to families never trained.
+
+    Read from the pool files and manifest under ``out_dir`` and re-derived with their seed and
+    split sizes; raises if a drawn function is in a scoring pool. The guard and transfer sides
+    hold only the families with spare constants (their small families have none), so they are
+    a narrower view of collateral than the report's pools."""
+    from tasks.jsonl_suite import cluster_key
+
+    out_dir = Path(out_dir)
+    manifest = json.loads((out_dir / MANIFEST).read_text())
+    seed, role = manifest["seed"], manifest["roles"]
+    per_pool = {name: read_jsonl(out_dir / file) for name, file in POOL_FILES.items()}
+    skip = ({t["prompt"] for t in json.loads(CALIBRATION_DRAW.read_text())["tasks"]}
+            if out_dir == DATA and CALIBRATION_DRAW.exists() else set())
+    skip |= {t["prompt"] for tasks in per_pool.values() for t in tasks}
+    trained_n = {f: n for f, n in manifest["pools"]["train"]["per_family"].items()}
+    for pool in ("gate", "sealed"):
+        for f, n in manifest["pools"][pool]["per_family"].items():
+            trained_n[f] = trained_n.get(f, 0) + n
+
+    by_function: dict[str, list[dict]] = {}
+    for t in per_pool["train"]:
+        by_function.setdefault(cluster_key(t), []).append(t)
+    held: set[str] = set()
+    for fam in sorted({t["family"] for t in per_pool["train"]}):
+        fns = sorted(f for f, ts in by_function.items() if ts[0]["family"] == fam)
+        if len(fns) >= 3:
+            random.Random(f"{seed}/tune/{fam}").shuffle(fns)
+            held.update(fns[:int(len(fns) * TUNING_SHARE + 0.5)])
+
+    def spare(fam: str, used: int) -> list[PyTask]:
+        ks = constants(BY_FAMILY[fam])
+        random.Random(f"{seed}/split/{fam}").shuffle(ks)
+        return function_tasks(BY_FAMILY[fam], ks[used:used + per_family], "tune", seed=seed,
+                              skip=skip)
+
+    guard_used = 8 + 40  # split_pools' guard_functions + max_functions
+    draw = {
+        "traffic": [t for t in per_pool["train"] if cluster_key(t) not in held],
+        "trained": [by_function[f][0] for f in sorted(held)]
+        + [t.to_json() for f in role["trained"] for t in spare(f, trained_n.get(f, 0))],
+        "guard": [t.to_json() for f in role["guard"] for t in spare(f, guard_used)],
+        "transfer": [t.to_json() for f in role["transfer"] for t in spare(f, 40)],
+    }
+    scoring = {cluster_key(t) for name in ("gate", "sealed", "transfer", "guard", "retain")
+               for t in per_pool[name]}
+    for name in ("trained", "guard", "transfer"):
+        clash = scoring & {cluster_key(t) for t in draw[name]}
+        if clash:
+            raise ValueError(f"tuning draw {name} shares functions with the pools: "
+                             f"{sorted(clash)[:3]}")
+    return draw
+
+
 def report(out_dir: Path = DATA) -> str:
     """A table of the pool files under ``out_dir``: tasks, independent functions, families."""
     lines = [f"{'pool':<9} {'tasks':>6} {'functions':>9} {'families':>8}"]

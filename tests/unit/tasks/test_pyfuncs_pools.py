@@ -187,3 +187,24 @@ def test_main_prints_tasks_and_functions_per_pool(capsys):
     manifest = json.loads((DATA / MANIFEST).read_text())["pools"]["gate"]
     assert gate.split()[1:3] == [str(manifest["tasks"]), str(manifest["functions"])]
     assert Path(DATA / MANIFEST).exists()
+
+
+def test_tuning_draw_is_disjoint_by_function_from_every_pool_that_scores(shipped):
+    from tasks.pyfuncs import tuning_draw
+
+    draw = tuning_draw()
+    held = {t["function"] for t in draw["trained"]}
+    scored = {t["function"] for name in ("gate", "sealed", "transfer", "guard", "retain")
+              for t in shipped[name]}
+    for side in ("trained", "guard", "transfer"):
+        fns = {t["function"] for t in draw[side]}
+        assert len(fns) == len(draw[side]) >= 40, side
+        assert not fns & scored, side
+    # the traffic a tuning run trains on never asks for a held-out function
+    assert not {t["function"] for t in draw["traffic"]} & held
+    assert {t["function"] for t in draw["traffic"]} <= {t["function"] for t in shipped["train"]}
+    roles = json.loads((DATA / MANIFEST).read_text())["roles"]
+    assert {t["family"] for t in draw["trained"]} <= set(roles["trained"])
+    assert {t["family"] for t in draw["guard"]} <= set(roles["guard"])
+    assert {t["family"] for t in draw["transfer"]} <= set(roles["transfer"])
+    assert tuning_draw() == draw  # deterministic

@@ -78,3 +78,61 @@ def test_dry_run_on_a_tiny_model(tmp_path):
         assert set(a["pools"]) == {"sealed", "guard"}
         assert a["pools"]["sealed"]["tasks"] == 2
         assert {"kl_theta_ref_k3_final", "retain_kl_final"} <= a["train"].keys()
+
+
+def test_each_sweep_setting_changes_only_what_it_names():
+    base = load_config(lu.CONFIG, check_paths=False).trainer
+    assert lu.sweep_config(base, {}, seed=0).model_dump() == base.model_copy(
+        update={"seed": 0}).model_dump()
+    cfg = lu.sweep_config(base, {"scope": "lora", "lr": 5e-4, "lora_rank": 32,
+                                 "retain_kl_target": 0.01, "replay_share": 0.5}, seed=1)
+    assert (cfg.trainable.scope, cfg.trainable.lora_rank, cfg.lr) == ("lora", 32, 5e-4)
+    assert (cfg.retain.kl_target, cfg.replay.share, cfg.seed) == (0.01, 0.5, 1)
+    assert (cfg.steps, cfg.objective, cfg.retain.path) == (base.steps, base.objective,
+                                                           base.retain.path)
+    with pytest.raises(ValueError):
+        lu.sweep_config(base, {"beta": 1.0}, seed=0)
+    names = [n for n, _ in lu.SWEEP]
+    assert len(set(names)) == len(names) and "full preset" in names
+    halves = [lu.arms(lu.parse_args(["--tune", "--part", f"{k}/2"])) for k in (0, 1)]
+    assert sorted(a["name"] for h in halves for a in h) == sorted(names)
+    assert all(sum(a["overrides"].get("scope") == "lora" for a in h) == 2 for h in halves)
+
+
+def _entry(name, trained, guard, transfer, kl=0.05):
+    return {"name": name, "train": {"kl_theta_ref_k3_final": kl},
+            "pools": {"trained": {"delta": trained}, "guard": {"delta": guard},
+                      "transfer": {"delta": transfer}}}
+
+
+def test_the_choice_rule_by_hand():
+    entries = [_entry("a", 0.20, -0.05, 0.10),       # most gain, but breaks guard
+               _entry("b", 0.10, -0.01, 0.00),
+               _entry("b", 0.14, -0.02, 0.02),        # two seeds: 0.12, -0.015, 0.01
+               _entry("c", 0.12, 0.00, -0.01, kl=0.01),
+               _entry("d", 0.05, 0.01, -0.03)]
+    c = lu.choose(entries)
+    assert sorted(c["admissible"]) == ["b", "c"]
+    assert c["settings"]["b"]["seeds"] == 2
+    assert c["settings"]["b"]["trained"] == pytest.approx(0.12)
+    assert c["chosen"] == "c"  # tie on the trained side: the lower KL
+    none = lu.choose([_entry("a", 0.2, -0.05, 0.1), _entry("d", 0.05, -0.03, -0.04)])
+    assert none["admissible"] == [] and none["chosen"] == "d"
+
+
+def test_tuning_dry_run_in_parts_and_the_choice(tmp_path):
+    outs = []
+    for k in (0, 1):
+        out = tmp_path / f"part{k}.json"
+        lu.main(["--tiny", "--tune", "--part", f"{k + 3}/5", "--requests", "4", "--steps", "1",
+                 "--seeds", "1", "--limit", "2", "--max-new-tokens", "8",
+                 "--workdir", str(tmp_path / "w"), "--out", str(out)])
+        outs.append(out)
+    parts = [json.loads(p.read_text()) for p in outs]
+    assert [a["name"] for a in parts[0]["arms"]] == ["full preset", "full retain budget 0.01"]
+    assert set(parts[0]["arms"][0]["pools"]) == {"trained", "guard", "transfer"}
+    assert parts[1]["rows"] == parts[0]["rows"] == 4  # the second part reuses the rows
+    merged = tmp_path / "tuning.json"
+    lu.main(["--choose", *map(str, outs), "--out", str(merged)])
+    r = json.loads(merged.read_text())
+    assert len(r["arms"]) == 4 and r["choice"]["chosen"] in r["choice"]["settings"]
