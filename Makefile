@@ -70,7 +70,7 @@ demo-smollm2: real-model
 demo-real: real-model
 	rm -rf .demo-real/run
 	nice -n 10 $(BIN)/python -m bench.loop_real --cycles 2 --requests 32 --no-placebo \
-		--sealed 64 --humaneval 0 --workdir .demo-real/run --out .demo-real/loop_real_demo.json
+		--sealed 64 --guard 96 --humaneval 0 --workdir .demo-real/run --out .demo-real/loop_real_demo.json
 
 test-unit: $(BIN)/.bootstrapped sandbox-tool
 	$(BIN)/python -m pytest -q -m "not integration"

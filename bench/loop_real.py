@@ -13,8 +13,13 @@ The champion is scored greedily, as chat turns, on the sealed set (tasks/data/py
 no independent function, family + constants, shared with the traffic pool or the gate pool, no
 function name of the traffic pool, no prompt of the calibration draw; ``--sealed N`` takes its
 first N) before the first cycle and after the last, and on ``--humaneval N`` HumanEval
-problems (164 = all, chat; 0 skips it). ``ci_low``/``ci_high``: 95% paired bootstrap of final minus
-first, resampling independent functions (tasks are grouped by their ``function``, family and
+problems (164 = all, chat; 0 skips it); beside the sealed set every scored version answers the
+transfer pool (held-out families, ``--transfer-file``) and the guard pool (families the model
+already solves, ``--guard-file``, first ``--guard N``), and the report ends with the carry-over
+line: final vs first on sealed, transfer and guard, each pool's worst family and whether the
+gate's family-wise test finds it surely worse. ``delta``, ``ci_low``/``ci_high``: the mean over
+functions of final minus first and its 95% paired bootstrap,
+resampling independent functions (tasks are grouped by their ``function``, family and
 constants, or by prompt text when a task has none: two prompts asking for the same function count
 once).
 
@@ -59,6 +64,7 @@ RESULTS = ROOT / "bench" / "results" / "loop_real.json"
 CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 SEALED = ROOT / "tasks" / "data" / "pyfuncs_sealed.jsonl"
 TRANSFER = ROOT / "tasks" / "data" / "pyfuncs_transfer.jsonl"
+GUARD = ROOT / "tasks" / "data" / "pyfuncs_guard.jsonl"
 BOOTSTRAP = 2000
 
 
@@ -235,14 +241,19 @@ def _score(args, uri, name, version, key, sealed, workdir, scores, *, humaneval:
     say(f"scoring v{version} ({key}) on {len(sealed)} sealed tasks")
     ckpt = registry.download_checkpoint(uri, name, version, workdir / "scored" / f"v{version}")
     passed = score_sealed(ckpt, sealed, max_new_tokens=args.max_new_tokens, batch=args.batch)
-    transfer = args.transfer_tasks
-    scores[key] = {"version": version, "passed": passed,
-                   "transfer": score_sealed(ckpt, transfer, max_new_tokens=args.max_new_tokens,
-                                            batch=args.batch) if transfer else None,
-                   "humaneval": score_humaneval(ckpt, args.humaneval) if humaneval else None}
-    t = scores[key]["transfer"]
-    say(f"  {key}: sealed pass {sum(passed) / len(passed):.3f}, transfer "
-        f"{'-' if not t else f'{sum(t) / len(t):.3f}'}, humaneval {scores[key]['humaneval']}")
+    entry = {"version": version, "passed": passed}
+    for pool in CARRY_POOLS:
+        tasks = getattr(args, f"{pool}_tasks", None)
+        entry[pool] = score_sealed(ckpt, tasks, max_new_tokens=args.max_new_tokens,
+                                   batch=args.batch) if tasks else None
+    entry["humaneval"] = score_humaneval(ckpt, args.humaneval) if humaneval else None
+    scores[key] = entry
+
+    def rate(xs):
+        return "-" if not xs else f"{sum(xs) / len(xs):.3f}"
+
+    say(f"  {key}: sealed pass {rate(passed)}, transfer {rate(entry['transfer'])}, guard "
+        f"{rate(entry['guard'])}, humaneval {entry['humaneval']}")
 
 
 # -- summary --------------------------------------------------------------------------------------
@@ -256,7 +267,7 @@ def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds:
         "seconds": round(seconds, 1), "sealed_tasks": len(sealed),
         "sealed_prompts": len({t["prompt"] for t in sealed}),
         "sealed_functions": len(set(keys)), "complete": False,
-        "pass_first": None, "pass_final": None, "ci_low": None, "ci_high": None,
+        "pass_first": None, "pass_final": None, "delta": None, "ci_low": None, "ci_high": None,
         "placebo_delta": None, "placebo_ci": None, "humaneval_first": None,
         "humaneval_final": None, "humaneval_problems": args.humaneval,
         "promotions": sum(r["promoted"] for r in rows if r["arm"] == "rl"),
@@ -272,7 +283,8 @@ def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds:
     if "rl-final" in scores:
         final = scores["rl-final"]
         out["pass_final"] = statistics.fmean(final["passed"])
-        _, out["ci_low"], out["ci_high"] = paired_delta(base, by_cluster(keys, final["passed"]))
+        out["delta"], out["ci_low"], out["ci_high"] = paired_delta(
+            base, by_cluster(keys, final["passed"]))
         out["humaneval_final"] = final["humaneval"]
     for arm in ("rl", "placebo"):
         if f"{arm}-last-candidate" in scores:
@@ -284,17 +296,29 @@ def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds:
         pl = scores["placebo-final"]
         out["placebo_delta"], lo, hi = paired_delta(base, by_cluster(keys, pl["passed"]))
         out["placebo_ci"] = [lo, hi]
-    if first.get("transfer") and getattr(args, "transfer_tasks", None):
-        out["transfer"] = transfer_summary(args.transfer_tasks, scores)
+    for pool in CARRY_POOLS:
+        if first.get(pool) and getattr(args, f"{pool}_tasks", None):
+            out[pool] = pool_summary(getattr(args, f"{pool}_tasks"), scores, pool)
     return out
 
 
-def transfer_summary(tasks: list[dict], scores: dict) -> dict:
-    """The held-out families (never in traffic, gate or sealed pools) on the first champion and
-    every later scored checkpoint: pass rates, the function-clustered change and per-family counts
-    (tasks, independent functions, passed)."""
+CARRY_POOLS = ("transfer", "guard")
+"""Pools scored beside the sealed set on every scored version: the held-out families
+(``transfer``: never in traffic, gate or sealed pools) and the families the model already solves
+(``guard``: never in traffic)."""
+
+
+def pool_summary(tasks: list[dict], scores: dict, pool: str = "transfer") -> dict:
+    """One carry-over pool (``transfer`` or ``guard``) on the first champion and every later
+    scored checkpoint: pass rates, the function-clustered change, per-family counts (tasks,
+    independent functions, passed) and the gate's per-family maximum-drop test
+    (``gating.stats.max_drop_test``: is some family surely worse, family-wise 0.05)."""
+    import numpy as np
+
+    from gating.stats import max_drop_test
+
     keys = clusters(tasks)
-    first = scores["first"]["transfer"]
+    first = scores["first"][pool]
     base = by_cluster(keys, first)
     families = sorted({t["family"] for t in tasks})
     sizes, first_passed = _per_family(tasks, [True] * len(tasks)), _per_family(tasks, first)
@@ -303,12 +327,17 @@ def transfer_summary(tasks: list[dict], scores: dict) -> dict:
                  "pass_first": statistics.fmean(first),
                  "first_version": scores["first"]["version"]}
     for key, entry in scores.items():
-        if key == "first" or not entry.get("transfer"):
+        if key == "first" or not entry.get(pool):
             continue
-        d, lo, hi = paired_delta(base, by_cluster(keys, entry["transfer"]))
-        then = _per_family(tasks, entry["transfer"])
-        out[key] = {"version": entry["version"], "pass": statistics.fmean(entry["transfer"]),
+        d, lo, hi = paired_delta(base, by_cluster(keys, entry[pool]))
+        then = _per_family(tasks, entry[pool])
+        diff = np.asarray(entry[pool], dtype=np.float64) - np.asarray(first, dtype=np.float64)
+        drop = max_drop_test(diff, np.asarray(keys), [t["family"] for t in tasks],
+                             candidate=np.asarray(entry[pool], dtype=np.float64))
+        out[key] = {"version": entry["version"], "pass": statistics.fmean(entry[pool]),
                     "delta": d, "ci": [lo, hi],
+                    "family_max_drop": {"family": drop.family, "drop": drop.drop,
+                                        "p": drop.p_value, "surely_worse": drop.p_value <= 0.05},
                     "per_family": {f: {"tasks": sizes[f], "functions": functions[f],
                                        "first": first_passed[f], "then": then[f]}
                                    for f in families}}
@@ -330,6 +359,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--transfer-file", type=Path, default=TRANSFER,
                    help="held-out families scored beside the sealed set")
     p.add_argument("--no-transfer", action="store_true")
+    p.add_argument("--guard-file", type=Path, default=GUARD,
+                   help="families the model already solves, scored beside the sealed set")
+    p.add_argument("--guard", type=int, default=0, help="first N guard tasks (0 = all)")
+    p.add_argument("--no-guard", action="store_true")
     p.add_argument("--humaneval", type=int, default=164)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--batch", type=int, default=32)
@@ -359,6 +392,8 @@ def main(argv: list[str] | None = None) -> None:
     from tasks.pyfuncs import read_jsonl
 
     args.transfer_tasks = [] if args.no_transfer else read_jsonl(args.transfer_file)
+    args.guard_tasks = [] if args.no_guard else read_jsonl(args.guard_file)
+    args.guard_tasks = args.guard_tasks[:args.guard] if args.guard else args.guard_tasks
     if args.merge:
         _merge(args)
         return
@@ -480,7 +515,33 @@ def report(summary: dict, out: Path) -> None:
               f"{summary['pass_final']:.3f}, final - first 95% CI [{summary['ci_low']:+.3f}, "
               f"{summary['ci_high']:+.3f}]; placebo delta {summary['placebo_delta']}; "
               f"{summary['promotions']} promotion(s)")
+        line = carry_over_line(summary)
+        if line:
+            print(line)
     print(f"wrote {out}")
+
+
+def carry_over_line(summary: dict) -> str | None:
+    """Final vs first champion on each pool beside the sealed set, paired by function, with the
+    pool's worst family and whether it is surely worse; None when the final is the first."""
+    parts = []
+    if summary.get("pass_final") is not None:
+        parts.append(f"sealed {summary['delta']:+.3f} [{summary['ci_low']:+.3f}, "
+                     f"{summary['ci_high']:+.3f}]")
+    for pool in CARRY_POOLS:
+        final = (summary.get(pool) or {}).get("rl-final")
+        if not final:
+            continue
+        drop = final["family_max_drop"]
+        worst = (f", worst family {drop['family']} {-drop['drop']:+.2f}"
+                 f"{' (surely worse)' if drop['surely_worse'] else ''}" if drop["drop"] > 0
+                 else ", no family worse")
+        parts.append(f"{pool} {final['delta']:+.3f} [{final['ci'][0]:+.3f}, "
+                     f"{final['ci'][1]:+.3f}]{worst}")
+    if not parts or summary.get("scores", {}).get("rl-final", {}).get("version") == summary.get(
+            "scores", {}).get("first", {}).get("version"):
+        return None
+    return "carry-over, final vs first champion (by function): " + "; ".join(parts)
 
 
 if __name__ == "__main__":

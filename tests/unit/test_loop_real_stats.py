@@ -123,14 +123,14 @@ def test_merge_counts_a_placebo_cut_short_by_the_cycles_it_finished(tmp_path):
         main(["--merge", str(rl), str(promoted), "--sealed-file", str(sealed), "--out", str(out)])
 
 
-def test_transfer_summary_pairs_each_scored_checkpoint_with_the_first_by_family():
-    from bench.loop_real import transfer_summary
+def test_pool_summary_pairs_each_scored_checkpoint_with_the_first_by_family():
+    from bench.loop_real import pool_summary
 
     tasks = [{"prompt": f"p{i}", "family": fam} for i, fam in enumerate(["a", "a", "b", "b"])]
     scores = {"first": {"version": 1, "passed": [], "transfer": [True, True, False, True]},
               "rl-final": {"version": 3, "passed": [], "transfer": [False, False, False, True]},
               "rl-last-candidate": {"version": 4, "passed": [], "transfer": None}}
-    out = transfer_summary(tasks, scores)
+    out = pool_summary(tasks, scores, "transfer")
     assert out["tasks"] == 4 and out["families"] == ["a", "b"] and out["pass_first"] == 0.75
     final = out["rl-final"]
     assert final["version"] == 3 and final["pass"] == 0.25
@@ -151,7 +151,8 @@ def test_a_version_scored_under_another_key_is_not_scored_again(tmp_path, monkey
 
     monkeypatch.setattr("runtime.registry.download_checkpoint", download)
 
-    args = argparse.Namespace(humaneval=0, transfer_tasks=[], max_new_tokens=8, batch=4)
+    args = argparse.Namespace(humaneval=0, transfer_tasks=[], guard_tasks=[], max_new_tokens=8,
+                              batch=4)
     first = {"version": 1, "passed": [True, False], "transfer": None, "humaneval": None}
     scores = {"first": first}
     # scoring again would start by downloading the checkpoint
@@ -163,7 +164,7 @@ def test_a_version_scored_under_another_key_is_not_scored_again(tmp_path, monkey
 
 
 def test_sealed_and_transfer_figures_cluster_by_function_not_prompt():
-    from bench.loop_real import transfer_summary
+    from bench.loop_real import pool_summary
 
     # three prompts of one function and one prompt of another: two independent functions
     tasks = [{"prompt": f"p{i}", "family": "f", "function": fn}
@@ -179,7 +180,32 @@ def test_sealed_and_transfer_figures_cluster_by_function_not_prompt():
     # mean over functions: (1 + 0) / 2, not over prompts (3 / 4)
     assert out["ci_low"] <= 0.5 <= out["ci_high"]
     assert out["pass_first"] == 0.25  # the pass rate stays per task
-    tr = transfer_summary(tasks, scores)
+    tr = pool_summary(tasks, scores, "transfer")
     assert tr["functions"] == 2 and tr["rl-final"]["delta"] == pytest.approx(0.5)
     assert tr["rl-final"]["per_family"]["f"] == {"tasks": 4, "functions": 2, "first": 1,
                                                  "then": 4}
+
+
+def test_the_carry_over_line_names_each_pool_and_its_surely_worse_family():
+    from bench.loop_real import carry_over_line
+
+    # guard: family "a" loses all 8 of its functions, "b" keeps its 8
+    tasks = [{"prompt": f"{f}{i}", "family": f, "function": f"{f}/{i}"}
+             for f in "ab" for i in range(8)]
+    first = [True] * 16
+    final = [False] * 8 + [True] * 8
+    args = argparse.Namespace(cycles=1, requests=8, config=Path("c.json"), humaneval=0,
+                              transfer_tasks=tasks, guard_tasks=tasks)
+    scores = {"first": {"version": 1, "passed": first, "humaneval": None, "transfer": first,
+                        "guard": first},
+              "rl-final": {"version": 2, "passed": final, "humaneval": None, "transfer": first,
+                           "guard": final}}
+    out = summarise(args, [], scores, tasks, 1.0)
+    drop = out["guard"]["rl-final"]["family_max_drop"]
+    assert drop["family"] == "a" and drop["surely_worse"] and drop["drop"] == 1.0
+    line = carry_over_line(out)
+    assert line.startswith("carry-over, final vs first champion (by function): sealed -0.500 [")
+    assert "transfer +0.000 [+0.000, +0.000], no family worse" in line
+    assert "guard -0.500 [" in line and "worst family a -1.00 (surely worse)" in line
+    scores["rl-final"] = {**scores["first"]}  # nothing promoted: the final is the first
+    assert carry_over_line(summarise(args, [], scores, tasks, 1.0)) is None
