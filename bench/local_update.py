@@ -24,6 +24,8 @@ set, after the update). Writes ``--out`` (default bench/results/local_update.jso
 
 ``--tiny`` runs the same code on a tiny random-init Mixtral (no download; answers fail, so the
 figures mean nothing): the dry run of the tests.
+``--settings A,B`` runs named SWEEP settings on the pools instead of the grid; ``--first-seed``
+with ``--seeds`` splits the seeds over processes, whose files ``--choose`` merges.
 ``--tune`` is how the defaults are chosen: the settings of :data:`SWEEP` (learning rate, steps,
 LoRA and its rank, the retain-KL budget, the replay share), each trained on rows sampled from the
 tuning draw's traffic (``tasks.pyfuncs.tuning_draw``: the train pool without a third of each
@@ -123,8 +125,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tune", action="store_true",
                    help="run the SWEEP settings on the tuning draw (not the pools)")
     p.add_argument("--part", type=_part, default=(0, 1), help="K/N: every N-th SWEEP setting")
+    p.add_argument("--settings", type=_choices(tuple(n for n, _ in SWEEP)), default=None,
+                   help="comma list of SWEEP settings to run on the pools (instead of the grid)")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="trainer seeds --first-seed .. --first-seed + --seeds - 1")
     p.add_argument("--choose", type=Path, nargs="+", default=None,
-                   help="merge tuning results and apply the choice rule (writes --out)")
+                   help="merge the files of parts of one run and write --out (default for "
+                   "tuning parts: bench/results/local_update_tuning.json, with the choice)")
     a = p.parse_args(argv)
     if a.seeds < 1 or a.requests < 1 or a.limit < 0 or (a.steps is not None and a.steps < 1):
         p.error("--seeds, --requests, --steps must be >= 1 and --limit >= 0")
@@ -150,6 +157,8 @@ def arms(args: argparse.Namespace) -> list[dict]:
         k, n = args.part
         return [{"name": name, "overrides": ov} for i, (name, ov) in enumerate(SWEEP)
                 if i % n == k]
+    if args.settings:
+        return [{"name": name, "overrides": dict(SWEEP)[name]} for name in args.settings]
     return [{"name": f"{o}/retain-{r}/lora-{lo}", "objective": o, "retain": r == "on",
              "lora": lo == "on"}
             for o, r, lo in itertools.product(args.objectives, args.retain, args.lora)]
@@ -237,11 +246,13 @@ def choose(entries: list[dict]) -> dict:
 
 
 def merge(paths: list[Path], out: Path) -> dict:
-    """Tuning parts into one result with :func:`choose`'s verdict; every part must be complete
-    and share the champion and rows."""
+    """Parts of one run (tuning parts, or seeds run side by side) into one result, a tuning run
+    with :func:`choose`'s verdict; every part must be complete and share the champion, rows and
+    kind."""
     parts = [json.loads(Path(p).read_text()) for p in paths]
-    if not all(p.get("complete") and p.get("tune") for p in parts):
-        raise SystemExit("every part must be a complete --tune run")
+    if not all(p.get("complete") for p in parts) or len({bool(p.get("tune"))
+                                                         for p in parts}) != 1:
+        raise SystemExit("every part must be complete, and all tuning runs or none")
     keys = ("champion", "rows", "rows_reward_mean", "config")
     if any(p[k] != parts[0][k] for p in parts for k in keys):
         raise SystemExit(f"parts differ in {keys}: not one sweep")
@@ -249,7 +260,8 @@ def merge(paths: list[Path], out: Path) -> dict:
               "arms": [a for p in parts for a in p["arms"]],
               "seconds": sum(p.get("seconds", 0.0) for p in parts),
               "load": [p["load"] for p in parts], "commit": [p["commit"] for p in parts]}
-    result["choice"] = choose(result["arms"])
+    if result.get("tune"):
+        result["choice"] = choose(result["arms"])
     write(result, out)
     return result
 
@@ -394,8 +406,8 @@ def run(args: argparse.Namespace) -> dict:
         "complete": False,
     }
     for arm in arms(args):
-        for seed in range(args.seeds):
-            if args.tune:
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            if "overrides" in arm:
                 cfg = sweep_config(preset.trainer, arm["overrides"], seed=seed, steps=args.steps)
             else:
                 cfg = trainer_config(preset.trainer, arm, seed=seed, steps=args.steps,
@@ -430,8 +442,12 @@ def write(result: dict, out: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.choose:
-        out = args.out if args.out != RESULTS else TUNING
+        tune = json.loads(args.choose[0].read_text()).get("tune")
+        out = TUNING if tune and args.out == RESULTS else args.out
         result = merge(args.choose, out)
+        if not tune:
+            say(f"merged {len(result['arms'])} candidates; wrote {out}")
+            return
         for name, r in result["choice"]["settings"].items():
             say(f"{name:<24} trained {r['trained']:+.3f}  guard {r['guard']:+.3f}  "
                 f"transfer {r['transfer']:+.3f}  KL {r['kl_traffic']:.3f}")

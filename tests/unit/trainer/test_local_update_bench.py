@@ -136,3 +136,24 @@ def test_tuning_dry_run_in_parts_and_the_choice(tmp_path):
     lu.main(["--choose", *map(str, outs), "--out", str(merged)])
     r = json.loads(merged.read_text())
     assert len(r["arms"]) == 4 and r["choice"]["chosen"] in r["choice"]["settings"]
+
+
+def test_named_settings_on_the_pools_with_seeds_split_over_processes(tmp_path):
+    a = lu.parse_args(["--settings", "full preset,lora r8 lr 5e-4", "--first-seed", "2"])
+    assert [x["name"] for x in lu.arms(a)] == ["full preset", "lora r8 lr 5e-4"]
+    assert lu.arms(a)[1]["overrides"] == {"scope": "lora", "lr": 5e-4}
+    with pytest.raises(SystemExit):
+        lu.parse_args(["--settings", "full lr 3e-3"])
+    outs = []
+    for first in (0, 1):
+        out = tmp_path / f"s{first}.json"
+        lu.main(["--tiny", "--settings", "full 8 steps", "--first-seed", str(first), "--seeds",
+                 "1", "--requests", "4", "--steps", "1", "--pools", "sealed", "--limit", "2",
+                 "--max-new-tokens", "8", "--workdir", str(tmp_path / "w"), "--out", str(out)])
+        outs.append(out)
+    merged = tmp_path / "merged.json"
+    lu.main(["--choose", *map(str, outs), "--out", str(merged)])
+    r = json.loads(merged.read_text())
+    assert [(x["name"], x["seed"]) for x in r["arms"]] == [("full 8 steps", 0),
+                                                           ("full 8 steps", 1)]
+    assert "choice" not in r and not r["tune"]
