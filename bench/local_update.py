@@ -43,6 +43,7 @@ Left out: HumanEval, and matching the objective arms at equal retain-set KL.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import itertools
 import json
@@ -350,6 +351,43 @@ def score(checkpoint: Path, pools: dict[str, list[dict]], args) -> dict[str, lis
                                batch=args.batch) for name, tasks in pools.items()}
 
 
+TRAIN_METRICS = "train_metrics.json"
+"""The trainer's summary, saved beside a candidate so that a resumed run scores it again without
+training it again."""
+
+
+@contextlib.contextmanager
+def _exclusive(workdir: Path):
+    """One process at a time under ``workdir`` (runs that share it: the parts of a sweep): a LoRA
+    update of the real preset holds ~14 GB here, two at once do not fit in 24 GB."""
+    import fcntl
+
+    with open(workdir / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def champion_scores(champion: Path, pools: dict[str, list[dict]], args, workdir: Path
+                    ) -> dict[str, list[bool]]:
+    """The champion's verdicts on ``pools``, cached under ``workdir`` by task ids and decoding
+    length (greedy, so the same for every run of this champion)."""
+    import hashlib
+
+    key = hashlib.sha1(json.dumps([[t["task_id"] for t in v] for v in pools.values()]
+                                  + [list(pools), args.max_new_tokens]).encode()).hexdigest()[:12]
+    cache = workdir / f"champion_scores_{key}.json"
+    with _exclusive(workdir):
+        if cache.is_file():
+            return json.loads(cache.read_text())
+        say(f"scoring the champion on {sum(map(len, pools.values()))} pool tasks")
+        scores = score(champion, pools, args)
+        cache.write_text(json.dumps(scores) + "\n")
+    return scores
+
+
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
@@ -394,8 +432,7 @@ def run(args: argparse.Namespace) -> dict:
         pools = {name: read_jsonl(POOLS[name]) for name in args.pools}
     if args.limit:
         pools = {k: v[:args.limit] for k, v in pools.items()}
-    say(f"scoring the champion on {sum(map(len, pools.values()))} pool tasks")
-    base_scores = score(champion, pools, args)
+    base_scores = champion_scores(champion, pools, args, workdir)
     result: dict = {
         "date": datetime.date.today().isoformat(), "commit": _commit(),
         "machine": f"{os.cpu_count()} CPU cores", "load": os.getloadavg()[0],
@@ -405,6 +442,14 @@ def run(args: argparse.Namespace) -> dict:
         "champion": {k: sum(v) / len(v) for k, v in base_scores.items()}, "arms": [],
         "complete": False,
     }
+    done: set[tuple[str, int]] = set()
+    if args.out.is_file():  # a run of the same champion, rows and pools that stopped: resumed
+        before = json.loads(args.out.read_text())
+        if not before.get("complete") and all(
+                before.get(k) == result[k] for k in ("champion", "rows", "rows_reward_mean",
+                                                     "tune", "tiny")):
+            result["arms"] = before["arms"]
+            done = {(a["name"], a["seed"]) for a in before["arms"]}
     for arm in arms(args):
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             if "overrides" in arm:
@@ -415,10 +460,20 @@ def run(args: argparse.Namespace) -> dict:
             if args.tiny:  # the tiny model has 2 layers
                 cfg = cfg.model_copy(update={"trainable": cfg.trainable.model_copy(
                     update={"top_layers": 1})})
+            if (arm["name"], seed) in done:
+                say(f"arm {arm['name']} seed {seed}: in {args.out} already")
+                continue
             slug = arm["name"].replace("/", "_").replace(" ", "-")
             out = workdir / ("tuning" if args.tune else "candidates") / slug / f"seed{seed}"
-            say(f"arm {arm['name']} seed {seed}: training")
-            metrics = run_training(champion, rows, cfg, out)
+            metrics_file = out / TRAIN_METRICS
+            if metrics_file.is_file():  # trained before (a run that stopped): scored, not retrained
+                say(f"arm {arm['name']} seed {seed}: trained already, scoring {out}")
+                metrics = json.loads(metrics_file.read_text())
+            else:
+                with _exclusive(workdir):
+                    say(f"arm {arm['name']} seed {seed}: training")
+                    metrics = run_training(champion, rows, cfg, out)
+                metrics_file.write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
             scores = score(out, pools, args)
             result["arms"].append({
                 **arm, "seed": seed, "lr": cfg.lr, "steps": cfg.steps,

@@ -157,3 +157,27 @@ def test_named_settings_on_the_pools_with_seeds_split_over_processes(tmp_path):
     assert [(x["name"], x["seed"]) for x in r["arms"]] == [("full 8 steps", 0),
                                                            ("full 8 steps", 1)]
     assert "choice" not in r and not r["tune"]
+
+
+def test_a_stopped_run_resumes_without_training_or_scoring_again(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "r.json"
+    argv = ["--tiny", "--settings", "full preset", "--requests", "4", "--steps", "1",
+            "--pools", "sealed", "--limit", "2", "--max-new-tokens", "8",
+            "--workdir", str(tmp_path / "w"), "--out", str(out)]
+    lu.main([*argv, "--seeds", "1"])
+    first = json.loads(out.read_text())
+    out.write_text(json.dumps({**first, "complete": False}))  # as if stopped after seed 0
+    cand = tmp_path / "w" / "tiny" / "candidates" / "full-preset"
+    assert (cand / "seed0" / lu.TRAIN_METRICS).is_file()
+    trained = []
+    import trainer.recipe
+
+    orig = trainer.recipe.run_training
+    monkeypatch.setattr(trainer.recipe, "run_training",
+                        lambda *a, **k: trained.append(a[3]) or orig(*a, **k))
+    lu.main([*argv, "--seeds", "2"])
+    again = json.loads(out.read_text())
+    assert again["complete"] and [a["seed"] for a in again["arms"]] == [0, 1]
+    assert again["arms"][0] == first["arms"][0]
+    assert trained == [cand / "seed1"]  # seed 0 neither trained nor scored again
+    assert "seed 0: in " in capsys.readouterr().out
