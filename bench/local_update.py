@@ -495,6 +495,9 @@ def write(result: dict, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from ratchet.console import quiet_accelerator_guess
+
+    quiet_accelerator_guess()
     args = parse_args(argv)
     if args.choose:
         tune = json.loads(args.choose[0].read_text()).get("tune")

@@ -64,14 +64,20 @@ def _under(name: str, roots: tuple[str, ...]) -> bool:
     return any(name == r or name.startswith(r + ".") for r in roots)
 
 
+def quiet_accelerator_guess() -> None:
+    """DeepSpeed warns on every import that detects no GPU: name the CPU accelerator where there
+    is none (an explicit ``DS_ACCELERATOR`` wins)."""
+    if not Path("/dev/nvidiactl").exists():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
 def setup(log_file: Path | None, *, verbose: bool = False) -> None:
     """Route logging: the terminal (filtered) and, if given, ``log_file`` (everything)."""
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     os.environ.setdefault("MLFLOW_CONFIGURE_LOGGING", "false")  # else its own stderr handler
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' load/save bars
-    if not Path("/dev/nvidiactl").exists():  # DeepSpeed warns on every import that detects no GPU
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    quiet_accelerator_guess()
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)

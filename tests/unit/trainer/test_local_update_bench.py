@@ -181,3 +181,21 @@ def test_a_stopped_run_resumes_without_training_or_scoring_again(tmp_path, monke
     assert again["arms"][0] == first["arms"][0]
     assert trained == [cand / "seed1"]  # seed 0 neither trained nor scored again
     assert "seed 0: in " in capsys.readouterr().out
+
+
+@pytest.mark.skipif(__import__("pathlib").Path("/dev/nvidiactl").exists(),
+                    reason="a GPU machine: DeepSpeed detects its accelerator")
+def test_the_bench_keeps_deepspeeds_accelerator_guess_off_its_output(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.local_update", "--tiny", "--settings", "full preset",
+         "--seeds", "1", "--requests", "2", "--steps", "1", "--pools", "sealed", "--limit", "1",
+         "--max-new-tokens", "4", "--workdir", str(tmp_path / "w"), "--out",
+         str(tmp_path / "r.json")], capture_output=True, text=True, env=env,
+        cwd=lu.ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Setting accelerator to CPU" not in out.stdout + out.stderr
