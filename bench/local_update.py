@@ -370,6 +370,48 @@ def _exclusive(workdir: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def train_apart(champion: Path, rows, cfg, out: Path, *, threads: int | None) -> dict:
+    """``trainer.recipe.run_training`` in a child process, which returns its memory when it ends
+    (the allocator keeps what a LoRA update used, ~14 GB here, for the life of the process);
+    the child writes the trainer's summary to ``out``/:data:`TRAIN_METRICS`."""
+    import multiprocessing
+
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True, exist_ok=True)
+    rows_file = out / "rows.parquet"
+    pq.write_table(rows, rows_file)
+    child = multiprocessing.get_context("spawn").Process(
+        target=_train_child, args=(str(champion), str(rows_file), cfg.model_dump_json(),
+                                   str(out), threads))
+    child.start()
+    try:
+        child.join()
+    except BaseException:
+        child.terminate()
+        child.join()
+        raise
+    rows_file.unlink(missing_ok=True)
+    if child.exitcode != 0:
+        raise RuntimeError(f"training {out} failed (exit code {child.exitcode})")
+    return json.loads((out / TRAIN_METRICS).read_text())
+
+
+def _train_child(champion: str, rows_file: str, cfg_json: str, out: str,
+                 threads: int | None) -> None:
+    import pyarrow.parquet as pq
+    import torch
+
+    from trainer.config import TrainerConfig
+    from trainer.recipe import run_training
+
+    if threads:
+        torch.set_num_threads(threads)
+    metrics = run_training(Path(champion), pq.read_table(rows_file),
+                           TrainerConfig.model_validate_json(cfg_json), Path(out))
+    (Path(out) / TRAIN_METRICS).write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
+
+
 def champion_scores(champion: Path, pools: dict[str, list[dict]], args, workdir: Path
                     ) -> dict[str, list[bool]]:
     """The champion's verdicts on ``pools``, cached under ``workdir`` by task ids and decoding
@@ -401,7 +443,6 @@ def run(args: argparse.Namespace) -> dict:
 
     from ratchet.config import load_config
     from tasks.pyfuncs import read_jsonl, tuning_draw
-    from trainer.recipe import run_training
 
     t0 = time.perf_counter()
     if args.threads:
@@ -472,8 +513,7 @@ def run(args: argparse.Namespace) -> dict:
             else:
                 with _exclusive(workdir):
                     say(f"arm {arm['name']} seed {seed}: training")
-                    metrics = run_training(champion, rows, cfg, out)
-                metrics_file.write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
+                    metrics = train_apart(champion, rows, cfg, out, threads=args.threads)
             scores = score(out, pools, args)
             result["arms"].append({
                 **arm, "seed": seed, "lr": cfg.lr, "steps": cfg.steps,
