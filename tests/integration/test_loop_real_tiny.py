@@ -29,6 +29,7 @@ def test_loop_real_runs_both_arms_on_chat_traffic(tmp_path):
                           for t in instances(BY_FAMILY[f], 4, seed=6)], tmp_path / "sealed.jsonl")
     transfer = write_jsonl(instances(BY_FAMILY["sub_const"], 4, seed=7),
                            tmp_path / "transfer.jsonl")
+    guard = write_jsonl(instances(BY_FAMILY["mul_const"], 4, seed=8), tmp_path / "guard.jsonl")
     config = load_config(ROOT / "configs" / "tiny-qwen3moe.json")
     config = config.model_copy(update={
         "model_name": "loop-real-it",
@@ -44,7 +45,7 @@ def test_loop_real_runs_both_arms_on_chat_traffic(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "bench.loop_real", "--config", str(config_file), "--cycles", "1",
          "--requests", "48", "--sealed", "8", "--sealed-file", str(sealed), "--humaneval", "0",
-         "--transfer-file", str(transfer),
+         "--transfer-file", str(transfer), "--guard-file", str(guard),
          "--max-new-tokens", "24",
          "--workdir", str(tmp_path / "work"), "--out", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
@@ -62,6 +63,8 @@ def test_loop_real_runs_both_arms_on_chat_traffic(tmp_path):
     assert "sealed set (8 tasks)" in done.stdout
     assert result["transfer"]["tasks"] == 4 and result["transfer"]["families"] == ["sub_const"]
     assert {"rl-final", "placebo-final"} <= set(result["transfer"])
+    assert result["guard"]["tasks"] == 4 and result["guard"]["families"] == ["mul_const"]
+    assert {"family", "p", "surely_worse"} <= set(result["guard"]["rl-final"]["family_max_drop"])
     assert all("gate_failed" in r and "gate_guards" in r for r in result["per_cycle"])
     for row in result["per_cycle"]:  # which rule decided, in the results and on the terminal
         assert row["gate_decision"].split(":")[0] in ("promoted", "rejected")
