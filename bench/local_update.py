@@ -78,9 +78,10 @@ SWEEP: tuple[tuple[str, dict], ...] = (
     ("full retain budget 0.01", {"retain_kl_target": 0.01}),
     ("full replay 0.5", {"replay_share": 0.5}),
 )
-"""The tuning sweep: each setting changes the preset's trainer (top-8 layers, token_clip, 16 steps,
-lr 5e-5, retain budget 0.02 nats/token, replay 25%) only where it says. The order spreads LoRA
-settings over both halves of ``--part k/2``."""
+"""The tuning sweep: each setting changes the preset's trainer only where it says. When the sweep
+of bench/results/local_update_tuning.json ran the preset was top-8 layers, token_clip, 16 steps,
+lr 5e-5, retain budget 0.02 nats/token, replay 25%; the sweep chose the retain budget 0.01, which
+the preset has since. The order spreads LoRA settings over both halves of ``--part k/2``."""
 COLLATERAL_FLOOR = -0.02
 """:func:`choose`'s floor on the change of the tuning draw's guard and transfer sides."""
 
