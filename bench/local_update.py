@@ -24,7 +24,8 @@ set, after the update). Writes ``--out`` (default bench/results/local_update.jso
 
 ``--tiny`` runs the same code on a tiny random-init Mixtral (no download; answers fail, so the
 figures mean nothing): the dry run of the tests.
-``--settings A,B`` runs named SWEEP settings on the pools instead of the grid; ``--first-seed``
+``--settings A,B`` runs named SWEEP settings on the pools instead of the grid (with ``--tune``:
+on the tuning draw); ``--first-seed``
 with ``--seeds`` splits the seeds over processes, whose files ``--choose`` merges.
 ``--tune`` is how the defaults are chosen: the settings of :data:`SWEEP` (learning rate, steps,
 LoRA and its rank, the retain-KL budget, the replay share), each trained on rows sampled from the
@@ -77,11 +78,16 @@ SWEEP: tuple[tuple[str, dict], ...] = (
     ("full 8 steps", {"steps": 8}),
     ("full retain budget 0.01", {"retain_kl_target": 0.01}),
     ("full replay 0.5", {"replay_share": 0.5}),
+    ("full retain by family", {"retain_kl_target": 0.01, "retain_draw": "by_group"}),
+    ("full retain by family 8 prompts", {"retain_kl_target": 0.01, "retain_draw": "by_group",
+                                         "retain_prompts": 8}),
 )
 """The tuning sweep: each setting changes the preset's trainer only where it says. When the sweep
 of bench/results/local_update_tuning.json ran the preset was top-8 layers, token_clip, 16 steps,
 lr 5e-5, retain budget 0.02 nats/token, replay 25%; the sweep chose the retain budget 0.01, which
-the preset has since. The order spreads LoRA settings over both halves of ``--part k/2``."""
+the preset has since. The order spreads LoRA settings over both halves of ``--part k/2``. The
+last two (the chosen budget with the retain draw by family, ``trainer.retain.RetainDraw``) came
+after that sweep and run through ``--tune --settings``; one rule judges all."""
 COLLATERAL_FLOOR = -0.02
 """:func:`choose`'s floor on the change of the tuning draw's guard and transfer sides."""
 
@@ -128,7 +134,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run the SWEEP settings on the tuning draw (not the pools)")
     p.add_argument("--part", type=_part, default=(0, 1), help="K/N: every N-th SWEEP setting")
     p.add_argument("--settings", type=_choices(tuple(n for n, _ in SWEEP)), default=None,
-                   help="comma list of SWEEP settings to run on the pools (instead of the grid)")
+                   help="comma list of SWEEP settings to run on the pools (instead of the grid) "
+                   "or, with --tune, on the tuning draw (instead of --part)")
     p.add_argument("--first-seed", type=int, default=0,
                    help="trainer seeds --first-seed .. --first-seed + --seeds - 1")
     p.add_argument("--choose", type=Path, nargs="+", default=None,
@@ -153,14 +160,14 @@ def _part(text: str) -> tuple[int, int]:
 
 
 def arms(args: argparse.Namespace) -> list[dict]:
-    """Every (objective, retain, lora) of the grid, in a fixed order; with ``--tune`` the SWEEP
-    settings of ``--part``."""
+    """Every (objective, retain, lora) of the grid, in a fixed order; the named SWEEP settings of
+    ``--settings``; with ``--tune`` and no names, the SWEEP settings of ``--part``."""
+    if args.settings:
+        return [{"name": name, "overrides": dict(SWEEP)[name]} for name in args.settings]
     if args.tune:
         k, n = args.part
         return [{"name": name, "overrides": ov} for i, (name, ov) in enumerate(SWEEP)
                 if i % n == k]
-    if args.settings:
-        return [{"name": name, "overrides": dict(SWEEP)[name]} for name in args.settings]
     return [{"name": f"{o}/retain-{r}/lora-{lo}", "objective": o, "retain": r == "on",
              "lora": lo == "on"}
             for o, r, lo in itertools.product(args.objectives, args.retain, args.lora)]
@@ -187,10 +194,11 @@ def trainer_config(base, arm: dict, *, seed: int, steps: int | None, lora_lr: fl
 
 def sweep_config(base, overrides: dict, *, seed: int, steps: int | None = None):
     """The preset's trainer config with one SWEEP setting (``lr``, ``steps``, ``scope``,
-    ``lora_rank``, ``retain_kl_target``, ``replay_share``)."""
+    ``lora_rank``, ``retain_kl_target``, ``replay_share``, ``retain_draw``, ``retain_prompts``)."""
     from trainer.config import TrainerConfig
 
-    known = {"lr", "steps", "scope", "lora_rank", "retain_kl_target", "replay_share"}
+    known = {"lr", "steps", "scope", "lora_rank", "retain_kl_target", "replay_share",
+             "retain_draw", "retain_prompts"}
     if set(overrides) - known:
         raise ValueError(f"unknown sweep settings {sorted(set(overrides) - known)}")
     cfg = base.model_dump(mode="json")
@@ -208,6 +216,10 @@ def sweep_config(base, overrides: dict, *, seed: int, steps: int | None = None):
         cfg["retain"]["kl_target"] = overrides["retain_kl_target"]
     if "replay_share" in overrides:
         cfg["replay"]["share"] = overrides["replay_share"]
+    if "retain_draw" in overrides:
+        cfg["retain"]["draw"] = overrides["retain_draw"]
+    if "retain_prompts" in overrides:
+        cfg["retain"]["prompts"] = overrides["retain_prompts"]
     return TrainerConfig.model_validate(cfg)
 
 

@@ -378,18 +378,19 @@ class RLRecipe:
         self.retain_coef = AdaptiveCoef(cfg.kl_coef, cfg.kl_target)
         if cfg.path is None:
             return
-        from trainer.retain import load_prompts
+        from trainer.retain import RetainDraw, load_groups, load_prompts
 
         self.retain_ids = [self.plug.encode_prompt(p) for p in load_prompts(cfg.path)]
-        self.retain_gen = torch.Generator().manual_seed(self.config.seed + 7919)
+        self.retain_draw = RetainDraw(load_groups(cfg.path, cfg.group_field), cfg.draw,
+                                      torch.Generator().manual_seed(self.config.seed + 7919))
+        self.counts["retain_groups"] = len(self.retain_draw.keys)
         self.counts["retain_prompts"] = len(self.retain_ids)
         if cfg.resample_every == 0:
             pick = self._retain_pick(min(len(self.retain_ids), 8 * cfg.prompts))
             self.retain_pool = self._retain_sample(self.ref_plug, pick, seed=self.config.seed)
 
     def _retain_pick(self, n: int) -> list[list[int]]:
-        perm = torch.randperm(len(self.retain_ids), generator=self.retain_gen)[:n]
-        return [self.retain_ids[i] for i in perm.tolist()]
+        return [self.retain_ids[i] for i in self.retain_draw.pick(n)]
 
     def _retain_sample(self, plug: Policy, prompt_ids: list[list[int]], *,
                        seed: int) -> list[Sample]:

@@ -1,7 +1,9 @@
 """The retain-set anchor's data: prompts outside the trained families, completions sampled on
 them, and the coefficient that keeps their KL to the champion under a budget.
 
-:func:`load_prompts` reads the ``prompt`` of every line of a JSONL task file;
+:func:`load_prompts` reads the ``prompt`` of every line of a JSONL task file and
+:func:`load_groups` the group each belongs to; :class:`RetainDraw` picks the prompts a step samples
+(uniformly over prompts, or each group as often as any other);
 :func:`sample_completions` has a policy sample a completion of each prompt (no gradient; under
 LoRA the adapted weights are computed once per call) and turns them into :class:`Sample` rows the
 trainer collates like any other; :class:`AdaptiveCoef` doubles or halves the weight of the term
@@ -17,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+
+import torch
 
 from policy.base import Policy
 from trainer.data import Sample, _fit
@@ -40,6 +44,49 @@ def load_prompts(path: str | Path) -> list[str]:
     if not prompts:
         raise ValueError(f"{path}: no prompts")
     return prompts
+
+
+def load_groups(path: str | Path, field: str) -> list[str]:
+    """The ``field`` of every non-blank line of ``path`` (in :func:`load_prompts`' order), as text;
+    a line without it is a group of its own (keyed by its prompt)."""
+    groups = []
+    for raw in Path(path).read_text(encoding="utf-8").split("\n"):
+        if raw.strip():
+            line = json.loads(raw)
+            value = line.get(field)
+            groups.append(f"{field}={value}" if value is not None else f"prompt={line['prompt']}")
+    return groups
+
+
+class RetainDraw:
+    """Which retain prompts a step samples. ``uniform``: ``n`` distinct prompts, each as likely as
+    any other, so a group with many lines (a template with many constants) takes most of the
+    anchor. ``by_group``: groups are visited in shuffled rounds (every group once per round) and
+    each visit takes one of the group's prompts at random, so a group of two lines is anchored as
+    often as one of forty. Both draw from ``generator`` only."""
+
+    def __init__(self, groups: list[str], by: str, generator: torch.Generator):
+        if by not in ("uniform", "by_group"):
+            raise ValueError(f"retain draw {by!r}: expected 'uniform' or 'by_group'")
+        self.n, self.by, self.gen = len(groups), by, generator
+        self.members: dict[str, list[int]] = {}
+        for i, g in enumerate(groups):
+            self.members.setdefault(g, []).append(i)
+        self.keys = list(self.members)
+        self.round: list[str] = []
+
+    def pick(self, n: int) -> list[int]:
+        """Indices of ``n`` prompts (at most the file's count under ``uniform``)."""
+        if self.by == "uniform":
+            return torch.randperm(self.n, generator=self.gen)[:n].tolist()
+        out = []
+        for _ in range(n):
+            if not self.round:
+                order = torch.randperm(len(self.keys), generator=self.gen).tolist()
+                self.round = [self.keys[j] for j in order]
+            m = self.members[self.round.pop()]
+            out.append(m[int(torch.randint(len(m), (1,), generator=self.gen))])
+        return out
 
 
 def sample_completions(plug: Policy, prompt_ids: list[list[int]], *, max_new_tokens: int,

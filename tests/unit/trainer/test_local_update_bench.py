@@ -92,6 +92,11 @@ def test_each_sweep_setting_changes_only_what_it_names():
                                                            base.retain.path)
     with pytest.raises(ValueError):
         lu.sweep_config(base, {"beta": 1.0}, seed=0)
+    by_family = lu.sweep_config(base, dict(lu.SWEEP)["full retain by family 8 prompts"], seed=0)
+    assert (by_family.retain.draw, by_family.retain.prompts, by_family.retain.kl_target) == (
+        "by_group", 8, 0.01)
+    named = lu.arms(lu.parse_args(["--tune", "--settings", "full retain by family"]))
+    assert [a["name"] for a in named] == ["full retain by family"]  # on the tuning draw
     names = [n for n, _ in lu.SWEEP]
     assert len(set(names)) == len(names) and "full preset" in names
     halves = [lu.arms(lu.parse_args(["--tune", "--part", f"{k}/2"])) for k in (0, 1)]

@@ -12,7 +12,7 @@ from tasks.toy import generate_tasks
 from trainer import rl
 from trainer.config import TrainerConfig
 from trainer.recipe import RLRecipe
-from trainer.retain import AdaptiveCoef, load_prompts
+from trainer.retain import AdaptiveCoef, RetainDraw, load_groups, load_prompts
 from trainer.rollout import sample_rows
 
 
@@ -49,6 +49,26 @@ def test_a_retain_line_without_a_prompt_is_named(tmp_path):
     path.write_text('{"prompt": "a"}\n{"task_id": "x"}\n')
     with pytest.raises(ValueError, match=r"r.jsonl:2: .*'prompt'"):
         load_prompts(path)
+
+
+def test_the_group_draw_anchors_a_small_group_as_often_as_a_large_one(tmp_path):
+    path = tmp_path / "r.jsonl"
+    lines = [{"prompt": f"big {i}", "family": "big"} for i in range(40)]
+    lines += [{"prompt": "small 0", "family": "small"}, {"prompt": "small 1", "family": "small"},
+              {"prompt": "loose"}]  # no family: a group of its own
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    groups = load_groups(path, "family")
+    assert len(set(groups)) == 3 and groups[-1] != groups[0]
+
+    def share(by: str) -> float:
+        draw = RetainDraw(groups, by, torch.Generator().manual_seed(0))
+        picks = [i for _ in range(300) for i in draw.pick(4)]
+        return sum(40 <= i <= 41 for i in picks) / len(picks)
+
+    assert share("uniform") < 0.1  # 2 of 43 lines
+    assert share("by_group") == pytest.approx(1 / 3, abs=0.01)  # each round visits every group
+    with pytest.raises(ValueError, match="by_family"):
+        RetainDraw(groups, "by_family", torch.Generator())
 
 
 @pytest.fixture
@@ -93,6 +113,13 @@ def test_the_term_keeps_the_retain_kl_down(setting):
     assert on["retain_kl_k3_final"] < 0.5 * off["retain_kl_k3_final"]
     # the traffic rows still moved the policy
     assert on["kl_theta_ref_k3_final"] > 0
+
+
+def test_the_recipe_samples_the_retain_prompts_of_its_draw(setting):
+    recipe, _ = _train(setting, draw="by_group", group_field="task_id")
+    distinct = len(set(load_prompts(setting[2])))  # no task_id field: a group per prompt
+    assert recipe.counts["retain_groups"] == distinct > 1
+    assert recipe.retain_draw.by == "by_group"
 
 
 def test_the_coefficient_adapts_to_the_budget(setting):
