@@ -10,7 +10,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 export RAY_AUTH_MODE := disabled
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
 
-.PHONY: demo demo-smollm2 demo-real test test-unit test-integration test-real test-vllm real-model \
+.PHONY: demo demo-smollm2 demo-real proof-real test test-unit test-integration test-real test-vllm real-model \
 	lint lock clean gpu-kit gpu-check-smoke sandbox-tool
 
 # The installer's output goes to .venv/bootstrap.log; the terminal gets one line (or the log's
@@ -71,6 +71,11 @@ demo-real: real-model
 	rm -rf .demo-real/run
 	nice -n 10 $(BIN)/python -m bench.loop_real --cycles 2 --requests 32 --no-placebo \
 		--sealed 64 --guard 96 --humaneval 0 --workdir .demo-real/run --out .demo-real/loop_real_demo.json
+
+# The proof on three seeds (bench/loop_real_seeds.py): 3 seeds x 4 cycles, rl and placebo arms,
+# HumanEval on the first and final champions. Hours on 2 cores; run again, it keeps finished units.
+proof-real: real-model
+	nice -n 10 $(BIN)/python -m bench.loop_real_seeds --seeds 0,1,2 --cycles 4 -- --humaneval 164
 
 test-unit: $(BIN)/.bootstrapped sandbox-tool
 	$(BIN)/python -m pytest -q -m "not integration"

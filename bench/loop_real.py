@@ -125,8 +125,9 @@ def score_sealed(checkpoint: Path, tasks: list[dict], *, max_new_tokens: int, ba
     return passed
 
 
-def score_humaneval(checkpoint: Path, n: int) -> float | None:
-    """HumanEval pass@1 (chat, greedy) on the first ``n`` problems by the gate's suite runner."""
+def score_humaneval(checkpoint: Path, n: int) -> list[bool] | None:
+    """Each of the first ``n`` HumanEval problems passed or not (chat, greedy), by the gate's suite
+    runner; None when ``n`` is 0."""
     if n <= 0:
         return None
     from gating.config import SuiteConfig
@@ -138,7 +139,22 @@ def score_humaneval(checkpoint: Path, n: int) -> float | None:
     tasks, checker = build_suite(config)
     result = run_suite(policy, tasks, max_new_tokens=160, seed=0, checker=checker,
                        batch_size=16, chat=True)
-    return sum(t.passed for t in result.tasks) / len(result.tasks)
+    return [bool(t.passed) for t in result.tasks]
+
+
+def rate(passed: list[bool] | None) -> float | None:
+    return None if passed is None else sum(passed) / len(passed)
+
+
+def with_seed(config, seed: int):
+    """The preset run at ``seed``: the simulator's task draws and user behaviour, the trainer's
+    batch order and torch, and the gate's draws (decision k of the run draws ``1000 seed + k``).
+    The bootstrapped champion is the same for every seed."""
+    sim = config.simulator.model_copy(update={"seed": seed})
+    trainer = config.trainer.model_copy(update={"seed": seed})
+    gate = config.gate.model_copy(update={"suite": config.gate.suite.model_copy(
+        update={"seed": 1000 * seed})})
+    return config.model_copy(update={"simulator": sim, "trainer": trainer, "gate": gate})
 
 
 # -- one arm --------------------------------------------------------------------------------------
@@ -235,7 +251,8 @@ def _score(args, uri, name, version, key, sealed, workdir, scores, *, humaneval:
     same = next((s for s in scores.values() if s["version"] == version), None)
     needs_humaneval = humaneval and args.humaneval > 0
     if same is not None and (same["humaneval"] is not None or not needs_humaneval):
-        scores[key] = {**same, "humaneval": same["humaneval"] if humaneval else None}
+        scores[key] = {**same} if humaneval else {**same, "humaneval": None,
+                                                   "humaneval_passed": None}
         say(f"v{version} ({key}) was scored already as the same weights; figures reused")
         return
     say(f"scoring v{version} ({key}) on {len(sealed)} sealed tasks")
@@ -246,14 +263,15 @@ def _score(args, uri, name, version, key, sealed, workdir, scores, *, humaneval:
         tasks = getattr(args, f"{pool}_tasks", None)
         entry[pool] = score_sealed(ckpt, tasks, max_new_tokens=args.max_new_tokens,
                                    batch=args.batch) if tasks else None
-    entry["humaneval"] = score_humaneval(ckpt, args.humaneval) if humaneval else None
+    entry["humaneval_passed"] = score_humaneval(ckpt, args.humaneval) if humaneval else None
+    entry["humaneval"] = rate(entry["humaneval_passed"])
     scores[key] = entry
 
-    def rate(xs):
-        return "-" if not xs else f"{sum(xs) / len(xs):.3f}"
+    def shown(xs):
+        return "-" if not xs else f"{rate(xs):.3f}"
 
-    say(f"  {key}: sealed pass {rate(passed)}, transfer {rate(entry['transfer'])}, guard "
-        f"{rate(entry['guard'])}, humaneval {entry['humaneval']}")
+    say(f"  {key}: sealed pass {shown(passed)}, transfer {shown(entry['transfer'])}, guard "
+        f"{shown(entry['guard'])}, humaneval {shown(entry['humaneval_passed'])}")
 
 
 # -- summary --------------------------------------------------------------------------------------
@@ -262,6 +280,9 @@ def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds:
     first = scores.get("first")
     out: dict = {
         "cycles": args.cycles, "requests_per_cycle": args.requests, "config": str(args.config),
+        "seed": getattr(args, "seed", 0),
+        "pool_files": {name: str(getattr(args, f"{name}_file", "")) or None
+                       for name in ("sealed", *CARRY_POOLS)},
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": "2-core x86_64 machine, shared", "load1": round(os.getloadavg()[0], 2),
         "seconds": round(seconds, 1), "sealed_tasks": len(sealed),
@@ -380,6 +401,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads of this process and of its replicas (default: the "
                    "preset's torch_threads; 1 when two arms run side by side on 2 cores)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the traffic, the trainer and the gate's draws (with_seed)")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
@@ -400,7 +423,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.humaneval_after:
         _humaneval_after(args)
         return
-    config = load_config(args.config)
+    config = with_seed(load_config(args.config), args.seed)
     threads = args.threads or config.torch_threads
     torch.set_num_threads(threads)
     os.environ["RATCHET_TORCH_THREADS"] = str(threads)  # the replicas this run starts
@@ -419,7 +442,7 @@ def main(argv: list[str] | None = None) -> None:
     def write() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         summary = summarise(args, rows, scores, sealed, time.perf_counter() - t0)
-        args.out.write_text(json.dumps(summary, indent=2) + "\n")
+        args.out.write_text(json.dumps({**summary, "workdir": str(workdir)}, indent=2) + "\n")
 
     arms = {"both": [False] if args.no_placebo else [False, True], "rl": [False],
             "placebo": [True]}[args.arm]
@@ -429,7 +452,7 @@ def main(argv: list[str] | None = None) -> None:
                 on_cycle=write)
         write()
     summary = summarise(args, rows, scores, sealed, time.perf_counter() - t0)
-    summary["complete"] = True
+    summary.update(complete=True, workdir=str(workdir))
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     report(summary, args.out)
     if False in arms:  # the rl arm ran: its store is the one named by the preset
@@ -460,7 +483,7 @@ def _merge(args) -> None:
         if not done or any(r["promoted"] for r in done):
             raise SystemExit("the placebo run stopped early after a promotion (or before any "
                              "cycle): its final champion was never scored")
-        scores["placebo-final"] = {**scores["first"], "humaneval": None}
+        scores["placebo-final"] = {**scores["first"], "humaneval": None, "humaneval_passed": None}
         placebo_note = (f"the placebo run stopped after {len(done)} of {rl['cycles']} cycles "
                         "without a promotion: its final champion is the first one")
     sealed = read_jsonl(args.sealed_file)
@@ -491,7 +514,9 @@ def _humaneval_after(args) -> None:
         ckpt = next((args.workdir / "rl" / "scored" / f"v{version}").rglob("config.json")).parent
         say(f"HumanEval ({args.humaneval} problems, chat, greedy) on v{version} ({key})")
         t0 = time.perf_counter()
-        summary[field] = summary["scores"][key]["humaneval"] = score_humaneval(ckpt, args.humaneval)
+        passed = score_humaneval(ckpt, args.humaneval)
+        summary["scores"][key]["humaneval_passed"] = passed
+        summary[field] = summary["scores"][key]["humaneval"] = rate(passed)
         say(f"  {key}: {summary[field]:.3f} in {time.perf_counter() - t0:.0f} s")
     summary["humaneval_problems"] = args.humaneval
     summary["humaneval_scored"] = {

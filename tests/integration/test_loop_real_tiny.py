@@ -15,10 +15,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_loop_real_runs_both_arms_on_chat_traffic(tmp_path):
+def _tiny_run(tmp_path: Path) -> tuple[Path, list[str], dict]:
+    """The tiny preset's config file, the pool arguments of a loop_real run, and its env."""
     import os
-    import subprocess
-    import sys
 
     from ratchet.config import load_config
     from tasks.pyfuncs import BY_FAMILY, instances, write_jsonl
@@ -40,14 +39,21 @@ def test_loop_real_runs_both_arms_on_chat_traffic(tmp_path):
     })
     config_file = tmp_path / "loop-real-it.json"
     config_file.write_text(config.model_dump_json())
+    pools = ["--requests", "48", "--sealed", "8", "--sealed-file", str(sealed), "--humaneval",
+             "0", "--transfer-file", str(transfer), "--guard-file", str(guard),
+             "--max-new-tokens", "24"]
+    return config_file, pools, {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def test_loop_real_runs_both_arms_on_chat_traffic(tmp_path):
+    import subprocess
+    import sys
+
+    config_file, pools, env = _tiny_run(tmp_path)
     out = tmp_path / "loop_real.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-m", "bench.loop_real", "--config", str(config_file), "--cycles", "1",
-         "--requests", "48", "--sealed", "8", "--sealed-file", str(sealed), "--humaneval", "0",
-         "--transfer-file", str(transfer), "--guard-file", str(guard),
-         "--max-new-tokens", "24",
-         "--workdir", str(tmp_path / "work"), "--out", str(out)],
+         *pools, "--workdir", str(tmp_path / "work"), "--out", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -78,3 +84,26 @@ def test_loop_real_runs_both_arms_on_chat_traffic(tmp_path):
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert rl["gate_decision"] in shown.stdout
     assert f"gates show VERSION --config {config_file}" in done.stdout
+
+
+def test_the_seeds_run_keeps_a_complete_unit_and_pools_it(tmp_path):
+    import subprocess
+    import sys
+
+    config_file, pools, env = _tiny_run(tmp_path)
+    out, units = tmp_path / "pooled.json", tmp_path / "units"
+    cmd = [sys.executable, "-m", "bench.loop_real_seeds", "--seeds", "1", "--no-placebo",
+           "--cycles", "1", "--config", str(config_file), "--units", str(units), "--workdir",
+           str(tmp_path / "runs"), "--out", str(out), "--", *pools]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    unit = json.loads((units / "seed1_rl.json").read_text())
+    assert unit["complete"] and unit["seed"] == 1
+    r = json.loads(out.read_text())
+    assert r["complete"] and r["seeds"] == [1] and not r["placebo_complete"]
+    assert {"sealed", "transfer", "guard"} <= set(r["pooled"])
+    first = r["per_seed"]["1"]["checkpoints"]["first"]
+    assert Path(first["path"]).is_dir()  # where `ratchet gates compare` can score it again
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "seed 1 rl: complete, kept" in again.stdout
+    assert json.loads(out.read_text())["pooled"] == r["pooled"]

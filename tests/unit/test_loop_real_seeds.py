@@ -1,0 +1,134 @@
+"""bench/loop_real_seeds.py: seeds reach the traffic, the trainer and the gate; a function's change
+is pooled over seeds before the bootstrap; the family test flips a function in every seed at once;
+complete units are kept and a unit cut short is rerun; the goals are judged from the figures."""
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import loop_real_seeds as seeds
+from bench.loop_real import summarise, with_seed
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_seed_changes_traffic_trainer_and_gate_draws_only():
+    from ratchet.config import load_config
+
+    base = load_config(ROOT / "configs" / "smollm2-pyfuncs.json", check_paths=False)
+    two = with_seed(base, 2)
+    assert (two.simulator.seed, two.trainer.seed, two.gate.suite.seed) == (2, 2, 2000)
+    assert two.policy == base.policy and two.champion == base.champion  # same first champion
+    assert two.trainer.lr == base.trainer.lr and two.gate.suite.path == base.gate.suite.path
+    assert with_seed(base, 0).model_dump() == base.model_dump()
+
+
+def test_a_function_change_is_its_mean_over_seeds_before_the_bootstrap():
+    keys = ["a", "a", "b", "c"]
+    pairs = [([False, False, True, True], [True, True, True, True]),   # a +1, b 0, c 0
+             ([False, False, True, False], [False, False, True, True])]  # a 0, b 0, c +1
+    delta, low, high = seeds.pooled_change(keys, pairs)
+    assert delta == pytest.approx((0.5 + 0 + 0.5) / 3)
+    assert low <= delta <= high
+    assert seeds.pooled_change(keys, [pairs[0][:1] * 2]) == (0.0, 0.0, 0.0)
+
+
+def _tasks(families: dict[str, int]) -> list[dict]:
+    return [{"prompt": f"{f} {i}", "family": f, "function": f"{f}:{i}"}
+            for f, n in families.items() for i in range(n)]
+
+
+def test_a_family_that_dropped_in_every_seed_is_surely_worse():
+    tasks = _tasks({"kept": 8, "broken": 8})
+    first = [True] * 16
+    final = [True] * 8 + [False] * 8
+    out = seeds.pooled_families(tasks, [(first, final), (first, final)])
+    assert out["family_max_drop"]["family"] == "broken"
+    assert out["family_max_drop"]["surely_worse"]
+    assert out["per_family"]["broken"] == {"tasks": 16, "first": 16, "final": 0}
+    # one seed's drop undone by the other's gain: no family surely worse
+    mixed = seeds.pooled_families(tasks, [(first, final), (final, first)])
+    assert not mixed["family_max_drop"]["surely_worse"]
+
+
+def _unit(path: Path, seed: int, arm: str, tasks: list[dict], first: list[bool],
+          final: list[bool], *, complete: bool = True, promoted: bool = True,
+          live: tuple[float, float] = (0.3, 0.5)) -> Path:
+    args = argparse.Namespace(cycles=2, requests=8, config=Path("c.json"), humaneval=0,
+                              seed=seed, guard_tasks=tasks, transfer_tasks=[],
+                              sealed_file=path.parent / "sealed.jsonl",
+                              guard_file=path.parent / "guard.jsonl")
+    rows = [{"arm": arm, "cycle": i, "promoted": promoted and i == 0, "live_pass_rate": p,
+             "edit_persistence": p, "dissatisfied_rate": 1 - p} for i, p in enumerate(live)]
+    he = [True, False, True, False]
+    scores = {"first": {"version": 1, "passed": first, "guard": first, "transfer": None,
+                        "humaneval": 0.5, "humaneval_passed": he},
+              f"{arm}-final": {"version": 3, "passed": final, "guard": first, "transfer": None,
+                               "humaneval": 0.5, "humaneval_passed": he}}
+    out = summarise(args, rows, scores, tasks, 60.0)
+    out.update(complete=complete, workdir=str(path.parent / f"run{seed}{arm}"))
+    path.write_text(json.dumps(out))
+    return path
+
+
+def _write_pools(units: Path, tasks: list[dict]) -> None:
+    for name in ("sealed", "guard"):
+        (units / f"{name}.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+
+
+def test_complete_units_are_kept_and_a_unit_cut_short_is_rerun(tmp_path, monkeypatch):
+    units = tmp_path / "units"
+    units.mkdir()
+    tasks = _tasks({"f": 6, "g": 6})
+    _write_pools(units, tasks)
+    better = [False] * 6 + [True] * 6, [True] * 12
+    _unit(seeds.unit_file(units, 0, "rl"), 0, "rl", tasks, *better)
+    _unit(seeds.unit_file(units, 0, "placebo"), 0, "placebo", tasks, better[0], better[0],
+          promoted=False, live=(0.3, 0.3))
+    _unit(seeds.unit_file(units, 1, "rl"), 1, "rl", tasks, *better, complete=False)
+    ran = []
+
+    def run_unit(seed, arm, **kwargs):  # stands in for the bench.loop_real process
+        ran.append((seed, arm, kwargs["extra"]))
+        final = better[1] if arm == "rl" else better[0]  # the placebo changes nothing
+        _unit(seeds.unit_file(units, seed, arm), seed, arm, tasks, better[0], final,
+              promoted=arm == "rl", live=(0.3, 0.5 if arm == "rl" else 0.25))
+
+    monkeypatch.setattr(seeds, "run_unit", run_unit)
+    out = tmp_path / "loop_real.json"
+    seeds.main(["--seeds", "0,1", "--units", str(units), "--out", str(out), "--",
+                "--humaneval", "0"])
+    assert ran == [(1, "rl", ["--humaneval", "0"]), (1, "placebo", ["--humaneval", "0"])]
+    r = json.loads(out.read_text())
+    assert r["complete"] and r["placebo_complete"] and r["seeds"] == [0, 1]
+    assert r["pooled"]["sealed"]["delta"] == pytest.approx(0.5)
+    assert r["pooled"]["placebo"]["promotions"] == 0
+    assert r["pooled"]["humaneval"]["delta"] == 0.0
+    s0 = r["per_seed"]["0"]
+    assert s0["checkpoints"]["final"]["version"] == 3
+    assert s0["checkpoints"]["final"]["path"].endswith("run0rl/rl/scored/v3")
+    assert "gates compare 1 3 --suite FILE.jsonl" in s0["checkpoints"]["compare"]
+    g = r["goals"]
+    assert g["sealed"]["reached"] and g["sealed"]["ci"][0] > 0
+    assert g["guard"]["reached"] and g["humaneval"]["reached"] and g["placebo"]["reached"]
+    assert g["live"]["live_pass_rate"] == {"rl_changes": pytest.approx([0.2, 0.2]),
+                                           "placebo_changes": pytest.approx([0.0, -0.05]),
+                                           "reached": True}
+    assert g["minutes"]["whole_run"] == pytest.approx(4.0)
+
+
+def test_pool_only_runs_nothing_and_names_the_missing_units(tmp_path, monkeypatch):
+    units = tmp_path / "units"
+    units.mkdir()
+    tasks = _tasks({"f": 4})
+    _write_pools(units, tasks)
+    _unit(seeds.unit_file(units, 0, "rl"), 0, "rl", tasks, [False] * 4, [True] * 4)
+    monkeypatch.setattr(seeds, "run_unit", lambda *a, **k: pytest.fail("ran a unit"))
+    out = tmp_path / "r.json"
+    seeds.main(["--seeds", "0,1", "--units", str(units), "--pool-only", "--out", str(out)])
+    r = json.loads(out.read_text())
+    assert not r["complete"] and not r["placebo_complete"]
+    assert r["missing_units"] == ["seed0_placebo", "seed1_rl", "seed1_placebo"]
+    assert r["pooled"]["sealed"]["delta"] == 1.0
