@@ -540,33 +540,43 @@ def report(summary: dict, out: Path) -> None:
               f"{summary['pass_final']:.3f}, final - first 95% CI [{summary['ci_low']:+.3f}, "
               f"{summary['ci_high']:+.3f}]; placebo delta {summary['placebo_delta']}; "
               f"{summary['promotions']} promotion(s)")
-        line = carry_over_line(summary)
-        if line:
-            print(line)
+        for key in CARRY_LABELS:
+            line = carry_over_line(summary, key)
+            if line:
+                print(line)
     print(f"wrote {out}")
 
 
-def carry_over_line(summary: dict) -> str | None:
-    """Final vs first champion on each pool beside the sealed set, paired by function, with the
-    pool's worst family and whether it is surely worse; None when the final is the first."""
+CARRY_LABELS = {"rl-final": "carry-over, final vs first champion (by function): ",
+                "rl-last-candidate": "carry-over, the last candidate (not promoted) vs the first "
+                                     "champion (by function): "}
+
+
+def carry_over_line(summary: dict, key: str = "rl-final") -> str | None:
+    """``key`` (the final champion, or the last candidate the gate did not promote) vs the first
+    champion on the sealed set and each pool beside it, paired by function, with each pool's worst
+    family and whether it is surely worse; None when ``key`` was not scored or is the first."""
+    scores = summary.get("scores", {})
+    if key not in scores or scores[key].get("version") == scores.get("first", {}).get("version"):
+        return None
     parts = []
-    if summary.get("pass_final") is not None:
+    if key == "rl-final" and summary.get("pass_final") is not None:
         parts.append(f"sealed {summary['delta']:+.3f} [{summary['ci_low']:+.3f}, "
                      f"{summary['ci_high']:+.3f}]")
+    elif key == "rl-last-candidate" and summary.get("rl_last_candidate"):
+        last = summary["rl_last_candidate"]
+        parts.append(f"sealed {last['delta']:+.3f} [{last['ci'][0]:+.3f}, {last['ci'][1]:+.3f}]")
     for pool in CARRY_POOLS:
-        final = (summary.get(pool) or {}).get("rl-final")
-        if not final:
+        entry = (summary.get(pool) or {}).get(key)
+        if not entry:
             continue
-        drop = final["family_max_drop"]
+        drop = entry["family_max_drop"]
         worst = (f", worst family {drop['family']} {-drop['drop']:+.2f}"
                  f"{' (surely worse)' if drop['surely_worse'] else ''}" if drop["drop"] > 0
                  else ", no family worse")
-        parts.append(f"{pool} {final['delta']:+.3f} [{final['ci'][0]:+.3f}, "
-                     f"{final['ci'][1]:+.3f}]{worst}")
-    if not parts or summary.get("scores", {}).get("rl-final", {}).get("version") == summary.get(
-            "scores", {}).get("first", {}).get("version"):
-        return None
-    return "carry-over, final vs first champion (by function): " + "; ".join(parts)
+        parts.append(f"{pool} {entry['delta']:+.3f} [{entry['ci'][0]:+.3f}, "
+                     f"{entry['ci'][1]:+.3f}]{worst}")
+    return CARRY_LABELS[key] + "; ".join(parts) if parts else None
 
 
 if __name__ == "__main__":

@@ -207,5 +207,12 @@ def test_the_carry_over_line_names_each_pool_and_its_surely_worse_family():
     assert line.startswith("carry-over, final vs first champion (by function): sealed -0.500 [")
     assert "transfer +0.000 [+0.000, +0.000], no family worse" in line
     assert "guard -0.500 [" in line and "worst family a -1.00 (surely worse)" in line
-    scores["rl-final"] = {**scores["first"]}  # nothing promoted: the final is the first
-    assert carry_over_line(summarise(args, [], scores, tasks, 1.0)) is None
+    # nothing promoted: the final is the first, and the rejected last candidate has its own line
+    scores["rl-last-candidate"] = {**scores["rl-final"], "version": 3}
+    scores["rl-final"] = {**scores["first"]}
+    out = summarise(args, [], scores, tasks, 1.0)
+    assert carry_over_line(out) is None
+    last = carry_over_line(out, "rl-last-candidate")
+    assert last.startswith("carry-over, the last candidate (not promoted) vs the first champion "
+                           "(by function): sealed -0.500 [")
+    assert "worst family a -1.00 (surely worse)" in last
