@@ -281,6 +281,7 @@ def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds:
     out: dict = {
         "cycles": args.cycles, "requests_per_cycle": args.requests, "config": str(args.config),
         "seed": getattr(args, "seed", 0),
+        "workdir": str(getattr(args, "workdir", None) or "") or None,
         "pool_files": {name: str(getattr(args, f"{name}_file", "")) or None
                        for name in ("sealed", *CARRY_POOLS)},
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -429,7 +430,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["RATCHET_TORCH_THREADS"] = str(threads)  # the replicas this run starts
     sealed = read_jsonl(args.sealed_file)
     sealed = sealed[:args.sealed] if args.sealed else sealed
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ratchet-loop-real-"))
+    workdir = args.workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ratchet-loop-real-"))
     from ratchet.console import setup as route_logs
 
     route_logs(workdir / "loop_real.log")  # library chatter to the log file, not the terminal
@@ -442,7 +443,7 @@ def main(argv: list[str] | None = None) -> None:
     def write() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         summary = summarise(args, rows, scores, sealed, time.perf_counter() - t0)
-        args.out.write_text(json.dumps({**summary, "workdir": str(workdir)}, indent=2) + "\n")
+        args.out.write_text(json.dumps(summary, indent=2) + "\n")
 
     arms = {"both": [False] if args.no_placebo else [False, True], "rl": [False],
             "placebo": [True]}[args.arm]
@@ -452,7 +453,7 @@ def main(argv: list[str] | None = None) -> None:
                 on_cycle=write)
         write()
     summary = summarise(args, rows, scores, sealed, time.perf_counter() - t0)
-    summary.update(complete=True, workdir=str(workdir))
+    summary["complete"] = True
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     report(summary, args.out)
     if False in arms:  # the rl arm ran: its store is the one named by the preset

@@ -15,7 +15,7 @@ function's change is its mean over seeds; the bootstrap resamples functions; the
 maximum-drop test flips each function's sign across all seeds at once), per seed and pooled; the
 live signals of each seed's first and last cycle; the placebo's promotions and change; each seed's
 first and final checkpoints with the command that scores them on any suite; and ``goals``, each
-goal of the proof with its figure and whether it was reached.
+target with its figure and whether it was reached.
 
     .venv/bin/python -m bench.loop_real_seeds --seeds 0,1,2 --cycles 4 --units DIR --workdir BASE
     .venv/bin/python -m bench.loop_real_seeds --seeds 0,1,2 --units DIR --pool-only
@@ -34,18 +34,26 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import loop_real as lr  # noqa: E402
-from bench.loop_real import CARRY_POOLS, by_cluster, clusters, paired_delta, say  # noqa: E402
+from bench.loop_real import (  # noqa: E402
+    CARRY_POOLS,
+    _per_family,
+    by_cluster,
+    clusters,
+    paired_delta,
+    say,
+)
 
 ARMS = ("rl", "placebo")
 GOALS = {"sealed_gain": 0.10, "carry_floor": -0.03, "humaneval_floor": -0.02,
          "minutes": 120.0}
-"""The proof's goals, fixed before any multi-seed run: pooled sealed gain >= 0.10 (CI above 0,
+"""The targets a multi-seed run is judged by: pooled sealed gain >= 0.10 (CI above 0,
 and above 0 in every seed); transfer and guard pooled lower bound >= -0.03 with no family surely
 worse; HumanEval pooled lower bound >= -0.02; the whole run within 120 minutes."""
 
@@ -112,14 +120,12 @@ def pooled_families(tasks: list[dict], pairs: list[tuple[list[bool], list[bool]]
     diff = np.concatenate([np.asarray(b, float) - np.asarray(a, float) for a, b in pairs])
     drop = max_drop_test(diff, np.asarray(keys * len(pairs)), fams * len(pairs),
                          candidate=np.concatenate([np.asarray(b, float) for _, b in pairs]))
-    per_family: dict[str, dict] = {}
-    for a, b in pairs:
-        for t, x, y in zip(tasks, a, b, strict=True):
-            f = per_family.setdefault(t["family"], {"tasks": 0, "first": 0, "final": 0})
-            f["tasks"] += 1
-            f["first"] += int(x)
-            f["final"] += int(y)
-    return {"per_family": dict(sorted(per_family.items())),
+    sizes = Counter(t["family"] for t in tasks)
+    first = sum((_per_family(tasks, a) for a, _ in pairs), Counter())
+    final = sum((_per_family(tasks, b) for _, b in pairs), Counter())
+    per_family = {f: {"tasks": n * len(pairs), "first": first[f], "final": final[f]}
+                  for f, n in sorted(sizes.items())}
+    return {"per_family": per_family,
             "family_max_drop": {"family": drop.family, "drop": drop.drop, "p": drop.p_value,
                                 "surely_worse": drop.p_value <= 0.05}}
 
@@ -201,7 +207,7 @@ def pool(summaries: dict[tuple[int, str], dict], pools: dict[str, list[dict]]) -
 
 
 def goals(out: dict, rl: dict, placebo: dict) -> dict:
-    """Each goal of the proof: its figure and whether it was reached (None: not measured)."""
+    """Each target (:data:`GOALS`): its figure and whether it was reached (None: not measured)."""
     p, seeds = out["pooled"], out["per_seed"]
     sealed = p["sealed"]
     g: dict = {"sealed": {
@@ -254,7 +260,7 @@ def report(result: dict) -> None:
                   f"[{e['ci'][0]:+.3f}, {e['ci'][1]:+.3f}]{tail}")
     for name, g in (result.get("goals") or {}).items():
         if isinstance(g, dict) and "reached" in g:
-            print(f"goal {name}: {'reached' if g['reached'] else 'not reached'}")
+            print(f"target {name}: {'reached' if g['reached'] else 'not reached'}")
 
 
 def main(argv: list[str] | None = None) -> None:
