@@ -103,11 +103,16 @@ class RetainAnchor(_Strict):
         "retain_kl is above it the coefficient doubles, below half of it the coefficient halves "
         "(never below kl_coef, never above 1000 x kl_coef). None: kl_coef stays fixed.")
     prompts: int = Field(4, ge=1, le=256, description="Retain prompts sampled per step.")
-    draw: Literal["uniform", "by_group"] = Field(
-        "uniform", description="Which prompts a step samples: uniform over the file's lines, or "
-        "by_group: each value of group_field as often as any other (trainer.retain.RetainDraw).")
+    draw: Literal["uniform", "by_group", "by_kl"] = Field(
+        "uniform", description="Which prompts a step samples: uniform over the file's lines; "
+        "by_group: each value of group_field as often as any other; by_kl: every group once, "
+        "then mostly the groups whose measured KL to the champion is highest "
+        "(trainer.retain.RetainDraw).")
     group_field: str = Field("family", min_length=1, description="The JSONL field that groups "
-                             "retain lines for draw = by_group (a line without it: its own group).")
+                             "retain lines for draw = by_group or by_kl (a line without it: its "
+                             "own group).")
+    explore: float = Field(0.25, ge=0.0, le=1.0, description="draw = by_kl: the share of visits "
+                           "that go to a group at random rather than by its measured KL.")
     max_new_tokens: int = Field(32, ge=1, le=1024, description="Tokens sampled per prompt.")
     temperature: float = Field(1.0, gt=0.0, le=2.0, description="Sampling temperature of the "
                                "retain samples (their log-probs are taken at it).")

@@ -374,7 +374,7 @@ class RLRecipe:
         with ``resample_every == 0``, the champion's completions every step reuses."""
         cfg = self.config.retain
         self.retain_ids: list[list[int]] = []
-        self.retain_samples: list[Sample] = []
+        self.retain_samples: list[tuple[int, Sample]] = []
         self.retain_coef = AdaptiveCoef(cfg.kl_coef, cfg.kl_target)
         if cfg.path is None:
             return
@@ -382,15 +382,19 @@ class RLRecipe:
 
         self.retain_ids = [self.plug.encode_prompt(p) for p in load_prompts(cfg.path)]
         self.retain_draw = RetainDraw(load_groups(cfg.path, cfg.group_field), cfg.draw,
-                                      torch.Generator().manual_seed(self.config.seed + 7919))
+                                      torch.Generator().manual_seed(self.config.seed + 7919),
+                                      explore=cfg.explore)
         self.counts["retain_groups"] = len(self.retain_draw.keys)
         self.counts["retain_prompts"] = len(self.retain_ids)
         if cfg.resample_every == 0:
-            pick = self._retain_pick(min(len(self.retain_ids), 8 * cfg.prompts))
-            self.retain_pool = self._retain_sample(self.ref_plug, pick, seed=self.config.seed)
+            self.retain_pool = self._retain_draw_samples(
+                self.ref_plug, min(len(self.retain_ids), 8 * cfg.prompts), seed=self.config.seed)
 
-    def _retain_pick(self, n: int) -> list[list[int]]:
-        return [self.retain_ids[i] for i in self.retain_draw.pick(n)]
+    def _retain_draw_samples(self, plug: Policy, n: int, *, seed: int) -> list[tuple[int, Sample]]:
+        """``plug``'s completions of ``n`` prompts of the draw, each with its retain index."""
+        picks = self.retain_draw.pick(n)
+        samples = self._retain_sample(plug, [self.retain_ids[i] for i in picks], seed=seed)
+        return [(picks[int(s.group.rsplit("/", 1)[1])], s) for s in samples]
 
     def _retain_sample(self, plug: Policy, prompt_ids: list[list[int]], *,
                        seed: int) -> list[Sample]:
@@ -402,7 +406,8 @@ class RLRecipe:
 
     def _retain_term(self, step: int) -> tuple[Tensor | None, dict[str, float]]:
         """coef * k2 on the retain samples of this step (``trainer.rl.retain_kl_loss``), and its
-        metrics; (None, {}) when the retain set is off."""
+        metrics; (None, {}) when the retain set is off. Each sample's KL goes to the draw
+        (``RetainDraw.observe``)."""
         cfg = self.config.retain
         if not self.retain_ids:
             return None, {}
@@ -410,17 +415,21 @@ class RLRecipe:
             start = (step * cfg.prompts) % len(self.retain_pool)
             self.retain_samples = (self.retain_pool + self.retain_pool)[start:start + cfg.prompts]
         elif step % cfg.resample_every == 0 or not self.retain_samples:
-            self.retain_samples = self._retain_sample(
-                self.plug, self._retain_pick(cfg.prompts), seed=self.config.seed * 100_003 + step)
+            self.retain_samples = self._retain_draw_samples(
+                self.plug, cfg.prompts, seed=self.config.seed * 100_003 + step)
         if not self.retain_samples:
             return None, {}
-        loss, metrics = self._retain_kl(self.retain_samples, grad=True)
+        loss, metrics, row_kl = self._retain_kl([s for _, s in self.retain_samples], grad=True)
+        for (index, _), kl in zip(self.retain_samples, row_kl):
+            self.retain_draw.observe(index, kl)
         metrics["retain_kl_coef"] = self.retain_coef.value
         return self.retain_coef.value * loss, metrics
 
-    def _retain_kl(self, samples: list[Sample], *, grad: bool) -> tuple[Tensor, dict[str, float]]:
+    def _retain_kl(self, samples: list[Sample], *, grad: bool,
+                   ) -> tuple[Tensor, dict[str, float], list[float]]:
         """k2 loss and KL metrics of the policy against the champion on ``samples`` (the router
-        decides for both: no routing is logged for them)."""
+        decides for both: no routing is logged for them), and each sample's KL (its token mean
+        of k1)."""
         batch = self._collate(samples).to(self.device)
         with torch.no_grad(), autocast(self.device, self.config.precision):
             logp_ref, ref = policy_logprobs(self.ref_plug, batch, replay=False,
@@ -429,7 +438,11 @@ class RLRecipe:
         with torch.set_grad_enabled(grad), autocast(self.device, self.config.precision):
             logp, _ = policy_logprobs(self.plug, batch, replay=False, replay_min_ratio=0.0,
                                       prefix=ref.prefix)
-        return rl.retain_kl_loss(logp.float(), logp_ref.float(), batch.resp_mask)
+        loss, metrics = rl.retain_kl_loss(logp.float(), logp_ref.float(), batch.resp_mask)
+        with torch.no_grad():
+            mask = batch.resp_mask.float()
+            k1 = ((logp.float() - logp_ref.float()) * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        return loss, metrics, k1.tolist()
 
     @torch.no_grad()
     def retain_kl_now(self, n_prompts: int, *, seed: int) -> dict[str, float]:
@@ -440,7 +453,7 @@ class RLRecipe:
         samples = self._retain_sample(self.plug, self.retain_ids[:n_prompts], seed=seed)
         if not samples:
             return {}
-        _, m = self._retain_kl(samples, grad=False)
+        _, m, _ = self._retain_kl(samples, grad=False)
         return {"retain_kl": m["retain_kl"], "retain_kl_k3": m["retain_kl_k3"]}
 
     @torch.no_grad()

@@ -3,7 +3,8 @@ them, and the coefficient that keeps their KL to the champion under a budget.
 
 :func:`load_prompts` reads the ``prompt`` of every line of a JSONL task file and
 :func:`load_groups` the group each belongs to; :class:`RetainDraw` picks the prompts a step samples
-(uniformly over prompts, or each group as often as any other);
+(uniformly over prompts, each group as often as any other, or most often the groups whose
+measured KL to the champion is highest);
 :func:`sample_completions` has a policy sample a completion of each prompt (no gradient; under
 LoRA the adapted weights are computed once per call) and turns them into :class:`Sample` rows the
 trainer collates like any other; :class:`AdaptiveCoef` doubles or halves the weight of the term
@@ -63,17 +64,25 @@ class RetainDraw:
     any other, so a group with many lines (a template with many constants) takes most of the
     anchor. ``by_group``: groups are visited in shuffled rounds (every group once per round) and
     each visit takes one of the group's prompts at random, so a group of two lines is anchored as
-    often as one of forty. Both draw from ``generator`` only."""
+    often as one of forty. ``by_kl``: the first round is ``by_group``'s; after it, a visit goes
+    to a group at random with probability ``explore`` and otherwise to a group drawn in
+    proportion to its measured KL (:meth:`observe`: the mean of its last two measurements,
+    negatives as 0), so the anchor goes where the update is moving the policy away from the
+    champion. All draw from ``generator`` only."""
 
-    def __init__(self, groups: list[str], by: str, generator: torch.Generator):
-        if by not in ("uniform", "by_group"):
-            raise ValueError(f"retain draw {by!r}: expected 'uniform' or 'by_group'")
-        self.n, self.by, self.gen = len(groups), by, generator
+    def __init__(self, groups: list[str], by: str, generator: torch.Generator, *,
+                 explore: float = 0.25):
+        if by not in ("uniform", "by_group", "by_kl"):
+            raise ValueError(f"retain draw {by!r}: expected 'uniform', 'by_group' or 'by_kl'")
+        self.n, self.by, self.gen, self.explore = len(groups), by, generator, explore
+        self.group_of = groups
         self.members: dict[str, list[int]] = {}
         for i, g in enumerate(groups):
             self.members.setdefault(g, []).append(i)
         self.keys = list(self.members)
         self.round: list[str] = []
+        self.kl: dict[str, float] = {}
+        self.first_round_left = len(self.keys) if by == "by_kl" else 0
 
     def pick(self, n: int) -> list[int]:
         """Indices of ``n`` prompts (at most the file's count under ``uniform``)."""
@@ -81,18 +90,35 @@ class RetainDraw:
             return torch.randperm(self.n, generator=self.gen)[:n].tolist()
         out = []
         for _ in range(n):
+            m = self.members[self._next_group()]
+            out.append(m[int(torch.randint(len(m), (1,), generator=self.gen))])
+        return out
+
+    def _next_group(self) -> str:
+        if self.by == "by_group" or self.first_round_left > 0:
+            self.first_round_left = max(self.first_round_left - 1, 0)
             if not self.round:
                 order = torch.randperm(len(self.keys), generator=self.gen).tolist()
                 self.round = [self.keys[j] for j in order]
-            m = self.members[self.round.pop()]
-            out.append(m[int(torch.randint(len(m), (1,), generator=self.gen))])
-        return out
+            return self.round.pop()
+        weights = torch.tensor([max(self.kl.get(k, 0.0), 0.0) for k in self.keys])
+        if float(torch.rand((), generator=self.gen)) < self.explore or float(weights.sum()) <= 0:
+            weights = torch.ones(len(self.keys))
+        return self.keys[int(torch.multinomial(weights, 1, generator=self.gen))]
+
+    def observe(self, index: int, kl: float) -> None:
+        """The policy's KL to the champion (nats per token) measured on a sample of prompt
+        ``index``: its group's weight under ``by_kl`` becomes the mean of this and the previous
+        measurement (this one alone the first time)."""
+        g = self.group_of[index]
+        self.kl[g] = kl if g not in self.kl else 0.5 * (self.kl[g] + kl)
 
 
 def sample_completions(plug: Policy, prompt_ids: list[list[int]], *, max_new_tokens: int,
                        temperature: float, seed: int, kind: str = "retain") -> list[Sample]:
     """One completion per prompt sampled by ``plug`` (eval mode, no gradient), as samples with
-    reward 0 (empty completions left out), each cut to the policy's ``max_seq_len``."""
+    reward 0 (empty completions left out), each in group ``{kind}/{position of its prompt}``, cut
+    to the policy's ``max_seq_len``."""
     from torch.nn.utils import parametrize
 
     module = plug.module
@@ -107,11 +133,11 @@ def sample_completions(plug: Policy, prompt_ids: list[list[int]], *, max_new_tok
     finally:
         module.train(was_training)
     samples = []
-    for ids, o in zip(prompt_ids, outs):
+    for i, (ids, o) in enumerate(zip(prompt_ids, outs)):
         if not o.token_ids:
             continue
         s = Sample(list(ids), list(o.token_ids), list(o.logprobs), [], 0.0, kind,
-                   f"{kind}/{len(samples)}", 0, temperature)
+                   f"{kind}/{i}", 0, temperature)
         _fit(s, plug.max_seq_len)
         samples.append(s)
     return samples

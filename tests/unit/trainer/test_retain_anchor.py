@@ -67,8 +67,32 @@ def test_the_group_draw_anchors_a_small_group_as_often_as_a_large_one(tmp_path):
 
     assert share("uniform") < 0.1  # 2 of 43 lines
     assert share("by_group") == pytest.approx(1 / 3, abs=0.01)  # each round visits every group
-    with pytest.raises(ValueError, match="by_family"):
+    with pytest.raises(ValueError, match="by_family.*'by_kl'"):
         RetainDraw(groups, "by_family", torch.Generator())
+
+
+def test_the_kl_draw_visits_every_group_once_then_the_one_that_moved():
+    groups = ["a"] * 10 + ["b"] * 10 + ["c"] * 2
+    draw = RetainDraw(groups, "by_kl", torch.Generator().manual_seed(0), explore=0.25)
+    assert {groups[i] for i in draw.pick(3)} == {"a", "b", "c"}  # the first round: each once
+    for i, kl in ((0, 0.001), (10, 0.0), (20, 0.2)):
+        draw.observe(i, kl)
+    picks = [groups[i] for _ in range(200) for i in draw.pick(4)]
+    # 3/4 of visits by KL (c: 0.2 of 0.201), 1/4 at random (c: 1/3 of them)
+    assert picks.count("c") / len(picks) == pytest.approx(0.75 * 0.2 / 0.201 + 0.25 / 3, abs=0.04)
+    assert picks.count("b") / len(picks) == pytest.approx(0.25 / 3, abs=0.03)
+    draw.observe(20, -0.2)  # the mean of the last two measurements: 0, so c is no longer chased
+    later = [groups[i] for _ in range(200) for i in draw.pick(4)]
+    assert later.count("a") > 0.7 * len(later)
+
+
+def test_the_recipe_feeds_the_measured_kl_back_to_the_draw(setting):
+    recipe, _ = _train(setting, draw="by_kl", group_field="task_id", kl_coef=1.0,
+                       kl_target=None, prompts=4)
+    assert recipe.retain_draw.by == "by_kl"
+    # 6 steps x 4 prompts: each sample's KL reached its group (empty completions aside)
+    assert 0 < len(recipe.retain_draw.kl) <= 24
+    assert any(v != 0.0 for v in recipe.retain_draw.kl.values())
 
 
 @pytest.fixture
