@@ -129,12 +129,12 @@ def test_tuning_dry_run_in_parts_and_the_choice(tmp_path):
     outs = []
     for k in (0, 1):
         out = tmp_path / f"part{k}.json"
-        lu.main(["--tiny", "--tune", "--part", f"{k + 3}/5", "--requests", "4", "--steps", "1",
+        lu.main(["--tiny", "--tune", "--part", f"{k + 3}/6", "--requests", "4", "--steps", "1",
                  "--seeds", "1", "--limit", "2", "--max-new-tokens", "8",
                  "--workdir", str(tmp_path / "w"), "--out", str(out)])
         outs.append(out)
     parts = [json.loads(p.read_text()) for p in outs]
-    assert [a["name"] for a in parts[0]["arms"]] == ["full preset", "full retain budget 0.01"]
+    assert [a["name"] for a in parts[0]["arms"]] == ["full preset", "full replay 0.5"]
     assert set(parts[0]["arms"][0]["pools"]) == {"trained", "guard", "transfer"}
     assert parts[1]["rows"] == parts[0]["rows"] == 4  # the second part reuses the rows
     merged = tmp_path / "tuning.json"
