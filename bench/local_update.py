@@ -38,6 +38,9 @@ applies :func:`choose`, the rule fixed before any sweep ran.
     .venv/bin/python -m bench.local_update --tune --seeds 1 --part 0/2 --out A.json
     .venv/bin/python -m bench.local_update --choose A.json B.json
 
+More seeds of every setting (``--tune --first-seed 1 --seeds 2 --part K/N``) merge the same way:
+the rule takes each setting's mean over its seeds.
+
 Left out: HumanEval, and matching the objective arms at equal retain-set KL.
 """
 
