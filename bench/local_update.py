@@ -581,4 +581,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from runtime.services import unwind_on_sigterm
+
+    unwind_on_sigterm()  # SIGTERM stops the training child too (train_apart), by PID
     main()
