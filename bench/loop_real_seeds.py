@@ -207,7 +207,7 @@ def pool(summaries: dict[tuple[int, str], dict], pools: dict[str, list[dict]]) -
 
 
 def goals(out: dict, rl: dict, placebo: dict) -> dict:
-    """Each target of :data:`GOALS`: its figure and whether the figure meets it (None: no figure)."""
+    """Each target of :data:`GOALS`: its figure and whether it meets it (None: no figure)."""
     p, seeds = out["pooled"], out["per_seed"]
     sealed = p["sealed"]
     g: dict = {"sealed": {
