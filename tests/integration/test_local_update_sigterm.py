@@ -12,23 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.test_serve_cli import _alive
+from tests.integration.test_services import _children
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _children(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True,
-                         text=True).stdout
-    return [int(x) for x in out.split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _is_trainer(pid: int) -> bool:
