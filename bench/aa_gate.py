@@ -8,7 +8,8 @@ get rolled back?
 (``GateConfig()``) on the target suite's gates, fed sign-flip nulls resampled from recorded
 per-prompt verdicts of real candidate/champion pairs (:func:`recorded_pairs`), sign-symmetric
 nulls at 16/25/34% churn, boundary nulls of the shorter-answers route, and planted gains
-(+0.05 on the toy preset's 724 clusters, +0.10 on the real suites' 162/191/244). Keys:
+(+0.05 on the toy preset's 724 clusters, +0.10 on the real suites' 162/191/244) at fixed churn
+and at the churn real candidates were measured to have (:func:`measured_churn`). Keys:
 ``false_promotion_rate``, ``upper95``, ``decisions``, ``power_at``.
 
 **Model nulls** (``--part gate``, written under ``model_nulls``): null candidates of the
@@ -278,6 +279,24 @@ REAL_CLUSTERS = (162, 191, 244)
 pool (191 functions, 291 tasks) and the transfer pool (244)."""
 
 
+MEASURED_REAL = ("local_update_arms.json", "local_update_chosen.json", "local_update_bykl.json",
+                 "local_update_family8.json")
+"""Results of real SmolLM2 candidates scored on the 162-function sealed pool (the trained
+families' held functions: the gate pool's shape), one entry per distinct candidate."""
+
+
+def measured_churn(pairs: list[dict]) -> dict[str, list[float]]:
+    """The churn real candidates show, for power at the shape they have: ``real``, the
+    discordant share of each SmolLM2 candidate of :data:`MEASURED_REAL` on the sealed pool;
+    ``toy``, the churn of the recorded toy pairs that are not placebos (:func:`recorded_pairs`)."""
+    real = []
+    for name in MEASURED_REAL:
+        for arm in json.loads((ROOT / "bench/results" / name).read_text())["arms"]:
+            real.append(float(arm["pools"]["sealed"]["discordant_share"]))
+    toy = [p["churn"] for p in pairs if p["name"].startswith("toy") and "placebo" not in p["name"]]
+    return {"real": real, "toy": toy}
+
+
 def recorded_pairs() -> list[dict]:
     """Real candidate/champion pairs with per-prompt greedy verdicts: the toy learning runs
     (bench/results/learning_lazy_runs.jsonl, learning_runs.jsonl: every arm and seed against the
@@ -428,14 +447,13 @@ def run_nulls_part(args) -> dict:
         boundary.append({"churn": churn, "promoted": _decide(config, champ, cand, rng,
                                                              token_saving=0.2)})
     power = {}
+    a_primary = config.error_control.alpha * (1.0 - config.improvement.shorter_route_share)
     for label, clusters, gain in (("+0.05 toy", TOY_CLUSTERS, 0.05),
                                   *((f"+0.10 real ({c} clusters)", c, 0.10)
                                     for c in REAL_CLUSTERS)):
         for churn in (0.16, 0.25, 0.34):
             hits = sum(_decide(config, *planted(clusters, churn, gain, rng), rng)
                        for _ in range(args.power_decisions))
-            a_primary = config.error_control.alpha * (
-                1.0 - config.improvement.shorter_route_share)
             power[f"{label}, churn {churn:.2f}"] = {
                 "gain": gain, "clusters": clusters, "churn": churn,
                 "decisions": args.power_decisions, "promoted": hits,
@@ -444,6 +462,24 @@ def run_nulls_part(args) -> dict:
                                                      (churn - gain) / 2, a_primary)}
         print(f"power {label}: {[round(v['power'], 2) for k, v in power.items() if label in k]}"
               f", {time.perf_counter() - t0:.0f} s", flush=True)
+    measured = measured_churn(pairs)
+    for label, clusters, gain, churns in (
+            ("+0.05 toy", TOY_CLUSTERS, 0.05, measured["toy"]),
+            (f"+0.10 real ({REAL_CLUSTERS[0]} clusters)", REAL_CLUSTERS[0], 0.10,
+             measured["real"])):
+        # each decision at the churn of one measured candidate (at least the gain: a candidate
+        # that gains g changes at least g of the verdicts)
+        draws = [max(gain, churns[i % len(churns)]) for i in range(3 * args.power_decisions)]
+        hits = sum(_decide(config, *planted(clusters, c, gain, rng), rng) for c in draws)
+        power[f"{label}, measured churn"] = {
+            "gain": gain, "clusters": clusters, "churn": churns,
+            "churn_mean": float(np.mean(churns)), "decisions": len(draws), "promoted": hits,
+            "power": hits / len(draws),
+            "exact_mcnemar_power": float(np.mean([
+                mcnemar_power(clusters, (c + gain) / 2, (c - gain) / 2, a_primary)
+                for c in draws]))}
+        print(f"power {label}, measured churn (mean {np.mean(churns):.3f}): "
+              f"{hits / len(draws):.2f}, {time.perf_counter() - t0:.0f} s", flush=True)
     n = len(nulls)
     fp = sum(x["promoted"] for x in nulls)
     nb = len(boundary)
@@ -470,6 +506,9 @@ def run_nulls_part(args) -> dict:
         "power_at": {"+0.05 toy": power["+0.05 toy, churn 0.25"]["power"],
                      "+0.10 real": power[f"+0.10 real ({REAL_CLUSTERS[0]} clusters), churn "
                                          "0.25"]["power"],
+                     "+0.05 toy, measured churn": power["+0.05 toy, measured churn"]["power"],
+                     "+0.10 real, measured churn": power[
+                         f"+0.10 real ({REAL_CLUSTERS[0]} clusters), measured churn"]["power"],
                      "detail": power},
         "bootstrap_resamples": args.resamples,
         "seconds": round(time.perf_counter() - t0, 1),
