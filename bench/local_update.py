@@ -140,6 +140,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tune", action="store_true",
                    help="run the SWEEP settings on the tuning draw (not the pools)")
     p.add_argument("--part", type=_part, default=(0, 1), help="K/N: every N-th SWEEP setting")
+    p.add_argument("--keep-weights", action="store_true",
+                   help="with --tune, keep each candidate's weights once it is scored (by "
+                   "default a tuning candidate keeps only its train metrics: ~1.4 GB each)")
     p.add_argument("--settings", type=_choices(tuple(n for n, _ in SWEEP)), default=None,
                    help="comma list of SWEEP settings to run on the pools (instead of the grid) "
                    "or, with --tune, on the tuning draw (instead of --part)")
@@ -527,7 +530,8 @@ def run(args: argparse.Namespace) -> dict:
             slug = arm["name"].replace("/", "_").replace(" ", "-")
             out = workdir / ("tuning" if args.tune else "candidates") / slug / f"seed{seed}"
             metrics_file = out / TRAIN_METRICS
-            if metrics_file.is_file():  # trained before (a run that stopped): scored, not retrained
+            if metrics_file.is_file() and any(out.glob("*.safetensors")):
+                # trained before (a run that stopped): scored, not retrained
                 say(f"arm {arm['name']} seed {seed}: trained already, scoring {out}")
                 metrics = json.loads(metrics_file.read_text())
             else:
@@ -543,10 +547,19 @@ def run(args: argparse.Namespace) -> dict:
                                                   "train_seconds") if k in metrics},
                 "pools": {k: compare(pools[k], base_scores[k], scores[k]) for k in pools}})
             write(result, args.out)
+            if args.tune and not args.keep_weights:
+                drop_weights(out)
     result["complete"] = True
     result["seconds"] = time.perf_counter() - t0
     write(result, args.out)
     return result
+
+
+def drop_weights(candidate: Path) -> None:
+    """A scored tuning candidate's weight files go (its figures are in the result file, a rerun
+    skips it); its train metrics and configs stay."""
+    for f in candidate.glob("*.safetensors"):
+        f.unlink()
 
 
 def write(result: dict, out: Path) -> None:

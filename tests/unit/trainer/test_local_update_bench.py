@@ -135,6 +135,9 @@ def test_tuning_dry_run_in_parts_and_the_choice(tmp_path):
         outs.append(out)
     parts = [json.loads(p.read_text()) for p in outs]
     assert [a["name"] for a in parts[0]["arms"]] == ["full preset", "full replay 0.5"]
+    scored = tmp_path / "w" / "tiny" / "tuning" / "full-preset" / "seed0"
+    assert (scored / lu.TRAIN_METRICS).is_file()
+    assert not list(scored.glob("*.safetensors"))  # a scored tuning candidate keeps no weights
     assert set(parts[0]["arms"][0]["pools"]) == {"trained", "guard", "transfer"}
     assert parts[1]["rows"] == parts[0]["rows"] == 4  # the second part reuses the rows
     merged = tmp_path / "tuning.json"
