@@ -39,7 +39,9 @@ applies :func:`choose`, the rule fixed before any sweep ran.
     .venv/bin/python -m bench.local_update --choose A.json B.json
 
 More seeds of every setting (``--tune --first-seed 1 --seeds 2 --part K/N``) merge the same way:
-the rule takes each setting's mean over its seeds.
+the rule takes each setting's mean over its seeds. A tuning candidate's weights (~1.4 GB for the
+SmolLM2 preset) are deleted once its figures are written (``--keep-weights`` keeps them); pool
+candidates are kept for ``ratchet gates compare``.
 
 Left out: HumanEval, and matching the objective arms at equal retain-set KL.
 """
