@@ -97,6 +97,16 @@ the preset has since. The order spreads LoRA settings over both halves of ``--pa
 last four (the chosen budget with the retain draw by family, then by measured KL,
 ``trainer.retain.RetainDraw``) came after that sweep and run through ``--tune --settings``; one
 rule judges all."""
+SWEEP_BASE = {"lr": 5e-5, "retain_kl_target": 0.02, "replay_share": 0.25}
+"""The preset's trainer when the sweep first ran, under every SWEEP setting: a setting means the
+same training whenever it runs, though the preset has since taken the chosen budget (0.01)."""
+
+
+def setting_overrides(overrides: dict) -> dict:
+    """A SWEEP setting's changes on top of :data:`SWEEP_BASE`."""
+    return {**SWEEP_BASE, **overrides}
+
+
 COLLATERAL_FLOOR = -0.02
 """:func:`choose`'s floor on the change of the tuning draw's guard and transfer sides."""
 
@@ -519,7 +529,8 @@ def run(args: argparse.Namespace) -> dict:
     for arm in arms(args):
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             if "overrides" in arm:
-                cfg = sweep_config(preset.trainer, arm["overrides"], seed=seed, steps=args.steps)
+                cfg = sweep_config(preset.trainer, setting_overrides(arm["overrides"]),
+                                   seed=seed, steps=args.steps)
             else:
                 cfg = trainer_config(preset.trainer, arm, seed=seed, steps=args.steps,
                                      lora_lr=args.lora_lr)

@@ -203,3 +203,18 @@ def test_the_bench_keeps_deepspeeds_accelerator_guess_off_its_output(tmp_path):
         cwd=lu.ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Setting accelerator to CPU" not in out.stdout + out.stderr
+
+
+def test_a_sweep_setting_trains_the_same_whatever_the_preset_became():
+    """The preset took the chosen retain budget (0.01) after the sweep's first seed ran; a
+    setting that names no budget still trains at the sweep's 0.02 on later seeds."""
+    base = load_config(lu.CONFIG, check_paths=False).trainer
+    assert base.retain.kl_target == 0.01  # the preset today
+    sweep = dict(lu.SWEEP)
+    for name in ("full preset", "full lr 2.5e-5", "lora r8 lr 5e-4", "full replay 0.5"):
+        cfg = lu.sweep_config(base, lu.setting_overrides(sweep[name]), seed=1)
+        assert cfg.retain.kl_target == 0.02, name
+    assert lu.sweep_config(base, lu.setting_overrides(sweep["full replay 0.5"]),
+                           seed=1).replay.share == 0.5
+    chosen = lu.sweep_config(base, lu.setting_overrides(sweep["full retain budget 0.01"]), seed=1)
+    assert (chosen.retain.kl_target, chosen.lr, chosen.replay.share) == (0.01, 5e-5, 0.25)
