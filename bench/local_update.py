@@ -90,10 +90,10 @@ SWEEP: tuple[tuple[str, dict], ...] = (
     ("full retain by kl 8 prompts", {"retain_kl_target": 0.01, "retain_draw": "by_kl",
                                      "retain_prompts": 8}),
 )
-"""The tuning sweep: each setting changes the preset's trainer only where it says. When the sweep
-of bench/results/local_update_tuning.json ran the preset was top-8 layers, token_clip, 16 steps,
-lr 5e-5, retain budget 0.02 nats/token, replay 25%; the sweep chose the retain budget 0.01, which
-the preset has since. The order spreads LoRA settings over both halves of ``--part k/2``. The
+"""The tuning sweep: each setting changes the preset's trainer, on :data:`SWEEP_BASE`, only where it
+says. When the sweep of bench/results/local_update_tuning.json ran the preset was top-8 layers,
+token_clip, 16 steps, lr 5e-5, retain budget 0.02 nats/token, replay 25%; the sweep chose the
+retain budget 0.01, which the preset has since. The order spreads LoRA settings over both halves of ``--part k/2``. The
 last four (the chosen budget with the retain draw by family, then by measured KL,
 ``trainer.retain.RetainDraw``) came after that sweep and run through ``--tune --settings``; one
 rule judges all."""
