@@ -93,10 +93,10 @@ SWEEP: tuple[tuple[str, dict], ...] = (
 """The tuning sweep: each setting changes the preset's trainer, on :data:`SWEEP_BASE`, only where it
 says. When the sweep of bench/results/local_update_tuning.json ran the preset was top-8 layers,
 token_clip, 16 steps, lr 5e-5, retain budget 0.02 nats/token, replay 25%; the sweep chose the
-retain budget 0.01, which the preset has since. The order spreads LoRA settings over both halves of ``--part k/2``. The
-last four (the chosen budget with the retain draw by family, then by measured KL,
-``trainer.retain.RetainDraw``) came after that sweep and run through ``--tune --settings``; one
-rule judges all."""
+retain budget 0.01, which the preset has since. The order spreads LoRA settings over both
+halves of ``--part k/2``. The last four (the chosen budget with the retain draw by family, then
+by measured KL, ``trainer.retain.RetainDraw``) came after that sweep and run through ``--tune
+--settings``; one rule judges all."""
 SWEEP_BASE = {"lr": 5e-5, "retain_kl_target": 0.02, "replay_share": 0.25}
 """The preset's trainer when the sweep first ran, under every SWEEP setting: a setting means the
 same training whenever it runs, though the preset has since taken the chosen budget (0.01)."""
