@@ -401,6 +401,19 @@ def planted(n_clusters: int, churn: float, gain: float, rng, base: float = 0.5):
     return champ, cand
 
 
+def _power(config, clusters: int, gain: float, churns: list[float], rng, level: float) -> dict:
+    """Planted gains of ``gain``, one decision per entry of ``churns``: the share promoted, and
+    the exact McNemar power at ``level`` averaged over the same churns."""
+    import numpy as np
+
+    from gating.stats import mcnemar_power
+
+    hits = sum(_decide(config, *planted(clusters, c, gain, rng), rng) for c in churns)
+    return {"decisions": len(churns), "promoted": hits, "power": hits / len(churns),
+            "exact_mcnemar_power": float(np.mean([
+                mcnemar_power(clusters, (c + gain) / 2, (c - gain) / 2, level) for c in churns]))}
+
+
 def _rate(decisions: list[dict]) -> dict:
     from gating.stats import clopper_pearson_upper
 
@@ -415,7 +428,7 @@ def run_nulls_part(args) -> dict:
     import numpy as np
 
     from gating.config import GateConfig
-    from gating.stats import clopper_pearson_upper, mcnemar_power
+    from gating.stats import clopper_pearson_upper
 
     config = GateConfig.model_validate({"bootstrap": {"n_resamples": args.resamples}})
     rng = np.random.default_rng(args.seed)
@@ -452,14 +465,9 @@ def run_nulls_part(args) -> dict:
                                   *((f"+0.10 real ({c} clusters)", c, 0.10)
                                     for c in REAL_CLUSTERS)):
         for churn in (0.16, 0.25, 0.34):
-            hits = sum(_decide(config, *planted(clusters, churn, gain, rng), rng)
-                       for _ in range(args.power_decisions))
             power[f"{label}, churn {churn:.2f}"] = {
                 "gain": gain, "clusters": clusters, "churn": churn,
-                "decisions": args.power_decisions, "promoted": hits,
-                "power": hits / args.power_decisions,
-                "exact_mcnemar_power": mcnemar_power(clusters, (churn + gain) / 2,
-                                                     (churn - gain) / 2, a_primary)}
+                **_power(config, clusters, gain, [churn] * args.power_decisions, rng, a_primary)}
         print(f"power {label}: {[round(v['power'], 2) for k, v in power.items() if label in k]}"
               f", {time.perf_counter() - t0:.0f} s", flush=True)
     measured = measured_churn(pairs)
@@ -470,16 +478,12 @@ def run_nulls_part(args) -> dict:
         # each decision at the churn of one measured candidate (at least the gain: a candidate
         # that gains g changes at least g of the verdicts)
         draws = [max(gain, churns[i % len(churns)]) for i in range(3 * args.power_decisions)]
-        hits = sum(_decide(config, *planted(clusters, c, gain, rng), rng) for c in draws)
+        point = _power(config, clusters, gain, draws, rng, a_primary)
         power[f"{label}, measured churn"] = {
             "gain": gain, "clusters": clusters, "churn": churns,
-            "churn_mean": float(np.mean(churns)), "decisions": len(draws), "promoted": hits,
-            "power": hits / len(draws),
-            "exact_mcnemar_power": float(np.mean([
-                mcnemar_power(clusters, (c + gain) / 2, (c - gain) / 2, a_primary)
-                for c in draws]))}
+            "churn_mean": float(np.mean(churns)), **point}
         print(f"power {label}, measured churn (mean {np.mean(churns):.3f}): "
-              f"{hits / len(draws):.2f}, {time.perf_counter() - t0:.0f} s", flush=True)
+              f"{point['power']:.2f}, {time.perf_counter() - t0:.0f} s", flush=True)
     n = len(nulls)
     fp = sum(x["promoted"] for x in nulls)
     nb = len(boundary)
