@@ -31,7 +31,8 @@ with ``--seeds`` splits the seeds over processes, whose files ``--choose`` merge
 LoRA and its rank, the retain-KL budget, the replay share), each trained on rows sampled from the
 tuning draw's traffic (``tasks.pyfuncs.tuning_draw``: the train pool without a third of each
 trained family's functions) and scored on that draw's held-out sides only (``trained``,
-``guard``, ``transfer``), which share no function with any pool that scores. ``--part K/N``
+``guard``, ``transfer``, ``outside``), which share no function with any pool that scores.
+``--part K/N``
 runs every N-th setting (two processes on two cores); ``--choose FILE...`` merges the parts and
 applies :func:`choose`, the rule fixed before any sweep ran.
 
@@ -42,6 +43,11 @@ More seeds of every setting (``--tune --first-seed 1 --seeds 2 --part K/N``) mer
 the rule takes each setting's mean over its seeds. A tuning candidate's weights (~1.4 GB for the
 SmolLM2 preset) are deleted once its figures are written (``--keep-weights`` keeps them); pool
 candidates are kept for ``ratchet gates compare``.
+
+``--rescore FILE... --sides outside`` scores the candidates of earlier result files (tuning or
+pool runs) on tuning-draw sides they were not scored on, where their weights are still kept: a
+tuning file gains the sides in each entry's ``pools`` (and its choice is made again), a pool
+file in each entry's ``tuning_draw``.
 
 Left out: HumanEval, and matching the objective arms at equal retain-set KL.
 """
@@ -108,7 +114,10 @@ def setting_overrides(overrides: dict) -> dict:
 
 
 COLLATERAL_FLOOR = -0.02
-""":func:`choose`'s floor on the change of the tuning draw's guard and transfer sides."""
+""":func:`choose`'s floor on the change of each collateral side of the tuning draw."""
+TUNING_SIDES = ("trained", "guard", "transfer", "outside")
+"""The tuning draw's scored sides (``tasks.pyfuncs.tuning_draw``); all but ``trained`` are
+collateral."""
 
 
 def say(msg: str) -> None:
@@ -163,6 +172,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--choose", type=Path, nargs="+", default=None,
                    help="merge the files of parts of one run and write --out (default for "
                    "tuning parts: bench/results/local_update_tuning.json, with the choice)")
+    p.add_argument("--rescore", type=Path, nargs="+", default=None,
+                   help="result files whose kept candidates to score on the tuning draw's "
+                   "--sides they lack (written back in place)")
+    p.add_argument("--sides", type=_choices(TUNING_SIDES), default=["outside"],
+                   help="with --rescore: the tuning-draw sides to add")
     a = p.parse_args(argv)
     if a.seeds < 1 or a.requests < 1 or a.limit < 0 or (a.steps is not None and a.steps < 1):
         p.error("--seeds, --requests, --steps must be >= 1 and --limit >= 0")
@@ -246,12 +260,18 @@ def sweep_config(base, overrides: dict, *, seed: int, steps: int | None = None):
 
 
 def choose(entries: list[dict]) -> dict:
-    """The rule, fixed before the sweep ran: a setting is admissible when the change on the
-    tuning draw's ``guard`` and ``transfer`` sides is each at least :data:`COLLATERAL_FLOOR`
-    (mean over seeds); the chosen one has the largest mean change on the ``trained`` side (ties:
-    the lower KL to the champion on traffic). With none admissible, the one whose worse
-    collateral change is highest. Returns the per-setting means, the admissible names and the
-    choice."""
+    """The rule, fixed before the sweep ran: a setting is admissible when the change on each
+    collateral side of the tuning draw (``guard`` and ``transfer``; ``outside`` too since
+    2026-11-28 21:30 UTC, before any candidate was scored there) is at least
+    :data:`COLLATERAL_FLOOR` (mean over seeds); the chosen one has the largest mean change on the
+    ``trained`` side (ties: the lower KL to the champion on traffic). With none admissible, the
+    one whose worst collateral change is highest. Every entry must be scored on the same sides.
+    Returns the per-setting means, the admissible names and the choice."""
+    sides = [s for s in TUNING_SIDES if s in entries[0]["pools"]]
+    if any([s for s in TUNING_SIDES if s in e["pools"]] != sides for e in entries):
+        raise ValueError("tuning entries scored on different sides: rescore them first "
+                         "(--rescore)")
+    collateral = [s for s in sides if s != "trained"]
     by: dict[str, list[dict]] = {}
     for e in entries:
         by.setdefault(e["name"], []).append(e)
@@ -261,24 +281,25 @@ def choose(entries: list[dict]) -> dict:
 
     table = {}
     for name, es in by.items():
-        row = {side: mean([e["pools"][side]["delta"] for e in es])
-               for side in ("trained", "guard", "transfer")}
+        row = {side: mean([e["pools"][side]["delta"] for e in es]) for side in sides}
         row["kl_traffic"] = mean([e["train"].get("kl_theta_ref_k3_final", 0.0) for e in es])
         row["seeds"] = len(es)
         table[name] = row
-    admissible = [n for n, r in table.items()
-                  if min(r["guard"], r["transfer"]) >= COLLATERAL_FLOOR]
+    def worst(name: str) -> float:
+        return min(table[name][s] for s in collateral)
+
+    admissible = [n for n in table if worst(n) >= COLLATERAL_FLOOR]
     if admissible:
         chosen = max(admissible, key=lambda n: (round(table[n]["trained"], 9),
                                                 -table[n]["kl_traffic"]))
     else:
-        chosen = max(table, key=lambda n: min(table[n]["guard"], table[n]["transfer"]))
+        chosen = max(table, key=worst)
     return {"settings": table, "admissible": admissible, "chosen": chosen,
             "overrides": dict(SWEEP).get(chosen),
-            "rule": f"admissible: mean change on the tuning guard and transfer sides each >= "
-                    f"{COLLATERAL_FLOOR}; chosen: the admissible setting with the largest mean "
-                    f"change on the tuning trained side (ties: lower traffic KL); none "
-                    f"admissible: the highest worse-collateral change"}
+            "rule": f"admissible: mean change on the tuning {' and '.join(collateral)} sides "
+                    f"each >= {COLLATERAL_FLOOR}; chosen: the admissible setting with the largest "
+                    f"mean change on the tuning trained side (ties: lower traffic KL); none "
+                    f"admissible: the highest worst-collateral change"}
 
 
 def merge(paths: list[Path], out: Path) -> dict:
@@ -503,7 +524,7 @@ def run(args: argparse.Namespace) -> dict:
                               max_new_tokens=sim.max_tokens, seed=0)
         pq.write_table(rows, cached)
     if args.tune:
-        pools = {side: draw[side] for side in ("trained", "guard", "transfer")}
+        pools = {side: draw[side] for side in TUNING_SIDES}
     else:
         pools = {name: read_jsonl(POOLS[name]) for name in args.pools}
     if args.limit:
@@ -540,8 +561,7 @@ def run(args: argparse.Namespace) -> dict:
             if (arm["name"], seed) in done:
                 say(f"arm {arm['name']} seed {seed}: in {args.out} already")
                 continue
-            slug = arm["name"].replace("/", "_").replace(" ", "-")
-            out = workdir / ("tuning" if args.tune else "candidates") / slug / f"seed{seed}"
+            out = candidate_dir(workdir, arm["name"], seed, tune=args.tune)
             metrics_file = out / TRAIN_METRICS
             if metrics_file.is_file() and any(out.glob("*.safetensors")):
                 # trained before (a run that stopped): scored, not retrained
@@ -568,6 +588,51 @@ def run(args: argparse.Namespace) -> dict:
     return result
 
 
+def candidate_dir(workdir: Path, name: str, seed: int, *, tune: bool) -> Path:
+    """Where a run saves the candidate of setting or arm ``name`` and trainer ``seed``."""
+    slug = name.replace("/", "_").replace(" ", "-")
+    return workdir / ("tuning" if tune else "candidates") / slug / f"seed{seed}"
+
+
+def rescore(args: argparse.Namespace) -> dict[str, list[str]]:
+    """Each candidate of the result files ``args.rescore`` scored on the tuning draw's
+    ``args.sides`` it lacks, where its weights are still kept; every file is written back after
+    each candidate (a tuning file's entries gain the sides in ``pools`` and its choice is made
+    again once every entry has them; a pool file's in ``tuning_draw``). Returns, per file, the
+    entries left without them (weights gone)."""
+    from tasks.pyfuncs import tuning_draw
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    workdir = args.workdir / ("tiny" if args.tiny else "real")
+    draw = tuning_draw()
+    sides = {side: draw[side][:args.limit or None] for side in args.sides}
+    base = champion_scores(workdir / "champion", sides, args, workdir)
+    left: dict[str, list[str]] = {}
+    for path in args.rescore:
+        result = json.loads(path.read_text())
+        tune = bool(result.get("tune"))
+        for entry in result["arms"]:
+            held = entry["pools"] if tune else entry.setdefault("tuning_draw", {})
+            missing = [side for side in sides if side not in held]
+            out = candidate_dir(workdir, entry["name"], entry["seed"], tune=tune)
+            if not missing:
+                continue
+            if not any(out.glob("*.safetensors")):
+                left.setdefault(str(path), []).append(f"{entry['name']} seed {entry['seed']}")
+                continue
+            say(f"{path.name}: {entry['name']} seed {entry['seed']} on {', '.join(missing)}")
+            scores = score(out, {side: sides[side] for side in missing}, args)
+            held.update({side: compare(sides[side], base[side], scores[side])
+                         for side in missing})
+            if tune and all(set(sides) <= set(e["pools"]) for e in result["arms"]):
+                result["choice"] = choose(result["arms"])
+            write(result, path)
+    return left
+
+
 def drop_weights(candidate: Path) -> None:
     """A scored tuning candidate's weight files go (its figures are in the result file, a rerun
     skips it); its train metrics and configs stay."""
@@ -585,6 +650,11 @@ def main(argv: list[str] | None = None) -> None:
 
     quiet_accelerator_guess()
     args = parse_args(argv)
+    if args.rescore:
+        for path, names in rescore(args).items():
+            say(f"{path}: weights gone, not rescored: {'; '.join(names)}")
+        say(f"rescored {', '.join(str(p) for p in args.rescore)}")
+        return
     if args.choose:
         tune = json.loads(args.choose[0].read_text()).get("tune")
         out = TUNING if tune and args.out == RESULTS else args.out

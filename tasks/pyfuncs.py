@@ -1010,6 +1010,27 @@ def write_pools(calibrations: Path | Sequence[Path] = CALIBRATIONS, out_dir: Pat
 
 TUNING_SHARE = 1 / 3
 """Share of each trained family's train-pool functions the tuning draw holds out of traffic."""
+OUTSIDE_FUNCTIONS = 12
+"""Functions of each family on the tuning draw's ``outside`` side (and at least
+:data:`OUTSIDE_MIN_TASKS` prompts a family, so that a one-function family is asked more than
+once)."""
+OUTSIDE_MIN_TASKS = 4
+
+
+def outside_families(records: Sequence[dict], role: dict[str, list[str]]) -> list[str]:
+    """The calibrated families no pool uses (neither trained, held out for transfer nor guard)
+    whose greedy calibration passed at least one prompt, in calibration order. They sit beside
+    the pools' families (``filter_below`` beside the guard family ``sum_below``, ``min_list``
+    beside the trained ``max_list``, ``filter_between`` beside ``sum_between``), so an update
+    that carries the traffic's idioms into neighbouring prompts shows there, on functions no
+    report scores."""
+    used = {f for side in ("trained", "transfer", "guard") for f in role.get(side, [])}
+    out: list[str] = []
+    for r in records:
+        for fam, rec in r.get("families", {}).items():
+            if fam in BY_FAMILY and fam not in used and fam not in out and rec["pass1_greedy"] > 0:
+                out.append(fam)
+    return out
 
 
 def tuning_draw(out_dir: Path = DATA, *, per_family: int = 24) -> dict[str, list[dict]]:
@@ -1024,12 +1045,16 @@ def tuning_draw(out_dir: Path = DATA, *, per_family: int = 24) -> dict[str, list
     - ``guard``: the guard families' constants beyond the guard and retain pools (up to
       ``per_family`` each): collateral on what the model already solves;
     - ``transfer``: the held-out families' constants beyond the transfer pool (up to
-      ``per_family`` each): carry-over to families never trained.
+      ``per_family`` each): carry-over to families never trained;
+    - ``outside``: the families no pool uses that the model passed in calibration
+      (:func:`outside_families`; up to :data:`OUTSIDE_FUNCTIONS` functions each): collateral
+      next to what the traffic trains, where the pools' small guard families have no spare
+      function to show it.
 
     Read from the pool files and manifest under ``out_dir`` and re-derived with their seed and
     split sizes; raises if a drawn function is in a scoring pool. The guard and transfer sides
-    hold only the families with spare constants (their small families have none), so they are
-    a narrower view of collateral than the report's pools."""
+    hold only the families with spare constants (their small families have none); the
+    ``outside`` side stands in for those with their neighbours."""
     from tasks.jsonl_suite import cluster_key
 
     out_dir = Path(out_dir)
@@ -1061,16 +1086,26 @@ def tuning_draw(out_dir: Path = DATA, *, per_family: int = 24) -> dict[str, list
                               skip=skip)
 
     guard_used = 8 + 40  # split_pools' guard_functions + max_functions
+    records = [json.loads(p.read_text()) for p in CALIBRATIONS
+               if p.name in manifest.get("calibrations", ()) and p.is_file()]
+
+    def outside(fam: str) -> list[PyTask]:
+        ks = constants(BY_FAMILY[fam])
+        random.Random(f"{seed}/outside/{fam}").shuffle(ks)
+        return function_tasks(BY_FAMILY[fam], ks[:OUTSIDE_FUNCTIONS], "tune", seed=seed,
+                              skip=skip, min_tasks=OUTSIDE_MIN_TASKS)
+
     draw = {
         "traffic": [t for t in per_pool["train"] if cluster_key(t) not in held],
         "trained": [by_function[f][0] for f in sorted(held)]
         + [t.to_json() for f in role["trained"] for t in spare(f, trained_n.get(f, 0))],
         "guard": [t.to_json() for f in role["guard"] for t in spare(f, guard_used)],
         "transfer": [t.to_json() for f in role["transfer"] for t in spare(f, 40)],
+        "outside": [t.to_json() for f in outside_families(records, role) for t in outside(f)],
     }
     scoring = {cluster_key(t) for name in ("gate", "sealed", "transfer", "guard", "retain")
                for t in per_pool[name]}
-    for name in ("trained", "guard", "transfer"):
+    for name in ("trained", "guard", "transfer", "outside"):
         clash = scoring & {cluster_key(t) for t in draw[name]}
         if clash:
             raise ValueError(f"tuning draw {name} shares functions with the pools: "

@@ -208,3 +208,24 @@ def test_tuning_draw_is_disjoint_by_function_from_every_pool_that_scores(shipped
     assert {t["family"] for t in draw["guard"]} <= set(roles["guard"])
     assert {t["family"] for t in draw["transfer"]} <= set(roles["transfer"])
     assert tuning_draw() == draw  # deterministic
+
+
+def test_tuning_draw_has_an_outside_side_of_neighbour_families_no_pool_uses(shipped):
+    from tasks.pyfuncs import OUTSIDE_FUNCTIONS, OUTSIDE_MIN_TASKS, tuning_draw
+
+    outside = tuning_draw()["outside"]
+    roles = json.loads((DATA / MANIFEST).read_text())["roles"]
+    pooled = {f for side in ("trained", "transfer", "guard") for f in roles[side]}
+    families = {t["family"] for t in outside}
+    assert not families & pooled
+    # the neighbours of the families that broke: "less than k" (sum_below), the smallest
+    # (max_list, at_most), "between, inclusive" (sum_between)
+    assert {"filter_below", "min_list", "filter_between"} <= families
+    scored = {t["function"] for name in ("gate", "sealed", "transfer", "guard", "retain")
+              for t in shipped[name]}
+    assert not {t["function"] for t in outside} & scored
+    for fam in families:
+        tasks = [t for t in outside if t["family"] == fam]
+        assert len({t["function"] for t in tasks}) <= OUTSIDE_FUNCTIONS
+        assert len(tasks) >= OUTSIDE_MIN_TASKS, fam
+    assert len(outside) >= 60 and len({t["task_id"] for t in outside}) == len(outside)

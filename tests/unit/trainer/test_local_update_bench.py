@@ -104,10 +104,12 @@ def test_each_sweep_setting_changes_only_what_it_names():
     assert all(sum(a["overrides"].get("scope") == "lora" for a in h) == 2 for h in halves)
 
 
-def _entry(name, trained, guard, transfer, kl=0.05):
-    return {"name": name, "train": {"kl_theta_ref_k3_final": kl},
-            "pools": {"trained": {"delta": trained}, "guard": {"delta": guard},
-                      "transfer": {"delta": transfer}}}
+def _entry(name, trained, guard, transfer, kl=0.05, outside=None):
+    pools = {"trained": {"delta": trained}, "guard": {"delta": guard},
+             "transfer": {"delta": transfer}}
+    if outside is not None:
+        pools["outside"] = {"delta": outside}
+    return {"name": name, "train": {"kl_theta_ref_k3_final": kl}, "pools": pools}
 
 
 def test_the_choice_rule_by_hand():
@@ -125,6 +127,43 @@ def test_the_choice_rule_by_hand():
     assert none["admissible"] == [] and none["chosen"] == "d"
 
 
+def test_the_choice_rule_holds_the_outside_side_to_the_same_floor():
+    entries = [_entry("a", 0.20, 0.00, 0.00, outside=-0.05),  # breaks the neighbours
+               _entry("b", 0.10, -0.01, 0.00, outside=0.01)]
+    c = lu.choose(entries)
+    assert c["admissible"] == ["b"] and c["chosen"] == "b"
+    assert "guard and transfer and outside" in c["rule"]
+    none = lu.choose([_entry("a", 0.2, 0.0, 0.0, outside=-0.05),
+                      _entry("d", 0.1, -0.03, 0.0, outside=0.0)])
+    assert none["admissible"] == [] and none["chosen"] == "d"  # worst side -0.03 beats -0.05
+    with pytest.raises(ValueError, match="different sides"):
+        lu.choose([_entry("a", 0.2, 0.0, 0.0, outside=0.0), _entry("b", 0.1, 0.0, 0.0)])
+
+
+def test_rescore_adds_a_side_to_the_kept_candidates_and_chooses_again(tmp_path, capsys):
+    out, work = tmp_path / "tune.json", tmp_path / "w"
+    lu.main(["--tiny", "--tune", "--settings", "full preset,full 8 steps", "--requests", "4",
+             "--steps", "1", "--seeds", "1", "--limit", "2", "--max-new-tokens", "8",
+             "--keep-weights", "--workdir", str(work), "--out", str(out)])
+    r = json.loads(out.read_text())
+    full = [entry["pools"].pop("outside") for entry in r["arms"]]  # as scored before the side
+    out.write_text(json.dumps(r))
+    rescore = ["--tiny", "--rescore", str(out), "--sides", "outside", "--limit", "2",
+               "--max-new-tokens", "8", "--workdir", str(work)]
+    lu.main(rescore)
+    after = json.loads(out.read_text())
+    assert [e["pools"]["outside"]["verdicts"] for e in after["arms"]] == [
+        f["verdicts"] for f in full]  # greedy: the same answers as when trained and scored
+    assert after["choice"]["settings"]["full preset"]["outside"] == full[0]["delta"]
+    del after["arms"][1]["pools"]["outside"]
+    out.write_text(json.dumps(after))
+    for f in lu.candidate_dir(work / "tiny", "full 8 steps", 0, tune=True).glob("*.safetensors"):
+        f.unlink()
+    lu.main(rescore)
+    assert "outside" not in json.loads(out.read_text())["arms"][1]["pools"]
+    assert "weights gone, not rescored: full 8 steps seed 0" in capsys.readouterr().out
+
+
 def test_tuning_dry_run_in_parts_and_the_choice(tmp_path):
     outs = []
     for k in (0, 1):
@@ -138,7 +177,7 @@ def test_tuning_dry_run_in_parts_and_the_choice(tmp_path):
     scored = tmp_path / "w" / "tiny" / "tuning" / "full-preset" / "seed0"
     assert (scored / lu.TRAIN_METRICS).is_file()
     assert not list(scored.glob("*.safetensors"))  # a scored tuning candidate keeps no weights
-    assert set(parts[0]["arms"][0]["pools"]) == {"trained", "guard", "transfer"}
+    assert set(parts[0]["arms"][0]["pools"]) == {"trained", "guard", "transfer", "outside"}
     assert parts[1]["rows"] == parts[0]["rows"] == 4  # the second part reuses the rows
     merged = tmp_path / "tuning.json"
     lu.main(["--choose", *map(str, outs), "--out", str(merged)])
