@@ -262,7 +262,7 @@ def sweep_config(base, overrides: dict, *, seed: int, steps: int | None = None):
 def choose(entries: list[dict]) -> dict:
     """The rule, fixed before the sweep ran: a setting is admissible when the change on each
     collateral side of the tuning draw (``guard`` and ``transfer``; ``outside`` too since
-    2026-11-28 21:30 UTC, before any candidate was scored there) is at least
+    2026-11-28 21:22 UTC, before any candidate was scored there) is at least
     :data:`COLLATERAL_FLOOR` (mean over seeds); the chosen one has the largest mean change on the
     ``trained`` side (ties: the lower KL to the champion on traffic). With none admissible, the
     one whose worst collateral change is highest. Every entry must be scored on the same sides.
