@@ -37,7 +37,10 @@ processes side by side); ``--merge RL PLACEBO`` joins their files (a placebo run
 for the cycles it finished, when none of them promoted); ``--humaneval-after FILE --workdir DIR``
 scores HumanEval on the first and final champions of a finished run. ``--threads N``: torch
 threads of the run and of its replicas (default: the preset's ``torch_threads``; give each of two
-arms side by side on 2 cores 1).
+arms side by side on 2 cores 1). A checkpoint's scores are kept under ``--score-cache`` (default
+.cache/loop_real/scores), keyed by its weights, the tasks and the decoding length: greedy scoring
+gives the same answers, so a later run whose first champion is the same weights (every seed and
+arm: the bootstrap is deterministic) reuses them instead of decoding ~780 tasks again.
 Left out: the canary rollout (one replica, the champion alias moves on promotion) and several seeds.
 """
 
@@ -65,6 +68,7 @@ CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 SEALED = ROOT / "tasks" / "data" / "pyfuncs_sealed.jsonl"
 TRANSFER = ROOT / "tasks" / "data" / "pyfuncs_transfer.jsonl"
 GUARD = ROOT / "tasks" / "data" / "pyfuncs_guard.jsonl"
+SCORE_CACHE = ROOT / ".cache" / "loop_real" / "scores"
 BOOTSTRAP = 2000
 
 
@@ -140,6 +144,52 @@ def score_humaneval(checkpoint: Path, n: int) -> list[bool] | None:
     result = run_suite(policy, tasks, max_new_tokens=160, seed=0, checker=checker,
                        batch_size=16, chat=True)
     return [bool(t.passed) for t in result.tasks]
+
+
+def fingerprint(ckpt: Path, sealed: list[dict], args, *, humaneval: bool) -> str:
+    """What a checkpoint's greedy scores depend on: its weight files, every scored task (sealed
+    and carry-over pools) and the decoding settings."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(ckpt.glob("*.safetensors")):
+        h.update(f.name.encode())
+        with open(f, "rb") as fh:
+            while chunk := fh.read(1 << 24):
+                h.update(chunk)
+    pools = [sealed] + [getattr(args, f"{pool}_tasks", None) or [] for pool in CARRY_POOLS]
+    h.update(json.dumps([[[t["task_id"], t["prompt"], t["tests"]] for t in tasks]
+                         for tasks in pools]).encode())
+    h.update(json.dumps([args.max_new_tokens, args.humaneval if humaneval else 0]).encode())
+    return h.hexdigest()[:20]
+
+
+def score_checkpoint(ckpt: Path, sealed: list[dict], args, *, humaneval: bool = True,
+                     label: str = "") -> dict:
+    """A checkpoint's verdicts on the sealed set, the carry-over pools and (``humaneval``)
+    HumanEval, from ``args.score_cache`` when the same weights were scored on the same tasks
+    before (:func:`fingerprint`), else decoded and written there."""
+    cache = getattr(args, "score_cache", None)
+    path = cache / f"{fingerprint(ckpt, sealed, args, humaneval=humaneval)}.json" if cache else None
+    if path is not None and path.is_file():
+        say(f"{label}: the same weights were scored on the same tasks before; figures from "
+            f"{path}")
+        return json.loads(path.read_text())
+    say(f"scoring {label} on {len(sealed)} sealed tasks")
+    entry = {"passed": score_sealed(ckpt, sealed, max_new_tokens=args.max_new_tokens,
+                                    batch=args.batch)}
+    for pool in CARRY_POOLS:
+        tasks = getattr(args, f"{pool}_tasks", None)
+        entry[pool] = score_sealed(ckpt, tasks, max_new_tokens=args.max_new_tokens,
+                                   batch=args.batch) if tasks else None
+    entry["humaneval_passed"] = score_humaneval(ckpt, args.humaneval) if humaneval else None
+    entry["humaneval"] = rate(entry["humaneval_passed"])
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(entry) + "\n")
+        tmp.replace(path)
+    return entry
 
 
 def rate(passed: list[bool] | None) -> float | None:
@@ -255,23 +305,15 @@ def _score(args, uri, name, version, key, sealed, workdir, scores, *, humaneval:
                                                    "humaneval_passed": None}
         say(f"v{version} ({key}) was scored already as the same weights; figures reused")
         return
-    say(f"scoring v{version} ({key}) on {len(sealed)} sealed tasks")
     ckpt = registry.download_checkpoint(uri, name, version, workdir / "scored" / f"v{version}")
-    passed = score_sealed(ckpt, sealed, max_new_tokens=args.max_new_tokens, batch=args.batch)
-    entry = {"version": version, "passed": passed}
-    for pool in CARRY_POOLS:
-        tasks = getattr(args, f"{pool}_tasks", None)
-        entry[pool] = score_sealed(ckpt, tasks, max_new_tokens=args.max_new_tokens,
-                                   batch=args.batch) if tasks else None
-    entry["humaneval_passed"] = score_humaneval(ckpt, args.humaneval) if humaneval else None
-    entry["humaneval"] = rate(entry["humaneval_passed"])
-    scores[key] = entry
+    scores[key] = entry = {"version": version, **score_checkpoint(
+        ckpt, sealed, args, humaneval=humaneval, label=f"v{version} ({key})")}
 
     def shown(xs):
         return "-" if not xs else f"{rate(xs):.3f}"
 
-    say(f"  {key}: sealed pass {shown(passed)}, transfer {shown(entry['transfer'])}, guard "
-        f"{shown(entry['guard'])}, humaneval {shown(entry['humaneval_passed'])}")
+    say(f"  {key}: sealed pass {shown(entry['passed'])}, transfer {shown(entry['transfer'])}, "
+        f"guard {shown(entry['guard'])}, humaneval {shown(entry['humaneval_passed'])}")
 
 
 # -- summary --------------------------------------------------------------------------------------
@@ -406,6 +448,10 @@ def main(argv: list[str] | None = None) -> None:
                    help="seed of the traffic, the trainer and the gate's draws (with_seed)")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--score-cache", type=Path, default=SCORE_CACHE,
+                   help="folder of checkpoint scores keyed by weights and tasks (reused by later "
+                   "runs: the first champion of every seed)")
+    p.add_argument("--no-score-cache", dest="score_cache", action="store_const", const=None)
     args = p.parse_args(argv)
     from runtime.services import unwind_on_sigterm
 

@@ -41,7 +41,7 @@ def _tiny_run(tmp_path: Path) -> tuple[Path, list[str], dict]:
     config_file.write_text(config.model_dump_json())
     pools = ["--requests", "48", "--sealed", "8", "--sealed-file", str(sealed), "--humaneval",
              "0", "--transfer-file", str(transfer), "--guard-file", str(guard),
-             "--max-new-tokens", "24"]
+             "--max-new-tokens", "24", "--score-cache", str(tmp_path / "scores")]
     return config_file, pools, {**os.environ, "PYTHONPATH": str(ROOT)}
 
 

@@ -216,3 +216,37 @@ def test_the_carry_over_line_names_each_pool_and_its_surely_worse_family():
     assert last.startswith("carry-over, the last candidate (not promoted) vs the first champion "
                            "(by function): sealed -0.500 [")
     assert "worst family a -1.00 (surely worse)" in last
+
+
+def test_a_checkpoint_scored_on_the_same_tasks_is_not_decoded_again(tmp_path, monkeypatch):
+    import argparse
+
+    from bench import loop_real
+
+    decoded = []
+
+    def fake_decode(ckpt, tasks, *, max_new_tokens, batch):
+        decoded.append(len(tasks))
+        return [True] * len(tasks)
+
+    # the decoder is what is counted here; the cache key and files are the real ones
+    monkeypatch.setattr(loop_real, "score_sealed", fake_decode)
+    monkeypatch.setattr(loop_real, "score_humaneval", lambda ckpt, n: [False] * n)
+    ckpt = tmp_path / "v1"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"weights")
+    task = {"task_id": "t1", "prompt": "p", "tests": ["assert f(1) == 1"]}
+    args = argparse.Namespace(transfer_tasks=[task], guard_tasks=[], max_new_tokens=64, batch=8,
+                              humaneval=3, score_cache=tmp_path / "cache")
+    first = loop_real.score_checkpoint(ckpt, [task, task], args, label="v1")
+    assert decoded == [2, 1] and first["humaneval"] == 0.0
+    assert loop_real.score_checkpoint(ckpt, [task, task], args, label="v1") == first
+    assert decoded == [2, 1]  # from the cache
+    loop_real.score_checkpoint(ckpt, [task], args, label="v1")  # other tasks: decoded
+    assert decoded == [2, 1, 1, 1]
+    (ckpt / "model.safetensors").write_bytes(b"other weights")
+    loop_real.score_checkpoint(ckpt, [task, task], args, label="v1")  # other weights: decoded
+    assert decoded == [2, 1, 1, 1, 2, 1]
+    args.score_cache = None
+    loop_real.score_checkpoint(ckpt, [task, task], args, label="v1")
+    assert decoded[-2:] == [2, 1] and len(decoded) == 8
