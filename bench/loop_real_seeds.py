@@ -19,6 +19,7 @@ target with its figure and whether it was reached.
 
     .venv/bin/python -m bench.loop_real_seeds --seeds 0,1,2 --cycles 4 --units DIR --workdir BASE
     .venv/bin/python -m bench.loop_real_seeds --seeds 0,1,2 --units DIR --pool-only
+    .venv/bin/python -m bench.loop_real_seeds --seeds 0 --run-arms placebo   # that unit only
 
 Arguments after ``--`` go to every unit (e.g. ``-- --humaneval 164 --threads 2``).
 """
@@ -273,6 +274,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cycles", type=int, default=4)
     p.add_argument("--config", type=Path, default=lr.CONFIG)
     p.add_argument("--no-placebo", action="store_true")
+    p.add_argument("--run-arms", default=",".join(ARMS),
+                   help="comma list of the arms whose missing units this call runs (the other "
+                   "arm's complete units still pool): e.g. the placebo units first")
     p.add_argument("--units", type=Path, default=ROOT / ".cache" / "loop_real_seeds" / "units")
     p.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "loop_real_seeds" / "runs")
     p.add_argument("--pool-only", action="store_true",
@@ -281,6 +285,9 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     arms = ARMS[:1] if args.no_placebo else ARMS
+    run_arms = [a.strip() for a in args.run_arms.split(",") if a.strip()]
+    if not run_arms or any(a not in arms for a in run_arms):
+        p.error(f"--run-arms: a comma list of {list(arms)}")
     from runtime.services import unwind_on_sigterm
     from tasks.pyfuncs import read_jsonl
 
@@ -292,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
             path = unit_file(args.units, seed, arm)
             if complete(path):
                 say(f"seed {seed} {arm}: complete, kept ({path})")
-            elif not args.pool_only:
+            elif not args.pool_only and arm in run_arms:
                 run_unit(seed, arm, cycles=args.cycles, config=args.config, units=args.units,
                          workdir=args.workdir, extra=extra)
     summaries = {(s, a): json.loads(unit_file(args.units, s, a).read_text())

@@ -132,3 +132,29 @@ def test_pool_only_runs_nothing_and_names_the_missing_units(tmp_path, monkeypatc
     assert not r["complete"] and not r["placebo_complete"]
     assert r["missing_units"] == ["seed0_placebo", "seed1_rl", "seed1_placebo"]
     assert r["pooled"]["sealed"]["delta"] == 1.0
+
+
+def test_run_arms_runs_only_the_named_arms_units_and_pools_the_rest(tmp_path, monkeypatch):
+    units = tmp_path / "units"
+    units.mkdir()
+    tasks = _tasks({"f": 4})
+    _write_pools(units, tasks)
+    _unit(seeds.unit_file(units, 0, "rl"), 0, "rl", tasks, [False] * 4, [True] * 4)
+    ran = []
+
+    def run_unit(seed, arm, **kwargs):
+        ran.append((seed, arm))
+        _unit(seeds.unit_file(units, seed, arm), seed, arm, tasks, [False] * 4, [False] * 4,
+              promoted=False)
+
+    monkeypatch.setattr(seeds, "run_unit", run_unit)
+    out = tmp_path / "r.json"
+    seeds.main(["--seeds", "0,1", "--units", str(units), "--run-arms", "placebo", "--out",
+                str(out)])
+    assert ran == [(0, "placebo"), (1, "placebo")]
+    r = json.loads(out.read_text())
+    assert r["missing_units"] == ["seed1_rl"] and r["placebo_complete"]
+    assert r["pooled"]["sealed"]["delta"] == 1.0  # seed 0's rl unit, pooled
+    with pytest.raises(SystemExit):
+        seeds.main(["--seeds", "0", "--units", str(units), "--no-placebo", "--run-arms",
+                    "placebo", "--out", str(out)])
