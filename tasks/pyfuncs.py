@@ -1021,8 +1021,8 @@ def outside_families(records: Sequence[dict], role: dict[str, list[str]]) -> lis
     """The calibrated families no pool uses (neither trained, held out for transfer nor guard)
     whose greedy calibration passed at least one prompt, in calibration order. They sit beside
     the pools' families (``filter_below`` beside the guard family ``sum_below``, ``min_list``
-    beside the trained ``max_list``, ``filter_between`` beside ``sum_between``), so an update
-    that carries the traffic's idioms into neighbouring prompts shows there, on functions no
+    beside the trained ``max_list``, ``filter_between`` beside ``sum_between``), where an update
+    that carries the traffic's idioms into neighbouring prompts can show it, on functions no
     report scores."""
     used = {f for side in ("trained", "transfer", "guard") for f in role.get(side, [])}
     out: list[str] = []
@@ -1054,7 +1054,8 @@ def tuning_draw(out_dir: Path = DATA, *, per_family: int = 24) -> dict[str, list
     Read from the pool files and manifest under ``out_dir`` and re-derived with their seed and
     split sizes; raises if a drawn function is in a scoring pool. The guard and transfer sides
     hold only the families with spare constants (their small families have none); the
-    ``outside`` side stands in for those with their neighbours."""
+    ``outside`` side looks at their neighbours instead, which is not the same view: the
+    candidates that broke ``sum_below`` left ``filter_below`` as it was (docs/LEARNING.md)."""
     from tasks.jsonl_suite import cluster_key
 
     out_dir = Path(out_dir)
