@@ -274,9 +274,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cycles", type=int, default=4)
     p.add_argument("--config", type=Path, default=lr.CONFIG)
     p.add_argument("--no-placebo", action="store_true")
-    p.add_argument("--run-arms", default=",".join(ARMS),
+    p.add_argument("--run-arms", default=None,
                    help="comma list of the arms whose missing units this call runs (the other "
-                   "arm's complete units still pool): e.g. the placebo units first")
+                   "arm's complete units still pool; default: every arm pooled)")
     p.add_argument("--units", type=Path, default=ROOT / ".cache" / "loop_real_seeds" / "units")
     p.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "loop_real_seeds" / "runs")
     p.add_argument("--pool-only", action="store_true",
@@ -285,7 +285,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     arms = ARMS[:1] if args.no_placebo else ARMS
-    run_arms = [a.strip() for a in args.run_arms.split(",") if a.strip()]
+    run_arms = (list(arms) if args.run_arms is None
+                else [a.strip() for a in args.run_arms.split(",") if a.strip()])
     if not run_arms or any(a not in arms for a in run_arms):
         p.error(f"--run-arms: a comma list of {list(arms)}")
     from runtime.services import unwind_on_sigterm

@@ -158,3 +158,6 @@ def test_run_arms_runs_only_the_named_arms_units_and_pools_the_rest(tmp_path, mo
     with pytest.raises(SystemExit):
         seeds.main(["--seeds", "0", "--units", str(units), "--no-placebo", "--run-arms",
                     "placebo", "--out", str(out)])
+    ran.clear()
+    seeds.main(["--seeds", "0,1", "--units", str(units), "--no-placebo", "--out", str(out)])
+    assert ran == [(1, "rl")]  # without --run-arms: every arm pooled, here rl alone
