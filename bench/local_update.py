@@ -617,9 +617,9 @@ def rescore(args: argparse.Namespace) -> dict[str, list[str]]:
         for entry in result["arms"]:
             held = entry["pools"] if tune else entry.setdefault("tuning_draw", {})
             missing = [side for side in sides if side not in held]
-            out = candidate_dir(workdir, entry["name"], entry["seed"], tune=tune)
             if not missing:
                 continue
+            out = candidate_dir(workdir, entry["name"], entry["seed"], tune=tune)
             if not any(out.glob("*.safetensors")):
                 left.setdefault(str(path), []).append(f"{entry['name']} seed {entry['seed']}")
                 continue

@@ -119,12 +119,18 @@ def test_complete_units_are_kept_and_a_unit_cut_short_is_rerun(tmp_path, monkeyp
     assert g["minutes"]["whole_run"] == pytest.approx(4.0)
 
 
-def test_pool_only_runs_nothing_and_names_the_missing_units(tmp_path, monkeypatch):
+def _seed0_rl_unit(tmp_path: Path) -> tuple[Path, list[dict]]:
+    """A units folder with its pools and one complete unit, seed 0's rl arm (0 -> 4 of 4)."""
     units = tmp_path / "units"
     units.mkdir()
     tasks = _tasks({"f": 4})
     _write_pools(units, tasks)
     _unit(seeds.unit_file(units, 0, "rl"), 0, "rl", tasks, [False] * 4, [True] * 4)
+    return units, tasks
+
+
+def test_pool_only_runs_nothing_and_names_the_missing_units(tmp_path, monkeypatch):
+    units, _ = _seed0_rl_unit(tmp_path)
     monkeypatch.setattr(seeds, "run_unit", lambda *a, **k: pytest.fail("ran a unit"))
     out = tmp_path / "r.json"
     seeds.main(["--seeds", "0,1", "--units", str(units), "--pool-only", "--out", str(out)])
@@ -135,11 +141,7 @@ def test_pool_only_runs_nothing_and_names_the_missing_units(tmp_path, monkeypatc
 
 
 def test_run_arms_runs_only_the_named_arms_units_and_pools_the_rest(tmp_path, monkeypatch):
-    units = tmp_path / "units"
-    units.mkdir()
-    tasks = _tasks({"f": 4})
-    _write_pools(units, tasks)
-    _unit(seeds.unit_file(units, 0, "rl"), 0, "rl", tasks, [False] * 4, [True] * 4)
+    units, tasks = _seed0_rl_unit(tmp_path)
     ran = []
 
     def run_unit(seed, arm, **kwargs):
