@@ -41,6 +41,12 @@ arms side by side on 2 cores 1). A checkpoint's scores are kept under ``--score-
 .cache/loop_real/scores), keyed by its weights, the tasks and the decoding length: greedy scoring
 gives the same answers, so a later run whose first champion is the same weights (every seed and
 arm: the bootstrap is deterministic) reuses them instead of decoding ~780 tasks again.
+``--resume`` continues a run that was stopped or crashed, from ``--out`` and its ``--workdir``
+(same seed, arm, cycles, config and pools, or it refuses with the difference): finished cycles
+and scores are kept, a cycle stopped after its traffic resumes at its stage (``ratchet.cycle``
+resumes it with the same spans), one stopped before it was ingested sends its round again, and
+each cycle's traffic is drawn from (seed, cycle) alone, so a resumed run sends what an
+uninterrupted one would. ``resumes`` in the file lists where each resumption began.
 Left out: the canary rollout (one replica, the champion alias moves on promotion) and several seeds.
 """
 
@@ -56,6 +62,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -208,16 +215,70 @@ def with_seed(config, seed: int):
 
 
 # -- one arm --------------------------------------------------------------------------------------
-def run_arm(args, config, *, placebo: bool, sealed: list[dict], workdir: Path, rows: list[dict],
-            scores: dict, on_cycle) -> None:
+@dataclass
+class Record:
+    """What the results file keeps of a run under way: enough to resume it."""
+
+    rows: list[dict] = field(default_factory=list)
+    scores: dict = field(default_factory=dict)
+    pending: dict | None = None
+    """The cycle under way once its traffic was sent: ``arm``, ``cycle``, ``served_version``,
+    ``stats`` (the round's ``RoundStats``), ``traffic_s``."""
+    seconds_before: float = 0.0
+    """Time spent by the processes this one resumes."""
+    resumes: list[dict] = field(default_factory=list)
+
+
+RESUMED_KEYS = ("seed", "arm", "cycles", "config", "requests_per_cycle", "workdir", "pool_files",
+                "humaneval_problems", "max_new_tokens")
+"""What a resumed run must share with the run it resumes (a key the file lacks is not checked)."""
+
+
+def resume_record(args) -> Record:
+    """The run recorded in ``args.out``, to go on with; SystemExit when it cannot be."""
+    try:
+        prev = json.loads(args.out.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--resume: cannot read {args.out}: {e}") from e
+    if prev.get("complete"):
+        raise SystemExit(f"--resume: {args.out} is complete; nothing to resume")
+    now = run_keys(args)
+    differs = {k: (prev[k], now[k]) for k in RESUMED_KEYS if k in prev and prev[k] != now[k]}
+    if differs:
+        raise SystemExit(f"--resume: {args.out} was another run: {differs} (recorded, now)")
+    if not Path(args.workdir).is_dir():
+        raise SystemExit(f"--resume: the run folder {args.workdir} is gone")
+    return Record(rows=prev.get("per_cycle", []), scores=prev.get("scores", {}),
+                  pending=prev.get("pending"), seconds_before=float(prev.get("seconds", 0.0)),
+                  resumes=prev.get("resumes", []))
+
+
+def run_keys(args) -> dict:
+    """The settings a results file records and a resumed run must share."""
+    return {
+        "cycles": args.cycles, "requests_per_cycle": args.requests, "config": str(args.config),
+        "seed": getattr(args, "seed", 0), "arm": getattr(args, "arm", "both"),
+        "workdir": str(getattr(args, "workdir", None) or "") or None,
+        "pool_files": {name: str(getattr(args, f"{name}_file", "")) or None
+                       for name in ("sealed", *CARRY_POOLS)},
+        "humaneval_problems": args.humaneval,
+        "max_new_tokens": getattr(args, "max_new_tokens", None),
+    }
+
+
+def run_arm(args, config, *, placebo: bool, sealed: list[dict], workdir: Path, record: Record,
+            on_cycle) -> None:
+    """One arm's cycles, from the first one ``record`` has no row of; ``on_cycle()`` writes the
+    results file (after the first scoring, after each round of traffic and after each cycle)."""
     from deploy.fleet.fleet import Fleet
     from ratchet.bootstrap import ensure_champion
     from ratchet.demo import demo_config, outcome_of
     from ratchet.runner import services
     from runtime import registry
-    from simulation.simulator import SIMULATED_SKEW_S, UserSimulator
+    from simulation.simulator import SIMULATED_SKEW_S, RoundStats, UserSimulator
 
     arm = "placebo" if placebo else "rl"
+    rows, scores = record.rows, record.scores
     if placebo:  # the rl arm keeps the preset's names: `ratchet gates show --config` finds it
         config = config.model_copy(update={"model_name": f"{config.model_name}-placebo",
                                            "experiment": f"{config.experiment}-placebo"})
@@ -226,6 +287,7 @@ def run_arm(args, config, *, placebo: bool, sealed: list[dict], workdir: Path, r
         uri = ep.tracking_uri
         first = ensure_champion(config, tracking_uri=uri, workdir=workdir)
         _score(args, uri, config.model_name, first, "first", sealed, workdir, scores)
+        on_cycle()
         say(f"[{arm}] starting one replica")
         fleet = Fleet.start(n_replicas=config.fleet.replicas, tracking_uri=uri,
                             model_name=config.model_name, bootstrap=ep.bootstrap,
@@ -244,14 +306,33 @@ def run_arm(args, config, *, placebo: bool, sealed: list[dict], workdir: Path, r
                     update={"shuffle_rewards": True})})
             cycle = Cycle(config, tracking_uri=uri, bootstrap=ep.bootstrap, workdir=workdir,
                           fleet=fleet)
-            for i in range(args.cycles):
+            done = sum(r["arm"] == arm for r in rows)
+            finished = sum(s.finished for s in cycle.store.all())
+            if finished != done:
+                raise SystemExit(f"[{arm}] the run folder has {finished} finished cycles, the "
+                                 f"results file {done}: run it again without --resume")
+            for i in range(done, args.cycles):
                 c0 = time.perf_counter()
-                served = registry.resolve_alias(uri, config.model_name, registry.CHAMPION)
-                say(f"[{arm}] cycle {i + 1}/{args.cycles}: {args.requests} chat requests "
-                    f"served by v{served}")
-                stats = sim.run_round(args.requests, concurrency=config.simulator.concurrency)
-                sim.drain()
-                traffic_s = time.perf_counter() - c0
+                pending = record.pending
+                open_ = cycle.store.unfinished()
+                if (pending and (pending["arm"], pending["cycle"]) == (arm, i)
+                        and open_ is not None and open_.stage != "started"):
+                    served, traffic_s = pending["served_version"], pending["traffic_s"]
+                    stats = RoundStats(**pending["stats"])
+                    say(f"[{arm}] cycle {i + 1}/{args.cycles}: resumed at its {open_.stage} "
+                        f"stage; its {stats.requests} requests were served by v{served}")
+                else:  # a round never ingested is sent again: the broker keeps nothing
+                    served = registry.resolve_alias(uri, config.model_name, registry.CHAMPION)
+                    say(f"[{arm}] cycle {i + 1}/{args.cycles}: {args.requests} chat requests "
+                        f"served by v{served}")
+                    sim.start_round(i)
+                    stats = sim.run_round(args.requests,
+                                          concurrency=config.simulator.concurrency)
+                    sim.drain()
+                    traffic_s = time.perf_counter() - c0
+                    record.pending = {"arm": arm, "cycle": i, "served_version": served,
+                                      "stats": asdict(stats), "traffic_s": traffic_s}
+                    on_cycle()
                 result = cycle.run(i)
                 rows.append({
                     "arm": arm, "cycle": i, "served_version": served,
@@ -269,7 +350,9 @@ def run_arm(args, config, *, placebo: bool, sealed: list[dict], workdir: Path, r
                     "gate_tasks": result.gate_tasks, "gate_failed": result.gate_failed,
                     "gate_guards": result.gate_guards, "gate_decision": result.gate_decision,
                     "seconds": {"traffic": round(traffic_s, 1), **result.seconds},
+                    "resumed_from": result.resumed_from,
                 })
+                record.pending = None
                 say(f"[{arm}] cycle {i + 1}: {rows[-1]['outcome']}; live pass "
                     f"{stats.pass_rate:.3f}, edit {stats.edit_persistence:.3f}, dissat "
                     f"{stats.dissatisfied_rate:.3f} ({time.perf_counter() - c0:.0f} s)")
@@ -317,16 +400,16 @@ def _score(args, uri, name, version, key, sealed, workdir, scores, *, humaneval:
 
 
 # -- summary --------------------------------------------------------------------------------------
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds: float) -> dict:
     keys = clusters(sealed)
     first = scores.get("first")
     out: dict = {
-        "cycles": args.cycles, "requests_per_cycle": args.requests, "config": str(args.config),
-        "seed": getattr(args, "seed", 0),
-        "workdir": str(getattr(args, "workdir", None) or "") or None,
-        "pool_files": {name: str(getattr(args, f"{name}_file", "")) or None
-                       for name in ("sealed", *CARRY_POOLS)},
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        **run_keys(args),
+        "date": _now(),
         "machine": "2-core x86_64 machine, shared", "load1": round(os.getloadavg()[0], 2),
         "seconds": round(seconds, 1), "sealed_tasks": len(sealed),
         "sealed_prompts": len({t["prompt"] for t in sealed}),
@@ -448,6 +531,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="seed of the traffic, the trainer and the gate's draws (with_seed)")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--resume", action="store_true",
+                   help="go on with the run recorded in --out and its --workdir (same settings)")
     p.add_argument("--score-cache", type=Path, default=SCORE_CACHE,
                    help="folder of checkpoint scores keyed by weights and tasks (reused by later "
                    "runs: the first champion of every seed)")
@@ -482,26 +567,34 @@ def main(argv: list[str] | None = None) -> None:
     route_logs(workdir / "loop_real.log")  # library chatter to the log file, not the terminal
     print(f"loop_real: run folder {workdir} (checkpoints, spans, MLflow store; full log "
           f"{workdir / 'loop_real.log'})", flush=True)
-    rows: list[dict] = []
-    scores: dict = {}
+    record = resume_record(args) if args.resume else Record()
+    if args.resume:
+        at = next(((r["arm"], r["cycle"] + 1) for r in reversed(record.rows)), None)
+        record.resumes.append({"date": _now(), "after": at, "pending": record.pending is not None})
+        say(f"resuming {args.out}: {len(record.rows)} cycles done, "
+            f"{len(record.scores)} versions scored")
     t0 = time.perf_counter()
+
+    def summary() -> dict:
+        out = summarise(args, record.rows, record.scores, sealed,
+                        record.seconds_before + time.perf_counter() - t0)
+        return {**out, "pending": record.pending, "resumes": record.resumes}
 
     def write() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        summary = summarise(args, rows, scores, sealed, time.perf_counter() - t0)
-        args.out.write_text(json.dumps(summary, indent=2) + "\n")
+        args.out.write_text(json.dumps(summary(), indent=2) + "\n")
 
     arms = {"both": [False] if args.no_placebo else [False, True], "rl": [False],
             "placebo": [True]}[args.arm]
     for placebo in arms:
         run_arm(args, config, placebo=placebo, sealed=sealed,
-                workdir=workdir / ("placebo" if placebo else "rl"), rows=rows, scores=scores,
+                workdir=workdir / ("placebo" if placebo else "rl"), record=record,
                 on_cycle=write)
         write()
-    summary = summarise(args, rows, scores, sealed, time.perf_counter() - t0)
-    summary["complete"] = True
-    args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    report(summary, args.out)
+    result = summary()
+    result["complete"] = True
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    report(result, args.out)
     if False in arms:  # the rl arm ran: its store is the one named by the preset
         print(f"each gate decision: .venv/bin/ratchet gates show VERSION --config {args.config} "
               f"--workdir {workdir / 'rl'}")
@@ -553,9 +646,9 @@ def _humaneval_after(args) -> None:
     if args.workdir is None:
         raise SystemExit("--humaneval-after needs the run's --workdir")
     summary = json.loads(args.humaneval_after.read_text())
-    for key, field in (("first", "humaneval_first"), ("rl-final", "humaneval_final")):
+    for key, name in (("first", "humaneval_first"), ("rl-final", "humaneval_final")):
         if summary["scores"][key].get("humaneval") is not None:
-            summary[field] = summary["scores"][key]["humaneval"]
+            summary[name] = summary["scores"][key]["humaneval"]
             continue  # scored already
         version = summary["scores"][key]["version"]
         ckpt = next((args.workdir / "rl" / "scored" / f"v{version}").rglob("config.json")).parent
@@ -567,7 +660,7 @@ def _humaneval_after(args) -> None:
         say(f"  {key}: {summary[field]:.3f} in {time.perf_counter() - t0:.0f} s")
     summary["humaneval_problems"] = args.humaneval
     summary["humaneval_scored"] = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": _now(),
         "load1": round(os.getloadavg()[0], 2)}
     args.humaneval_after.write_text(json.dumps(summary, indent=2) + "\n")
 

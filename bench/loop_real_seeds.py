@@ -5,8 +5,11 @@ bench.loop_real --seed S --arm A`` process (``bench.loop_real.with_seed``: the t
 trainer and the gate's draws change with the seed; the bootstrapped champion does not). A unit
 writes ``--units DIR/seed{S}_{arm}.json`` and keeps its run folder ``--workdir BASE/seed{S}/{arm}``
 (checkpoints and the MLflow store). A unit whose file is complete is kept when the command runs
-again; one cut short is rerun from its start with its run folder emptied, never merged as partial.
-So a run of many hours can be stopped and resumed, a unit at a time.
+again; one cut short (stopped, crashed) resumes where it stopped (``bench.loop_real --resume``:
+its finished cycles kept, a cycle under way resumed at its stage, each cycle's traffic drawn from
+the seed and the cycle alone), or, with ``--fresh`` or when its run folder is gone, is rerun from
+its start; a unit is pooled only once complete, never merged as partial. So a run of many hours
+can be stopped and resumed, across sessions.
 
 When every unit is complete, ``--out`` (default bench/results/loop_real.json) holds the pooled
 figures: first vs final champion of the rl arm on the sealed functions, on each transfer family
@@ -70,16 +73,32 @@ def complete(path: Path) -> bool:
         return False
 
 
+def resumable(out: Path, run_dir: Path, *, seed: int, arm: str, cycles: int,
+              config: Path) -> bool:
+    """Whether the unit file ``out`` is a unit cut short of these settings whose run folder is
+    still there (``bench.loop_real --resume`` checks the rest and refuses with the reason)."""
+    try:
+        prev = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return False
+    return (not prev.get("complete") and run_dir.is_dir() and prev.get("seed") == seed
+            and prev.get("arm", arm) == arm and prev.get("cycles") == cycles
+            and prev.get("config") == str(config))
+
+
 def run_unit(seed: int, arm: str, *, cycles: int, config: Path, units: Path, workdir: Path,
-             extra: list[str]) -> None:
-    """One ``bench.loop_real`` process for (seed, arm), from its start; stopped by PID when this
-    process is stopped."""
+             extra: list[str], fresh: bool = False) -> None:
+    """One ``bench.loop_real`` process for (seed, arm): resuming the unit cut short, else (or
+    with ``fresh``) from its start; stopped by PID when this process is stopped."""
     out, run_dir = unit_file(units, seed, arm), workdir / f"seed{seed}" / arm
-    shutil.rmtree(run_dir, ignore_errors=True)  # a unit cut short starts again, whole
-    out.unlink(missing_ok=True)
+    resume = not fresh and resumable(out, run_dir, seed=seed, arm=arm, cycles=cycles,
+                                     config=config)
+    if not resume:
+        shutil.rmtree(run_dir, ignore_errors=True)  # from its start, whole
+        out.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "bench.loop_real", "--seed", str(seed), "--arm", arm,
            "--cycles", str(cycles), "--config", str(config), "--workdir", str(run_dir),
-           "--out", str(out), *extra]
+           "--out", str(out), *(["--resume"] if resume else []), *extra]
     say(f"seed {seed} {arm}: {' '.join(cmd[1:])}")
     proc = subprocess.Popen(cmd, cwd=ROOT)
     try:
@@ -94,7 +113,8 @@ def run_unit(seed: int, arm: str, *, cycles: int, config: Path, units: Path, wor
                 proc.wait()
     if rc != 0 or not complete(out):
         raise SystemExit(f"seed {seed} {arm}: bench.loop_real exited {rc} without a complete "
-                         f"{out}; running this command again reruns that unit")
+                         f"{out}; running this command again resumes that unit (--fresh: "
+                         f"reruns it from its start)")
 
 
 # -- pooling (pure) -------------------------------------------------------------------------------
@@ -279,6 +299,8 @@ def main(argv: list[str] | None = None) -> None:
                    "arm's complete units still pool; default: every arm pooled)")
     p.add_argument("--units", type=Path, default=ROOT / ".cache" / "loop_real_seeds" / "units")
     p.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "loop_real_seeds" / "runs")
+    p.add_argument("--fresh", action="store_true",
+                   help="rerun a unit cut short from its start instead of resuming it")
     p.add_argument("--pool-only", action="store_true",
                    help="pool the complete unit files, run nothing")
     p.add_argument("--out", type=Path, default=lr.RESULTS)
@@ -302,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
                 say(f"seed {seed} {arm}: complete, kept ({path})")
             elif not args.pool_only and arm in run_arms:
                 run_unit(seed, arm, cycles=args.cycles, config=args.config, units=args.units,
-                         workdir=args.workdir, extra=extra)
+                         workdir=args.workdir, extra=extra, fresh=args.fresh)
     summaries = {(s, a): json.loads(unit_file(args.units, s, a).read_text())
                  for s in seeds for a in arms if complete(unit_file(args.units, s, a))}
     missing = [f"seed{s}_{a}" for s in seeds for a in arms if (s, a) not in summaries]

@@ -207,6 +207,16 @@ class UserSimulator:
         self._client = httpx.Client(timeout=request_timeout_s)
         self._scheduler = _SignalScheduler(api_key, request_timeout_s)
 
+    def start_round(self, k: int) -> None:
+        """Draw the next round's randomness (tasks, request seeds, users, signals) from
+        ``(seed, k)`` alone, whatever ran before, and number it ``k + 1``: a run resumed at round
+        ``k`` sends what an uninterrupted one would. Round 0 draws from ``seed``, as the first
+        round of a simulator that never calls this does."""
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        self._rng = random.Random(self.seed if k == 0 else f"{self.seed}:{k}")
+        self._round = k
+
     def run_round(self, n_requests: int, concurrency: int = 4) -> RoundStats:
         """Send ``n_requests`` train tasks with ``concurrency`` callers; schedule their signals."""
         self._round += 1

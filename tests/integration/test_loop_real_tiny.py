@@ -107,3 +107,39 @@ def test_the_seeds_run_keeps_a_complete_unit_and_pools_it(tmp_path):
     again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "seed 1 rl: complete, kept" in again.stdout
     assert json.loads(out.read_text())["pooled"] == r["pooled"]
+
+
+def test_a_run_killed_in_its_gate_resumes_there_and_keeps_its_traffic(tmp_path):
+    import subprocess
+    import sys
+
+    from ratchet.cycle_state import CycleStore
+
+    config_file, pools, env = _tiny_run(tmp_path)
+    out, work = tmp_path / "loop_real.json", tmp_path / "work"
+    cmd = [sys.executable, "-m", "bench.loop_real", "--config", str(config_file), "--cycles",
+           "2", "--arm", "rl", *pools, "--workdir", str(work), "--out", str(out)]
+    killed = subprocess.run(cmd, cwd=ROOT, env={**env, "RATCHET_TEST_DIE_AT": "gate"},
+                            capture_output=True, text=True, timeout=1500)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    cut = json.loads(out.read_text())
+    assert not cut["complete"] and cut["per_cycle"] == [] and "first" in cut["scores"]
+    assert cut["pending"]["cycle"] == 0 and cut["pending"]["stats"]["requests"] == 48
+
+    done = subprocess.run([*cmd, "--resume"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["complete"] and [r["cycle"] for r in result["per_cycle"]] == [0, 1]
+    first, second = result["per_cycle"]
+    assert first["resumed_from"] == "trained" and second["resumed_from"] is None
+    assert first["requests"] == 48 and first["live_pass_rate"] == cut["pending"]["stats"][
+        "pass_rate"]  # the round sent before the kill, not a second one
+    assert "cycle 1/2: resumed at its trained stage" in done.stdout
+    assert result["scores"]["first"] == cut["scores"]["first"] and result["pending"] is None
+    assert result["resumes"][0]["after"] is None and result["resumes"][0]["pending"]
+    states = CycleStore(work / "rl" / "spans").all()
+    assert len(states) == 2 and all(s.finished for s in states)
+    again = subprocess.run([*cmd, "--resume"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode != 0 and "nothing to resume" in again.stderr

@@ -57,7 +57,7 @@ def _unit(path: Path, seed: int, arm: str, tasks: list[dict], first: list[bool],
           final: list[bool], *, complete: bool = True, promoted: bool = True,
           live: tuple[float, float] = (0.3, 0.5)) -> Path:
     args = argparse.Namespace(cycles=2, requests=8, config=Path("c.json"), humaneval=0,
-                              seed=seed, guard_tasks=tasks, transfer_tasks=[],
+                              seed=seed, arm=arm, guard_tasks=tasks, transfer_tasks=[],
                               sealed_file=path.parent / "sealed.jsonl",
                               guard_file=path.parent / "guard.jsonl")
     rows = [{"arm": arm, "cycle": i, "promoted": promoted and i == 0, "live_pass_rate": p,
@@ -163,3 +163,40 @@ def test_run_arms_runs_only_the_named_arms_units_and_pools_the_rest(tmp_path, mo
     ran.clear()
     seeds.main(["--seeds", "0,1", "--units", str(units), "--no-placebo", "--out", str(out)])
     assert ran == [(1, "rl")]  # without --run-arms: every arm pooled, here rl alone
+
+
+def test_a_unit_cut_short_resumes_unless_fresh_or_its_folder_is_gone(tmp_path, monkeypatch):
+    units, tasks = _seed0_rl_unit(tmp_path)
+    runs, config = tmp_path / "runs", Path("c.json")
+    cut = _unit(seeds.unit_file(units, 1, "rl"), 1, "rl", tasks, [False] * 4, [True] * 4,
+                complete=False)
+    (runs / "seed1" / "rl" / "rl").mkdir(parents=True)
+    commands = []
+
+    class Finished:  # the bench.loop_real process: records its command, completes the unit
+        def __init__(self, cmd, cwd):
+            commands.append(cmd)
+            data = json.loads(cut.read_text()) if cut.exists() else {}
+            cut.write_text(json.dumps({**data, "complete": True}))
+
+        def wait(self):
+            return 0
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(seeds.subprocess, "Popen", Finished)
+    unit = {"cycles": 2, "config": config, "units": units, "workdir": runs, "extra": []}
+    assert seeds.resumable(cut, runs / "seed1" / "rl", seed=1, arm="rl", cycles=2, config=config)
+    assert not seeds.resumable(cut, runs / "seed1" / "rl", seed=1, arm="rl", cycles=4,
+                               config=config)
+    seeds.run_unit(1, "rl", **unit)
+    assert "--resume" in commands[-1] and (runs / "seed1" / "rl" / "rl").is_dir()
+
+    _unit(cut, 1, "rl", tasks, [False] * 4, [True] * 4, complete=False)
+    seeds.run_unit(1, "rl", **unit, fresh=True)  # from its start: folder emptied, file removed
+    assert "--resume" not in commands[-1] and not (runs / "seed1" / "rl").exists()
+
+    _unit(cut, 1, "rl", tasks, [False] * 4, [True] * 4, complete=False)
+    seeds.run_unit(1, "rl", **unit)  # its run folder is gone: nothing to resume
+    assert "--resume" not in commands[-1]

@@ -3,6 +3,7 @@ task has none), the paired final-minus-first delta resampling those clusters, a 
 every documented key, and the merge of two arms."""
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -250,3 +251,30 @@ def test_a_checkpoint_scored_on_the_same_tasks_is_not_decoded_again(tmp_path, mo
     args.score_cache = None
     loop_real.score_checkpoint(ckpt, [task, task], args, label="v1")
     assert decoded[-2:] == [2, 1] and len(decoded) == 8
+
+
+def test_a_run_resumes_only_from_a_file_of_the_same_settings(tmp_path):
+    from bench.loop_real import resume_record, run_keys
+
+    work, out = tmp_path / "work", tmp_path / "run.json"
+    work.mkdir()
+    args = argparse.Namespace(cycles=4, requests=8, config=Path("c.json"), humaneval=0, seed=1,
+                              arm="rl", workdir=work, out=out, max_new_tokens=64)
+    rows = [{"arm": "rl", "cycle": 0, "promoted": False}]
+    pending = {"arm": "rl", "cycle": 1, "served_version": 1, "stats": {}, "traffic_s": 3.0}
+    recorded = {**run_keys(args), "per_cycle": rows, "scores": {"first": {"version": 1}},
+                "pending": pending, "seconds": 120.0, "complete": False}
+    out.write_text(json.dumps(recorded))
+    record = resume_record(args)
+    assert (record.rows, record.pending, record.seconds_before) == (rows, pending, 120.0)
+    assert record.scores == {"first": {"version": 1}} and record.resumes == []
+    for change in ({"seed": 2}, {"arm": "placebo"}, {"cycles": 3}):
+        with pytest.raises(SystemExit, match="another run"):
+            resume_record(argparse.Namespace(**{**vars(args), **change}))
+    out.write_text(json.dumps({**recorded, "complete": True}))
+    with pytest.raises(SystemExit, match="complete"):
+        resume_record(args)
+    out.write_text(json.dumps(recorded))
+    work.rmdir()
+    with pytest.raises(SystemExit, match="gone"):
+        resume_record(args)

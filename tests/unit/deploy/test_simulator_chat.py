@@ -94,3 +94,32 @@ def test_an_empty_or_refused_reply_gets_no_persistence_as_from_a_real_editor():
     assert edited == {f"chatcmpl-{i}" for i in range(1, 13)} - silent
     rated = {b["response_id"]: b["label"] for p, b in signals if p == "/v1/feedback"}
     assert {rated[r] for r in silent} <= {"reject", "accept"} and silent <= set(rated)
+
+
+def _sent(rounds: list[int | None], seed: int = 3) -> list[list[dict]]:
+    """The request bodies of each round; ``None``: the next round as it comes, ``k``: round k
+    drawn by ``start_round(k)``."""
+    tasks = [t.to_json() for t in instances(BY_FAMILY["add_const"], 12, seed=0)]
+    sim = UserSimulator(urls=["http://replica"], api_key="k", speed=1e6, seed=seed, tasks=tasks)
+    requests, signals, sent = [], [], []
+    transport = _replica(requests, signals)
+    sim._client = httpx.Client(transport=transport)
+    sim._scheduler._client = httpx.Client(transport=transport)
+    try:
+        for k in rounds:
+            if k is not None:
+                sim.start_round(k)
+            start = len(requests)
+            sim.run_round(6, concurrency=1)
+            sent.append(requests[start:])
+        assert sim.drain(30)
+    finally:
+        sim.close()
+    return sent
+
+
+def test_a_round_started_at_k_sends_what_an_uninterrupted_run_sends():
+    whole = _sent([0, 1, 2])
+    assert _sent([2]) == whole[2:]  # a run resumed at its third round
+    assert _sent([None]) == whole[:1]  # round 0 is the first round of a plain simulator
+    assert whole[1] != whole[2] and _sent([0, 1, 2], seed=4) != whole
