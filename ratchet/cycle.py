@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -581,6 +582,9 @@ class Cycle:
             self._audit(state)
         state.stage = "deployed"
         self._save(state)
+        # The registry holds the candidate (MLflow artifacts): the trainer's local copy would
+        # otherwise stay, one checkpoint per cycle, for every cycle the loop ever ran.
+        shutil.rmtree(self.workdir / "candidates" / state.cycle_id, ignore_errors=True)
 
     def _audit(self, state: CycleState) -> None:
         """The lifetime audit, when this promotion makes one due (gating/audit.py): the champion

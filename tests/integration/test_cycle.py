@@ -82,6 +82,9 @@ def test_cycle_moves_champion_only_when_the_gate_passes(broker, mlflow_server, t
     assert registry.resolve_alias(uri, name, registry.CHAMPION) == v1
     assert registry.resolve_alias(uri, name, registry.CANDIDATE) is None  # decided: released
     assert registry.version_tags(uri, name, r1.candidate_version)["gate.verdict"] == "fail"
+    # decided: the registry holds the candidate, the trainer's local copy is gone
+    assert not (tmp_path / "a" / "candidates" / r1.cycle_id).exists()
+    assert (tmp_path / "a" / "candidates").is_dir()  # where it was written
 
     # The same traffic read again by a fresh consumer group, through a permissive gate.
     permissive = _config(name, f"g-{uuid.uuid4().hex[:6]}", permissive=True)
@@ -91,6 +94,7 @@ def test_cycle_moves_champion_only_when_the_gate_passes(broker, mlflow_server, t
     assert r2.rollout.startswith("alias only") and not r2.rolled_back  # no fleet configured
     assert registry.resolve_alias(uri, name, registry.CHAMPION) == r2.candidate_version
     assert registry.resolve_alias(uri, name, registry.PREVIOUS_CHAMPION) == v1
+    assert not (tmp_path / "b" / "candidates" / r2.cycle_id).exists()
 
     # The cycle is one MLflow parent run with a nested run per stage.
     from mlflow import MlflowClient
