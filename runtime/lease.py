@@ -3,11 +3,12 @@ with a fencing token.
 
 The lease is the registered model's tag ``ratchet.lease`` = ``{"owner", "expires", "token"}``
 (wall-clock epoch seconds). The token comes from a second tag, ``ratchet.fence``, that only
-grows: each acquisition writes ``fence + 1`` there and the same number into its lease, and it
-is never deleted. ``acquire`` takes the lease when it is free, expired or already ours: it
-writes the fence and its tag, waits ``settle_s`` and re-reads both; only if the lease still
-names it and the fence still holds its token does it hold the lease (read-verify: MLflow has no
-compare-and-set). While held, a daemon thread renews the expiry every ``ttl_s / 3`` as long as
+grows: each acquisition claims ``fence + 1`` (creates a name in MLflow's store, which only one
+contender can), writes it there and into its lease, and the fence is never deleted. ``acquire``
+takes the lease when it is free, expired or already ours and the claim succeeds: it writes the
+fence and its tag, waits ``settle_s`` and re-reads both; only if the lease still names it and
+the fence still holds its token does it hold the lease (MLflow has no compare-and-set on tags).
+While held, a daemon thread renews the expiry every ``ttl_s / 3`` as long as
 the lease still names it with its token.
 
 Fencing: a holder that finds its lease gone, another owner on it, or a larger fence (it stalled
@@ -20,9 +21,8 @@ over with a larger token.
 
 Residual race (documented, not closed): MLflow cannot check a token on the write itself, so a
 holder that stalls between ``check`` and the write it guards (one HTTP round trip) can still
-land that one write. Two contenders that both read "free", where the later writer's tags land
-more than ``settle_s`` after the earlier one re-read, both believe they hold the lease until the
-next renewal or ``check`` reads the fence. Promotion is in addition compare-and-set on the
+land that one write. Two contenders that read the same fence cannot both hold: one of them
+loses the claim and waits. Promotion is in addition compare-and-set on the
 ``champion`` alias (runtime/registry.py ``promote(expected=...)``), which also refuses a version
 tagged abandoned.
 """
@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 TAG = "ratchet.lease"
 FENCE = "ratchet.fence"
+CLAIMS = ".ratchet-lease"
+"""Prefix of the (deleted) experiments that claim fencing tokens, one per acquisition."""
 
 
 class LeaseHeld(RuntimeError):
@@ -132,6 +134,29 @@ class ModelLease:
             except MlflowException:
                 pass  # created meanwhile by someone else: fine
 
+    def _claim(self, token: int) -> bool:
+        """Make ``token`` ours alone, or return False when another contender claimed it first.
+
+        The claim is the creation of an experiment named after the model and the token: MLflow
+        creates a name once (a unique key in its store), so of two contenders that read the same
+        fence only one gets the token. The experiment is deleted at once (it leaves the UI; a
+        deleted experiment keeps its name, so the token stays taken)."""
+        from mlflow.exceptions import MlflowException
+
+        client = self._client()
+        try:
+            experiment_id = client.create_experiment(f"{CLAIMS}/{self.model_name}/{token}")
+        except MlflowException as e:
+            if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            return False
+        self.token = token
+        try:
+            client.delete_experiment(experiment_id)
+        except MlflowException:
+            log.warning("could not hide the lease claim %s/%s/%d", CLAIMS, self.model_name, token)
+        return True
+
     # -- protocol --------------------------------------------------------------------------------
     def _free(self, cur: dict | None) -> bool:
         if cur is None or cur.get("owner") == self.owner or cur.get("expires", 0) < time.time():
@@ -144,8 +169,7 @@ class ModelLease:
         deadline = time.monotonic() + self.wait_s
         while True:
             cur = self.read()
-            if self._free(cur):
-                self.token = self.fence() + 1
+            if self._free(cur) and self._claim(self.fence() + 1):
                 self._client().set_registered_model_tag(self.model_name, FENCE, str(self.token))
                 self._write()
                 time.sleep(self.settle_s)

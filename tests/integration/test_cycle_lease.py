@@ -29,6 +29,57 @@ def test_second_holder_is_refused_with_a_clear_message_until_release(mlflow_serv
             first.check()
 
 
+def test_two_contenders_that_both_saw_it_free_never_both_hold_it(mlflow_server):
+    """Both read the lease free and the same fence; the slower one's writes land after the
+    faster one has verified. Read-verify alone let both hold token 1; the token is claimed."""
+    import threading
+
+    from runtime.lease import LeaseHeld, ModelLease
+
+    both_read = threading.Barrier(2, timeout=30)
+
+    class Contender(ModelLease):
+        def __init__(self, *args, delay_s: float, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.delay_s, self.first = delay_s, True
+
+        def fence(self) -> int:
+            value = super().fence()
+            if self.first:  # both saw the lease free and read this fence before either wrote
+                self.first = False
+                both_read.wait()
+                time.sleep(self.delay_s)
+            return value
+
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    fast = Contender(mlflow_server.uri, name, ttl_s=30, settle_s=0.3, delay_s=0.0)
+    slow = Contender(mlflow_server.uri, name, ttl_s=30, settle_s=0.3, wait_s=1.0, poll_s=0.2,
+                     delay_s=1.0)
+    fast._ensure_model()
+    outcome: dict[str, object] = {}
+
+    def contend(lease: ModelLease) -> None:
+        try:
+            lease.acquire()
+            time.sleep(1.5)  # the slower one has written and verified by now
+            outcome[lease.owner] = lease._why_lost() or "held"
+        except LeaseHeld as e:
+            outcome[lease.owner] = e
+
+    threads = [threading.Thread(target=contend, args=(x,)) for x in (fast, slow)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    try:
+        held = [o for o, v in outcome.items() if v == "held"]
+        assert held == [fast.owner], outcome
+        assert isinstance(outcome[slow.owner], LeaseHeld)
+    finally:
+        fast.release()
+        slow.release()
+
+
 def test_lease_is_renewed_while_held_and_expires_when_not(mlflow_server):
     from runtime.lease import ModelLease
 
