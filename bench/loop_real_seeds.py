@@ -73,17 +73,15 @@ def complete(path: Path) -> bool:
         return False
 
 
-def resumable(out: Path, run_dir: Path, *, seed: int, arm: str, cycles: int,
-              config: Path) -> bool:
-    """Whether the unit file ``out`` is a unit cut short of these settings whose run folder is
-    still there (``bench.loop_real --resume`` checks the rest and refuses with the reason)."""
+def resumable(out: Path, run_dir: Path) -> bool:
+    """Whether ``out`` is a unit cut short whose run folder is still there. Whether it was cut
+    short with these settings is ``bench.loop_real --resume``'s to check: it refuses, with the
+    reason, a unit of other settings (``--fresh`` reruns it from its start)."""
     try:
         prev = json.loads(out.read_text())
     except (OSError, ValueError):
         return False
-    return (not prev.get("complete") and run_dir.is_dir() and prev.get("seed") == seed
-            and prev.get("arm", arm) == arm and prev.get("cycles") == cycles
-            and prev.get("config") == str(config))
+    return not prev.get("complete") and run_dir.is_dir()
 
 
 def run_unit(seed: int, arm: str, *, cycles: int, config: Path, units: Path, workdir: Path,
@@ -91,8 +89,7 @@ def run_unit(seed: int, arm: str, *, cycles: int, config: Path, units: Path, wor
     """One ``bench.loop_real`` process for (seed, arm): resuming the unit cut short, else (or
     with ``fresh``) from its start; stopped by PID when this process is stopped."""
     out, run_dir = unit_file(units, seed, arm), workdir / f"seed{seed}" / arm
-    resume = not fresh and resumable(out, run_dir, seed=seed, arm=arm, cycles=cycles,
-                                     config=config)
+    resume = not fresh and resumable(out, run_dir)
     if not resume:
         shutil.rmtree(run_dir, ignore_errors=True)  # from its start, whole
         out.unlink(missing_ok=True)
@@ -297,7 +294,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--run-arms", default=None,
                    help="comma list of the arms whose missing units this call runs (the other "
                    "arm's complete units still pool; default: every arm pooled)")
-    p.add_argument("--units", type=Path, default=ROOT / ".cache" / "loop_real_seeds" / "units")
+    p.add_argument("--units", type=Path, default=ROOT / "bench" / "results" / "loop_real_units",
+                   help="one file per unit (default: in the repository, so complete units outlive "
+                   "the machine their run folders were on)")
     p.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "loop_real_seeds" / "runs")
     p.add_argument("--fresh", action="store_true",
                    help="rerun a unit cut short from its start instead of resuming it")

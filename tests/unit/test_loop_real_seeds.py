@@ -187,9 +187,8 @@ def test_a_unit_cut_short_resumes_unless_fresh_or_its_folder_is_gone(tmp_path, m
 
     monkeypatch.setattr(seeds.subprocess, "Popen", Finished)
     unit = {"cycles": 2, "config": config, "units": units, "workdir": runs, "extra": []}
-    assert seeds.resumable(cut, runs / "seed1" / "rl", seed=1, arm="rl", cycles=2, config=config)
-    assert not seeds.resumable(cut, runs / "seed1" / "rl", seed=1, arm="rl", cycles=4,
-                               config=config)
+    assert seeds.resumable(cut, runs / "seed1" / "rl")
+    assert not seeds.resumable(cut, runs / "seed2" / "rl")
     seeds.run_unit(1, "rl", **unit)
     assert "--resume" in commands[-1] and (runs / "seed1" / "rl" / "rl").is_dir()
 
