@@ -38,9 +38,10 @@ for the cycles it finished, when none of them promoted); ``--humaneval-after FIL
 scores HumanEval on the first and final champions of a finished run. ``--threads N``: torch
 threads of the run and of its replicas (default: the preset's ``torch_threads``; give each of two
 arms side by side on 2 cores 1). A checkpoint's scores are kept under ``--score-cache`` (default
-.cache/loop_real/scores), keyed by its weights, the tasks and the decoding length: greedy scoring
-gives the same answers, so a later run whose first champion is the same weights (every seed and
-arm: the bootstrap is deterministic) reuses them instead of decoding ~780 tasks again.
+bench/results/loop_real_scores, in the repository), keyed by its weights, the tasks, the decoding
+length and the decoding and grading code: greedy scoring gives the same answers, so a later run
+whose first champion is the same weights (every seed and arm: the bootstrap is deterministic)
+reuses them instead of decoding ~780 tasks again, on this machine or the next.
 ``--resume`` continues a run that was stopped or crashed, from ``--out`` and its ``--workdir``
 (same seed, arm, cycles, config and pools, or it refuses with the difference): finished cycles
 and scores are kept, a cycle stopped after its traffic resumes at its stage (``ratchet.cycle``
@@ -75,7 +76,7 @@ CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 SEALED = ROOT / "tasks" / "data" / "pyfuncs_sealed.jsonl"
 TRANSFER = ROOT / "tasks" / "data" / "pyfuncs_transfer.jsonl"
 GUARD = ROOT / "tasks" / "data" / "pyfuncs_guard.jsonl"
-SCORE_CACHE = ROOT / ".cache" / "loop_real" / "scores"
+SCORE_CACHE = ROOT / "bench" / "results" / "loop_real_scores"
 BOOTSTRAP = 2000
 
 
@@ -155,11 +156,13 @@ def score_humaneval(checkpoint: Path, n: int) -> list[bool] | None:
 
 def fingerprint(ckpt: Path, sealed: list[dict], args, *, humaneval: bool) -> str:
     """What a checkpoint's greedy scores depend on: its weight files, every scored task (sealed
-    and carry-over pools) and the decoding settings."""
+    and carry-over pools), the decoding settings, and the code that decodes and grades (every
+    module of ``policy/`` and ``tasks/``: a changed grader or decoder scores again)."""
     import hashlib
 
     h = hashlib.sha256()
-    for f in sorted(ckpt.glob("*.safetensors")):
+    code = sorted(p for d in ("policy", "tasks") for p in (ROOT / d).rglob("*.py"))
+    for f in sorted(ckpt.glob("*.safetensors")) + code:
         h.update(f.name.encode())
         with open(f, "rb") as fh:
             while chunk := fh.read(1 << 24):

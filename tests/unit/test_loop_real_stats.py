@@ -253,6 +253,33 @@ def test_a_checkpoint_scored_on_the_same_tasks_is_not_decoded_again(tmp_path, mo
     assert decoded[-2:] == [2, 1] and len(decoded) == 8
 
 
+def test_a_changed_grader_or_decoder_module_scores_a_checkpoint_again(tmp_path, monkeypatch):
+    from bench import loop_real
+
+    root = tmp_path / "repo"
+    for module in ("policy/hf/decode.py", "tasks/grader.py", "trainer/loss.py"):
+        (root / module).parent.mkdir(parents=True, exist_ok=True)
+        (root / module).write_text("x = 1\n")
+    monkeypatch.setattr(loop_real, "ROOT", root)
+    ckpt = tmp_path / "v1"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"weights")
+    args = argparse.Namespace(transfer_tasks=[], guard_tasks=[], max_new_tokens=64, humaneval=0)
+    task = {"task_id": "t1", "prompt": "p", "tests": ["assert f(1) == 1"]}
+
+    def key() -> str:
+        return loop_real.fingerprint(ckpt, [task], args, humaneval=False)
+
+    before = key()
+    (root / "trainer/loss.py").write_text("x = 2\n")  # neither decodes nor grades
+    assert key() == before
+    (root / "tasks/grader.py").write_text("x = 2\n")
+    graded = key()
+    assert graded != before
+    (root / "policy/hf/decode.py").write_text("x = 2\n")
+    assert key() not in (before, graded)
+
+
 def test_a_run_resumes_only_from_a_file_of_the_same_settings(tmp_path):
     from bench.loop_real import resume_record, run_keys
 
