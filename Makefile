@@ -70,7 +70,8 @@ demo-smollm2: real-model
 demo-real: real-model
 	rm -rf .demo-real/run
 	nice -n 10 $(BIN)/python -m bench.loop_real --cycles 2 --requests 32 --no-placebo \
-		--sealed 64 --guard 96 --humaneval 0 --workdir .demo-real/run --out .demo-real/loop_real_demo.json
+		--sealed 64 --guard 96 --humaneval 0 --workdir .demo-real/run --out .demo-real/loop_real_demo.json \
+		--score-cache .demo-real/scores
 
 # The proof on three seeds (bench/loop_real_seeds.py): 3 seeds x 4 cycles, rl and placebo arms,
 # HumanEval on the first and final champions. Hours on 2 cores; run again, it keeps finished units.
