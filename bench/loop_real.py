@@ -160,9 +160,12 @@ def fingerprint(ckpt: Path, sealed: list[dict], args, *, humaneval: bool) -> str
     module of ``policy/`` and ``tasks/``: a changed grader or decoder scores again)."""
     import hashlib
 
+    weights = sorted(ckpt.glob("*.safetensors"))
+    if not weights:  # a key without the weights would match any checkpoint's folder
+        raise FileNotFoundError(f"{ckpt} holds no *.safetensors: not a checkpoint folder")
     h = hashlib.sha256()
     code = sorted(p for d in ("policy", "tasks") for p in (ROOT / d).rglob("*.py"))
-    for f in sorted(ckpt.glob("*.safetensors")) + code:
+    for f in weights + code:
         h.update(f.name.encode())
         with open(f, "rb") as fh:
             while chunk := fh.read(1 << 24):

@@ -271,6 +271,8 @@ def test_a_changed_grader_or_decoder_module_scores_a_checkpoint_again(tmp_path, 
         return loop_real.fingerprint(ckpt, [task], args, humaneval=False)
 
     before = key()
+    with pytest.raises(FileNotFoundError, match="no \\*.safetensors"):
+        loop_real.fingerprint(tmp_path, [task], args, humaneval=False)  # not the checkpoint
     (root / "trainer/loss.py").write_text("x = 2\n")  # neither decodes nor grades
     assert key() == before
     (root / "tasks/grader.py").write_text("x = 2\n")
