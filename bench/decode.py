@@ -27,6 +27,7 @@ import argparse
 import datetime
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -106,7 +107,7 @@ def main() -> None:
              "threads": args.threads, "batch": args.batch, "max_new_tokens": args.max_new_tokens,
              "prompt_tokens": [len(i) for i in ids],
              "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-             "machine": "2-core x86_64 machine, shared", "runs": runs,
+             "machine": f"{os.cpu_count()}-core {platform.machine()}", "runs": runs,
              "best_tokens_per_s": {k: max(r["tokens_per_s"] for r in v) for k, v in runs.items()},
              "best_tokens_per_cpu_s": {k: max(r.get("tokens_per_cpu_s", 0) for r in v)
                                        for k, v in runs.items()}}

@@ -54,7 +54,6 @@ Left out: the canary rollout (one replica, the champion alias moves on promotion
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import random
@@ -69,6 +68,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # bench/ingest.py would shadow the ingest package
 
+from bench import provenance  # noqa: E402
 from ratchet.cycle import Cycle  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "loop_real.json"
@@ -233,6 +233,9 @@ class Record:
     seconds_before: float = 0.0
     """Time spent by the processes this one resumes."""
     resumes: list[dict] = field(default_factory=list)
+    commit: str | None = None
+    """The commit the run started at (:func:`bench.provenance.commit`); each resumption records
+    its own in ``resumes``."""
 
 
 RESUMED_KEYS = ("seed", "arm", "cycles", "config", "requests_per_cycle", "workdir", "pool_files",
@@ -256,7 +259,7 @@ def resume_record(args) -> Record:
         raise SystemExit(f"--resume: the run folder {args.workdir} is gone")
     return Record(rows=prev.get("per_cycle", []), scores=prev.get("scores", {}),
                   pending=prev.get("pending"), seconds_before=float(prev.get("seconds", 0.0)),
-                  resumes=prev.get("resumes", []))
+                  resumes=prev.get("resumes", []), commit=prev.get("commit"))
 
 
 def run_keys(args) -> dict:
@@ -406,8 +409,7 @@ def _score(args, uri, name, version, key, sealed, workdir, scores, *, humaneval:
 
 
 # -- summary --------------------------------------------------------------------------------------
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+_now = provenance.now
 
 
 def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds: float) -> dict:
@@ -415,8 +417,7 @@ def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds:
     first = scores.get("first")
     out: dict = {
         **run_keys(args),
-        "date": _now(),
-        "machine": "2-core x86_64 machine, shared", "load1": round(os.getloadavg()[0], 2),
+        "date": _now(), "machine": provenance.machine(), "load1": provenance.load1(),
         "seconds": round(seconds, 1), "sealed_tasks": len(sealed),
         "sealed_prompts": len({t["prompt"] for t in sealed}),
         "sealed_functions": len(set(keys)), "complete": False,
@@ -573,10 +574,11 @@ def main(argv: list[str] | None = None) -> None:
     route_logs(workdir / "loop_real.log")  # library chatter to the log file, not the terminal
     print(f"loop_real: run folder {workdir} (checkpoints, spans, MLflow store; full log "
           f"{workdir / 'loop_real.log'})", flush=True)
-    record = resume_record(args) if args.resume else Record()
+    record = resume_record(args) if args.resume else Record(commit=provenance.commit())
     if args.resume:
         at = next(((r["arm"], r["cycle"] + 1) for r in reversed(record.rows)), None)
-        record.resumes.append({"date": _now(), "after": at, "pending": record.pending is not None})
+        record.resumes.append({"date": _now(), "commit": provenance.commit(), "after": at,
+                               "pending": record.pending is not None})
         say(f"resuming {args.out}: {len(record.rows)} cycles done, "
             f"{len(record.scores)} versions scored")
     t0 = time.perf_counter()
@@ -584,7 +586,8 @@ def main(argv: list[str] | None = None) -> None:
     def summary() -> dict:
         out = summarise(args, record.rows, record.scores, sealed,
                         record.seconds_before + time.perf_counter() - t0)
-        return {**out, "pending": record.pending, "resumes": record.resumes}
+        return {**out, "commit": record.commit, "pending": record.pending,
+                "resumes": record.resumes}
 
     def write() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -639,7 +642,7 @@ def _merge(args) -> None:
     rows = rl["per_cycle"] + pl["per_cycle"]
     summary = summarise(args, rows, scores, sealed, max(rl["seconds"], pl["seconds"]))
     summary.update(complete=True, arms_side_by_side=not args.sequential,
-                   load1=max(rl["load1"], pl["load1"]),
+                   load1=max(rl["load1"], pl["load1"]), commit=rl.get("commit"),
                    date=rl["date"], placebo_complete=bool(pl.get("complete")),
                    placebo_note=placebo_note)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
@@ -666,8 +669,7 @@ def _humaneval_after(args) -> None:
         say(f"  {key}: {summary[field]:.3f} in {time.perf_counter() - t0:.0f} s")
     summary["humaneval_problems"] = args.humaneval
     summary["humaneval_scored"] = {
-        "date": _now(),
-        "load1": round(os.getloadavg()[0], 2)}
+        "date": _now(), "commit": provenance.commit(), "load1": provenance.load1()}
     args.humaneval_after.write_text(json.dumps(summary, indent=2) + "\n")
 
 

@@ -30,9 +30,7 @@ Arguments after ``--`` go to every unit (e.g. ``-- --humaneval 164 --threads 2``
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -45,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import loop_real as lr  # noqa: E402
+from bench import provenance  # noqa: E402
 from bench.loop_real import (  # noqa: E402
     CARRY_POOLS,
     _per_family,
@@ -335,8 +334,8 @@ def main(argv: list[str] | None = None) -> None:
     for name, default in (("transfer", lr.TRANSFER), ("guard", lr.GUARD)):
         n = (first.get(name) or {}).get("tasks", 0)
         pools[name] = read_jsonl(files.get(name) or default)[:n] if n else []
-    result = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-              "machine": "2-core x86_64 machine, shared", "load1": round(os.getloadavg()[0], 2),
+    result = {**provenance.stamp(),
+              "unit_commits": {f"seed{s}_{a}": u.get("commit") for (s, a), u in summaries.items()},
               "cycles": first["cycles"], "requests_per_cycle": first["requests_per_cycle"],
               "config": first["config"], "units": str(args.units), "missing_units": missing,
               "complete": not missing, "placebo_complete": not args.no_placebo and all(

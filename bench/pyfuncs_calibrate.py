@@ -21,9 +21,7 @@ prompts those runs decoded are kept in tasks/data/pyfuncs_calibration_draw.json.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -31,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import provenance  # noqa: E402
 from tasks.pyfuncs import CALIBRATION_SEED  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "pyfuncs_calibration.json"
@@ -121,8 +120,8 @@ def main() -> None:
         if ok:
             (held if fam in HELD_OUT else kept).append(fam)
     result = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": "2-core x86_64 machine, shared", "load1_end": round(os.getloadavg()[0], 2),
+        "date": provenance.now(), "commit": provenance.commit(), "machine": provenance.machine(),
+        "load1_end": provenance.load1(),
         "model": "SmolLM2-135M-Instruct Q4_1 (dense, float32)", "seed": args.seed,
         "batch_of_templates": args.batch_of_templates,
         "per_family": args.per_family, "samples": args.samples,

@@ -4,6 +4,7 @@ complete units are kept and a unit cut short is rerun; the goals are judged from
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,8 @@ def test_pool_only_runs_nothing_and_names_the_missing_units(tmp_path, monkeypatc
     r = json.loads(out.read_text())
     assert not r["complete"] and not r["placebo_complete"]
     assert r["missing_units"] == ["seed0_placebo", "seed1_rl", "seed1_placebo"]
+    assert r["unit_commits"] == {"seed0_rl": None}  # the unit file has no commit recorded
+    assert r["machine"].startswith(f"{os.cpu_count()}-core") and r["commit"]
     assert r["pooled"]["sealed"]["delta"] == 1.0
 
 

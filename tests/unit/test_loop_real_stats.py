@@ -297,6 +297,10 @@ def test_a_run_resumes_only_from_a_file_of_the_same_settings(tmp_path):
     record = resume_record(args)
     assert (record.rows, record.pending, record.seconds_before) == (rows, pending, 120.0)
     assert record.scores == {"first": {"version": 1}} and record.resumes == []
+    assert record.commit is None  # a file written before runs recorded their commit
+    out.write_text(json.dumps({**recorded, "commit": "abc1234"}))
+    assert resume_record(args).commit == "abc1234"
+    out.write_text(json.dumps(recorded))
     for change in ({"seed": 2}, {"arm": "placebo"}, {"cycles": 3}):
         with pytest.raises(SystemExit, match="another run"):
             resume_record(argparse.Namespace(**{**vars(args), **change}))
