@@ -17,8 +17,11 @@ and on the guard pool per family, and on HumanEval, each paired and clustered by
 function's change is its mean over seeds; the bootstrap resamples functions; the family-wise
 maximum-drop test flips each function's sign across all seeds at once), per seed and pooled; the
 live signals of each seed's first and last cycle; the placebo's promotions and change; each seed's
-first and final checkpoints with the command that scores them on any suite; and ``goals``, each
-target with its figure and whether it was reached.
+first and final checkpoints with the command that scores them on any suite;
+``last_candidates``, what training did before the gate (each arm's last trained candidate
+against the first champion, and the rl arm's against the placebo's of the same seed, paired by
+function: a gain the placebo matches is not the reward's doing); ``unit_commits``; and ``goals``,
+each target with its figure and whether it was reached (the goals judge only what was promoted).
 
     .venv/bin/python -m bench.loop_real_seeds --seeds 0,1,2 --cycles 4 --units DIR --workdir BASE
     .venv/bin/python -m bench.loop_real_seeds --seeds 0,1,2 --units DIR --pool-only
@@ -219,7 +222,47 @@ def pool(summaries: dict[tuple[int, str], dict], pools: dict[str, list[dict]]) -
             "promotions": sum(u["placebo_promotions"] for u in placebo.values()),
             "complete": all(u.get("complete") for u in placebo.values()),
             **(_pool_entry(sealed_keys, pl_pairs) if pl_pairs else {})}
+    out["last_candidates"] = last_candidates(rl, placebo, pools)
     out["goals"] = goals(out, rl, placebo)
+    return out
+
+
+SCORED = {"sealed": "passed", **{name: name for name in CARRY_POOLS}}
+"""Each pool's key in a scored version's entry."""
+
+
+def _last_trained(unit: dict, arm: str) -> dict:
+    """The arm's last candidate as scored: the rejected last one, else (the last cycle promoted
+    it) the final champion."""
+    return unit["scores"].get(f"{arm}-last-candidate") or unit["scores"][f"{arm}-final"]
+
+
+def last_candidates(rl: dict, placebo: dict, pools: dict[str, list[dict]]) -> dict:
+    """What training did, before the gate: each arm's last trained candidate against the first
+    champion, pooled over seeds like the champions, and the rl arm's last candidate against the
+    placebo's of the same seeds (a function's change being its mean over those seeds; the
+    bootstrap resamples functions). A gain the placebo matches is not the reward's doing. A
+    diagnostic beside the goals, which judge only what the gate promoted."""
+    out: dict = {}
+    for name, key in SCORED.items():
+        tasks = pools.get(name)
+        if not tasks:
+            continue
+        keys, entry = clusters(tasks), {}
+        for arm, units in (("rl", rl), ("placebo", placebo)):
+            pairs = [(u["scores"]["first"][key], _last_trained(u, arm)[key])
+                     for u in units.values()]
+            if pairs and all(a and b for a, b in pairs):
+                entry[arm] = {**_pool_entry(keys, pairs), "seeds": sorted(units),
+                              **pooled_families(tasks, pairs)}
+        both = sorted(set(rl) & set(placebo))
+        pairs = [(_last_trained(placebo[s], "placebo")[key], _last_trained(rl[s], "rl")[key])
+                 for s in both]
+        if pairs and all(a and b for a, b in pairs):
+            d, lo, hi = pooled_change(keys, pairs)
+            entry["rl_minus_placebo"] = {"delta": d, "ci": [lo, hi], "seeds": both}
+        if entry:
+            out[name] = entry
     return out
 
 
@@ -275,6 +318,10 @@ def report(result: dict) -> None:
                                          f"{' (surely worse)' if worst['surely_worse'] else ''}")
             print(f"pooled {name}: {e['first']:.3f} -> {e['final']:.3f}, change {e['delta']:+.3f} "
                   f"[{e['ci'][0]:+.3f}, {e['ci'][1]:+.3f}]{tail}")
+    for name, e in (result.get("last_candidates") or {}).items():
+        parts = [f"{arm} {e[arm]['delta']:+.3f} [{e[arm]['ci'][0]:+.3f}, {e[arm]['ci'][1]:+.3f}]"
+                 for arm in ("rl", "placebo", "rl_minus_placebo") if arm in e]
+        print(f"last candidates, {name}: {'; '.join(parts)}")
     for name, g in (result.get("goals") or {}).items():
         if isinstance(g, dict) and "reached" in g:
             print(f"target {name}: {'reached' if g['reached'] else 'not reached'}")

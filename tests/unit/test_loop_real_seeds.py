@@ -202,3 +202,30 @@ def test_a_unit_cut_short_resumes_unless_fresh_or_its_folder_is_gone(tmp_path, m
     _unit(cut, 1, "rl", tasks, [False] * 4, [True] * 4, complete=False)
     seeds.run_unit(1, "rl", **unit)  # its run folder is gone: nothing to resume
     assert "--resume" not in commands[-1]
+
+
+def test_last_candidates_pool_each_arm_and_the_rl_arm_against_the_placebo():
+    tasks = _tasks({"f": 20, "g": 6})
+    first = [False] * 20 + [True] * 6
+    rl_last = [True] * 26  # f: +20
+    placebo_last = [True] * 5 + [False] * 15 + [True] * 6  # f: +5
+
+    def unit(seed: int, arm: str, last: list[bool] | None) -> dict:
+        u = {"scores": {"first": {"passed": first, "guard": first, "transfer": None},
+                        f"{arm}-final": {"passed": first if last else rl_last, "guard": first,
+                                         "transfer": None}}}
+        if last:
+            u["scores"][f"{arm}-last-candidate"] = {"passed": last, "guard": first,
+                                                    "transfer": None}
+        return u
+
+    rl = {0: unit(0, "rl", rl_last), 1: unit(1, "rl", None)}  # seed 1 promoted its last one
+    placebo = {0: unit(0, "placebo", placebo_last)}
+    out = seeds.last_candidates(rl, placebo, {"sealed": tasks, "guard": tasks, "transfer": []})
+    sealed = out["sealed"]
+    assert sealed["rl"]["delta"] == pytest.approx(20 / 26) and sealed["rl"]["seeds"] == [0, 1]
+    assert sealed["placebo"]["delta"] == pytest.approx(5 / 26)
+    assert sealed["rl_minus_placebo"]["delta"] == pytest.approx(15 / 26)
+    assert sealed["rl_minus_placebo"]["seeds"] == [0]
+    assert sealed["rl_minus_placebo"]["ci"][0] > 0
+    assert out["guard"]["rl"]["delta"] == 0.0 and "transfer" not in out
