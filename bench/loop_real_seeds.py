@@ -305,6 +305,41 @@ def goals(out: dict, rl: dict, placebo: dict) -> dict:
     return g
 
 
+def flat_keys(summaries: dict[tuple[int, str], dict], result: dict) -> dict:
+    """The one-run file's top-level keys (``bench.loop_real``), filled from the pooled figures,
+    so a reader of either finds ``pass_first``, ``ci_low``, ``placebo_delta``, ``promotions``,
+    ``per_cycle`` (each row with its ``seed``) and the rest in the same place."""
+    p, last = result["pooled"], result.get("last_candidates", {}).get("sealed", {})
+    units = [summaries[k] for k in sorted(summaries)]
+    sealed, placebo, he = p.get("sealed", {}), p.get("placebo", {}), p.get("humaneval", {})
+
+    def entry(arm: str) -> dict | None:
+        e = last.get(arm)
+        return None if e is None else {"delta": e["delta"], "ci": e["ci"], "seeds": e["seeds"]}
+
+    return {
+        "pass_first": sealed.get("first"), "pass_final": sealed.get("final"),
+        "delta": sealed.get("delta"), "ci_low": (sealed.get("ci") or [None])[0],
+        "ci_high": (sealed.get("ci") or [None, None])[1],
+        "placebo_delta": placebo.get("delta"), "placebo_ci": placebo.get("ci"),
+        "promotions": sum(u["promotions"] for (_, a), u in summaries.items() if a == "rl"),
+        "placebo_promotions": sum(u["placebo_promotions"] for (_, a), u in summaries.items()
+                                  if a == "placebo"),
+        "humaneval_first": he.get("first"), "humaneval_final": he.get("final"),
+        "humaneval_problems": units[0].get("humaneval_problems") if units else None,
+        "sealed_tasks": units[0].get("sealed_tasks") if units else None,
+        "sealed_prompts": units[0].get("sealed_prompts") if units else None,
+        "seconds": sum(u["seconds"] for u in units), "arms_side_by_side": False,  # one at a time
+        "load1_range": [min(u["load1"] for u in units), max(u["load1"] for u in units)]
+        if units else None,
+        **{name: p[name] for name in CARRY_POOLS if name in p},
+        "rl_last_candidate": entry("rl"), "placebo_last_candidate": entry("placebo"),
+        "per_cycle": [{**row, "seed": s} for (s, _), u in sorted(summaries.items())
+                      for row in u["per_cycle"]],
+        "scores": {f"seed{s}_{a}": u["scores"] for (s, a), u in sorted(summaries.items())},
+    }
+
+
 def report(result: dict) -> None:
     for s, r in result["per_seed"].items():
         carry = "; ".join(f"{n} {r[n]['delta']:+.3f} [{r[n]['ci'][0]:+.3f}, {r[n]['ci'][1]:+.3f}]"
@@ -389,6 +424,7 @@ def main(argv: list[str] | None = None) -> None:
                   (s, "placebo") in summaries for s in seeds),
               "seconds_this_call": round(time.perf_counter() - t0, 1),
               **pool(summaries, pools)}
+    result.update(flat_keys(summaries, result))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     report(result)

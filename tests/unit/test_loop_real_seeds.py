@@ -118,6 +118,13 @@ def test_complete_units_are_kept_and_a_unit_cut_short_is_rerun(tmp_path, monkeyp
                                            "placebo_changes": pytest.approx([0.0, -0.05]),
                                            "reached": True}
     assert g["minutes"]["whole_run"] == pytest.approx(4.0)
+    # the one-run file's keys, from the pooled figures
+    assert (r["pass_first"], r["pass_final"]) == (0.5, 1.0) and r["ci_low"] > 0
+    assert r["promotions"] == 2 and r["placebo_promotions"] == 0 and r["placebo_delta"] == 0.0
+    assert r["guard"] == r["pooled"]["guard"] and r["seconds"] == pytest.approx(240.0)
+    assert [(row["seed"], row["arm"]) for row in r["per_cycle"]][::2] == [
+        (0, "placebo"), (0, "rl"), (1, "placebo"), (1, "rl")]
+    assert set(r["scores"]) == {"seed0_rl", "seed0_placebo", "seed1_rl", "seed1_placebo"}
 
 
 def _seed0_rl_unit(tmp_path: Path) -> tuple[Path, list[dict]]:
