@@ -357,9 +357,11 @@ def report(result: dict) -> None:
         parts = [f"{arm} {e[arm]['delta']:+.3f} [{e[arm]['ci'][0]:+.3f}, {e[arm]['ci'][1]:+.3f}]"
                  for arm in ("rl", "placebo", "rl_minus_placebo") if arm in e]
         print(f"last candidates, {name}: {'; '.join(parts)}")
+    partial = f" (so far: {', '.join(result['missing_units'])} missing)" \
+        if result.get("missing_units") else ""
     for name, g in (result.get("goals") or {}).items():
         if isinstance(g, dict) and "reached" in g:
-            print(f"target {name}: {'reached' if g['reached'] else 'not reached'}")
+            print(f"target {name}: {'reached' if g['reached'] else 'not reached'}{partial}")
 
 
 def main(argv: list[str] | None = None) -> None:
