@@ -134,6 +134,18 @@ def test_no_import_circle_among_the_project_modules() -> None:
     assert not found, "\n".join(_describe(c, graph) for c in found)
 
 
+def test_no_import_circle_among_the_packages() -> None:
+    """Packages reach each other through no chain of files either (``runtime`` -> ``policy`` ->
+    ``tasks`` -> ``runtime`` is a circle although no two of its files import each other)."""
+    packages: dict[str, set[str]] = {}
+    for module, targets in import_graph(ROOT, PACKAGES).items():
+        top = module.split(".")[0]
+        packages.setdefault(top, set()).update(t.split(".")[0] for t in targets if
+                                               not t.startswith(top + ".") and t != top)
+    found = circles(packages)
+    assert not found, "circles of packages: " + "; ".join(" <-> ".join(c) for c in found)
+
+
 def test_the_protocols_import_no_implementation() -> None:
     graph = import_graph(ROOT, PACKAGES)
     assert not graph["policy.base"] & {"policy.toy.adapter", "policy.hf"}

@@ -48,48 +48,6 @@ def test_imports_flow_downward(package: str) -> None:
     assert not wrong, "\n".join(wrong)
 
 
-def _package_graph() -> dict[str, set[str]]:
-    return {package: set().union(*(_imported_packages(path)
-                                   for path in (ROOT / package).rglob("*.py"))) - {package}
-            for package in PACKAGES}
-
-
-def _a_circle(graph: dict[str, set[str]]) -> list[str]:
-    """One circle of ``graph`` as the list of its packages (first repeated last), or []."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-
-    def visit(node: str, path: list[str]) -> list[str]:
-        state[node] = 1
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
-            if nxt not in state and (found := visit(nxt, path + [nxt])):
-                return found
-        state[node] = 2
-        return []
-
-    for start in sorted(graph):
-        if start not in state and (found := visit(start, [start])):
-            return found
-    return []
-
-
-def test_the_packages_form_no_circle() -> None:
-    """Every package stands on a floor of its own: no two packages reach each other through any
-    chain of imports (the floor's three packages among themselves included)."""
-    circle = _a_circle(_package_graph())
-    assert not circle, " -> ".join(circle)
-
-
-@pytest.mark.parametrize("edges,expected", [
-    ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
-    ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
-    ({"a": {"b"}, "b": {"c"}, "c": {"b"}}, ["b", "c", "b"]),
-])
-def test_a_circle_on_hand_built_graphs(edges, expected) -> None:
-    assert _a_circle(edges) == expected
-
-
 def test_nothing_imports_the_orchestrator() -> None:
     for package in STAGES | FLOOR:
         for path in (ROOT / package).rglob("*.py"):
