@@ -301,19 +301,21 @@ def _box(argv: list[str], fds: tuple[int, ...], status_r: int, stdin: bytes | No
     """Start bwrap and see it through. Owns ``fds`` (closed once bwrap has them) and
     ``status_r``."""
     root = os.geteuid() == 0
-    try:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={}, pass_fds=fds,
-            start_new_session=True, close_fds=True,
-            **({"user": BOX_UID, "group": BOX_UID, "extra_groups": []} if root else {}),
-        )
-    except BaseException:
-        os.close(status_r)
-        raise
-    finally:
-        for fd in fds:
-            os.close(fd)
+    held = _HeldSignals()
+    with held:
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={}, pass_fds=fds,
+                start_new_session=True, close_fds=True,
+                **({"user": BOX_UID, "group": BOX_UID, "extra_groups": []} if root else {}),
+            )
+        except BaseException:
+            os.close(status_r)
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
     out, err, status = _Tail(STDOUT_KEEP), _Tail(8 * STDERR_KEEP), bytearray()
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, out)
@@ -331,6 +333,7 @@ def _box(argv: list[str], fds: tuple[int, ...], status_r: int, stdin: bytes | No
     timed_out = False
     pidfd: int | None = None
     try:
+        held.deliver()  # a stop that came while bwrap started unwinds here, where it is killed
         while sel.get_map():
             now = time.monotonic()
             if killed_at is None and now >= deadline:
@@ -381,6 +384,40 @@ def _box(argv: list[str], fds: tuple[int, ...], status_r: int, stdin: bytes | No
     exit_code = next((d["exit-code"] for d in docs if "exit-code" in d), None)
     child_pid = next((d["child-pid"] for d in docs if "child-pid" in d), None)
     return _Run(exit_code, child_pid, timed_out, out.bytes(), err.bytes(), proc.returncode)
+
+
+class _HeldSignals:
+    """Holds the Python handlers of SIGTERM and SIGINT while ``subprocess.Popen`` starts bwrap,
+    and :meth:`deliver` runs what came meanwhile once the caller holds the process. A stop that
+    unwound out of ``Popen`` itself would lose the process: the caller could not kill bwrap's
+    group, and should the caller then exit while bwrap is between making the box's pid 1 and
+    releasing it, that pid 1 waits for bwrap forever (its die-with-parent is not yet set). Only
+    the main thread has handlers; elsewhere nothing is held. A failed start delivers on exit."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.caught: list[tuple[int, object]] = []
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self) -> _HeldSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                if callable(signal.getsignal(signum)):
+                    self.previous[signum] = signal.signal(
+                        signum, lambda n, frame: self.caught.append((n, frame)))
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        if exc_type is not None:
+            self.deliver()
+
+    def deliver(self) -> None:
+        caught, self.caught = self.caught, []
+        for signum, frame in caught:
+            self.previous[signum](signum, frame)
 
 
 def _close(f) -> None:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
 
+from tasks import sandbox
 from tasks.humaneval import grade, humaneval_suite, load_problems, truncate
 from tasks.sandbox import run_sandboxed
 
@@ -29,6 +35,42 @@ def test_a_sleeping_child_process_is_killed_with_the_group():
             "time.sleep(30)\n")
     r = run_sandboxed(code, timeout_s=1.0)
     assert r.status == "timeout"
+
+
+def test_a_stop_signal_while_the_box_starts_still_ends_the_box(monkeypatch):
+    """A benchmark stopped by SIGTERM (unwound as SystemExit) just as ``subprocess.Popen``
+    starts bwrap, before the call holds the process: the caller still kills bwrap's group. Left
+    to itself bwrap dies of the closed status pipe while the caller lives, but a caller that
+    exits at once can leave the box's pid 1 waiting forever for a bwrap that is gone."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers live in the main thread")
+    real, started = subprocess.Popen, []
+
+    def popen(*args, **kwargs):
+        proc = real(*args, **kwargs)
+        started.append(proc)
+        signal.raise_signal(signal.SIGTERM)  # the handler runs here, inside Popen's call
+        return proc
+
+    monkeypatch.setattr(sandbox.subprocess, "Popen", popen)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        with pytest.raises(SystemExit):
+            run_sandboxed("import time\ntime.sleep(30)\n", timeout_s=30)
+        assert len(started) == 1
+        deadline = time.monotonic() + 5
+        while started[0].poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # stopped by the caller (SIGKILL to its group), not left to notice a closed pipe
+        assert started[0].poll() == -signal.SIGKILL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for proc in started:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
 
 
 @pytest.mark.parametrize("code,status", [
