@@ -49,7 +49,11 @@ pool runs) on tuning-draw sides they were not scored on, where their weights are
 tuning file gains the sides in each entry's ``pools`` (and its choice is made again), a pool
 file in each entry's ``tuning_draw``.
 
-Left out: HumanEval, and matching the objective arms at equal retain-set KL.
+``--rescore FILE... --humaneval N`` scores the kept pool candidates and the champion on the first N
+HumanEval problems (the gate's suite runner, chat, greedy): a suite nobody here wrote, for what
+the update did to code outside the pools.
+
+Left out: matching the objective arms at equal retain-set KL.
 """
 
 from __future__ import annotations
@@ -175,11 +179,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rescore", type=Path, nargs="+", default=None,
                    help="result files whose kept candidates to score on the tuning draw's "
                    "--sides they lack (written back in place)")
-    p.add_argument("--sides", type=_choices(TUNING_SIDES), default=["outside"],
-                   help="with --rescore: the tuning-draw sides to add")
+    p.add_argument("--sides", type=_choices(TUNING_SIDES), default=None,
+                   help="with --rescore: the tuning-draw sides to add (default: outside, or "
+                   "none with --humaneval)")
+    p.add_argument("--humaneval", type=int, default=0,
+                   help="with --rescore: score each kept pool candidate and the champion on the "
+                   "first N HumanEval problems (chat, greedy, 160 new tokens): each entry's "
+                   "humaneval")
     a = p.parse_args(argv)
     if a.seeds < 1 or a.requests < 1 or a.limit < 0 or (a.steps is not None and a.steps < 1):
         p.error("--seeds, --requests, --steps must be >= 1 and --limit >= 0")
+    if a.humaneval < 0:
+        p.error("--humaneval must be >= 0")
+    if a.sides is None:
+        a.sides = [] if a.humaneval else ["outside"]
     if a.rows is not None and not a.rows.is_file():
         p.error(f"--rows {a.rows}: no such file")
     return a
@@ -486,6 +499,31 @@ def champion_scores(champion: Path, pools: dict[str, list[dict]], args, workdir:
     return scores
 
 
+def humaneval_tasks(n: int) -> list[dict]:
+    """The first ``n`` HumanEval problems as :func:`compare` counts them: one family, each
+    problem its own cluster."""
+    return [{"prompt": f"HumanEval/{i}", "family": "humaneval"} for i in range(n)]
+
+
+def champion_humaneval(champion: Path, n: int, workdir: Path) -> list[bool]:
+    """The champion's verdicts on the first ``n`` HumanEval problems, cached under ``workdir``
+    (greedy, so the same for every run of this champion)."""
+    cache = workdir / f"champion_humaneval_{n}.json"
+    with _exclusive(workdir):
+        if cache.is_file():
+            return json.loads(cache.read_text())
+        say(f"scoring the champion on {n} HumanEval problems")
+        passed = score_humaneval(champion, n)
+        cache.write_text(json.dumps(passed) + "\n")
+    return passed
+
+
+def score_humaneval(checkpoint: Path, n: int) -> list[bool]:
+    from bench.loop_real import score_humaneval as run
+
+    return run(checkpoint, n)
+
+
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
@@ -596,10 +634,11 @@ def candidate_dir(workdir: Path, name: str, seed: int, *, tune: bool) -> Path:
 
 def rescore(args: argparse.Namespace) -> dict[str, list[str]]:
     """Each candidate of the result files ``args.rescore`` scored on the tuning draw's
-    ``args.sides`` it lacks, where its weights are still kept; every file is written back after
-    each candidate (a tuning file's entries gain the sides in ``pools`` and its choice is made
-    again once every entry has them; a pool file's in ``tuning_draw``). Returns, per file, the
-    entries left without them (weights gone)."""
+    ``args.sides`` it lacks, and a pool candidate on ``args.humaneval`` HumanEval problems when
+    its entry has no ``humaneval``, where its weights are still kept; every file is written back
+    after each candidate (a tuning file's entries gain the sides in ``pools`` and its choice is
+    made again once every entry has them; a pool file's in ``tuning_draw``). Returns, per file,
+    the entries left without them (weights gone)."""
     from tasks.pyfuncs import tuning_draw
 
     if args.threads:
@@ -609,24 +648,34 @@ def rescore(args: argparse.Namespace) -> dict[str, list[str]]:
     workdir = args.workdir / ("tiny" if args.tiny else "real")
     draw = tuning_draw()
     sides = {side: draw[side][:args.limit or None] for side in args.sides}
-    base = champion_scores(workdir / "champion", sides, args, workdir)
+    base = champion_scores(workdir / "champion", sides, args, workdir) if sides else {}
+    base_humaneval = (champion_humaneval(workdir / "champion", args.humaneval, workdir)
+                      if args.humaneval else None)
     left: dict[str, list[str]] = {}
     for path in args.rescore:
         result = json.loads(path.read_text())
         tune = bool(result.get("tune"))
         for entry in result["arms"]:
-            held = entry["pools"] if tune else entry.setdefault("tuning_draw", {})
+            held = entry["pools"] if tune else entry.get("tuning_draw", {})
             missing = [side for side in sides if side not in held]
-            if not missing:
+            humaneval = base_humaneval is not None and not tune and "humaneval" not in entry
+            if not missing and not humaneval:
                 continue
             out = candidate_dir(workdir, entry["name"], entry["seed"], tune=tune)
             if not any(out.glob("*.safetensors")):
                 left.setdefault(str(path), []).append(f"{entry['name']} seed {entry['seed']}")
                 continue
-            say(f"{path.name}: {entry['name']} seed {entry['seed']} on {', '.join(missing)}")
-            scores = score(out, {side: sides[side] for side in missing}, args)
-            held.update({side: compare(sides[side], base[side], scores[side])
-                         for side in missing})
+            say(f"{path.name}: {entry['name']} seed {entry['seed']} on "
+                f"{', '.join(missing + (['HumanEval'] if humaneval else []))}")
+            if humaneval:
+                entry["humaneval"] = compare(humaneval_tasks(args.humaneval), base_humaneval,
+                                             score_humaneval(out, args.humaneval))
+            if missing:
+                scores = score(out, {side: sides[side] for side in missing}, args)
+                if not tune:
+                    held = entry.setdefault("tuning_draw", {})
+                held.update({side: compare(sides[side], base[side], scores[side])
+                             for side in missing})
             if tune and all(set(sides) <= set(e["pools"]) for e in result["arms"]):
                 result["choice"] = choose(result["arms"])
             write(result, path)

@@ -138,8 +138,8 @@ def score_sealed(checkpoint: Path, tasks: list[dict], *, max_new_tokens: int, ba
 
 
 def score_humaneval(checkpoint: Path, n: int) -> list[bool] | None:
-    """Each of the first ``n`` HumanEval problems passed or not (chat, greedy), by the gate's suite
-    runner; None when ``n`` is 0."""
+    """Each of the first ``n`` HumanEval problems passed or not (greedy, through the chat template
+    when the tokenizer has one), by the gate's suite runner; None when ``n`` is 0."""
     if n <= 0:
         return None
     from gating.config import SuiteConfig
@@ -150,7 +150,7 @@ def score_humaneval(checkpoint: Path, n: int) -> list[bool] | None:
     config = SuiteConfig(kind="humaneval", size=n, max_new_tokens=160, batch_size=16)
     tasks, checker = build_suite(config)
     result = run_suite(policy, tasks, max_new_tokens=160, seed=0, checker=checker,
-                       batch_size=16, chat=True)
+                       batch_size=16, chat=bool(getattr(policy, "has_chat_template", False)))
     return [bool(t.passed) for t in result.tasks]
 
 

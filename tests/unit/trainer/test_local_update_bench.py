@@ -257,3 +257,25 @@ def test_a_sweep_setting_trains_the_same_whatever_the_preset_became():
                            seed=1).replay.share == 0.5
     chosen = lu.sweep_config(base, lu.setting_overrides(sweep["full retain budget 0.01"]), seed=1)
     assert (chosen.retain.kl_target, chosen.lr, chosen.replay.share) == (0.01, 5e-5, 0.25)
+
+
+def test_rescore_scores_kept_pool_candidates_on_humaneval_once(tmp_path, capsys):
+    out, work = tmp_path / "pools.json", tmp_path / "w"
+    lu.main(["--tiny", "--settings", "full 8 steps", "--requests", "4", "--steps", "1",
+             "--seeds", "1", "--limit", "2", "--max-new-tokens", "8", "--workdir", str(work),
+             "--out", str(out)])
+    rescore = ["--tiny", "--rescore", str(out), "--humaneval", "2", "--workdir", str(work)]
+    lu.main(rescore)
+    entry = json.loads(out.read_text())["arms"][0]
+    he = entry["humaneval"]
+    assert (he["tasks"], he["functions"], len(he["verdicts"])) == (2, 2, 2)
+    assert set(he["verdicts"]) <= set("=.+-") and "tuning_draw" not in entry  # no side asked
+    assert json.loads((work / "tiny" / "champion_humaneval_2.json").read_text()) in (
+        [a, b] for a in (True, False) for b in (True, False))
+    capsys.readouterr()
+    lu.main(rescore)  # scored already: nothing to do
+    assert "on HumanEval" not in capsys.readouterr().out
+    assert lu.parse_args(["--rescore", str(out)]).sides == ["outside"]
+    assert lu.parse_args(["--rescore", str(out), "--humaneval", "3"]).sides == []
+    with pytest.raises(SystemExit):
+        lu.parse_args(["--humaneval", "-1"])
