@@ -302,38 +302,39 @@ def _box(argv: list[str], fds: tuple[int, ...], status_r: int, stdin: bytes | No
     ``status_r``."""
     root = os.geteuid() == 0
     held = _HeldSignals()
-    with held:
-        try:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={}, pass_fds=fds,
-                start_new_session=True, close_fds=True,
-                **({"user": BOX_UID, "group": BOX_UID, "extra_groups": []} if root else {}),
-            )
-        except BaseException:
-            os.close(status_r)
-            raise
-        finally:
-            for fd in fds:
-                os.close(fd)
-    out, err, status = _Tail(STDOUT_KEEP), _Tail(8 * STDERR_KEEP), bytearray()
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ, out)
-    sel.register(proc.stderr, selectors.EVENT_READ, err)
-    sel.register(status_r, selectors.EVENT_READ, status)
-    pending = memoryview(stdin or b"")
-    if proc.stdin is not None:
-        os.set_blocking(proc.stdin.fileno(), False)
-        if pending:
-            sel.register(proc.stdin, selectors.EVENT_WRITE, None)
-        else:
-            _close(proc.stdin)
-    deadline = time.monotonic() + timeout_s
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={}, pass_fds=fds,
+            start_new_session=True, close_fds=True,
+            **({"user": BOX_UID, "group": BOX_UID, "extra_groups": []} if root else {}),
+        )
+    except BaseException:
+        os.close(status_r)
+        held.release()
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)
+    sel: selectors.BaseSelector | None = None
     killed_at: float | None = None
     timed_out = False
     pidfd: int | None = None
     try:
-        held.deliver()  # a stop that came while bwrap started unwinds here, where it is killed
+        held.release()  # a stop that came while bwrap started unwinds here, where it is killed
+        out, err, status = _Tail(STDOUT_KEEP), _Tail(8 * STDERR_KEEP), bytearray()
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ, out)
+        sel.register(proc.stderr, selectors.EVENT_READ, err)
+        sel.register(status_r, selectors.EVENT_READ, status)
+        pending = memoryview(stdin or b"")
+        if proc.stdin is not None:
+            os.set_blocking(proc.stdin.fileno(), False)
+            if pending:
+                sel.register(proc.stdin, selectors.EVENT_WRITE, None)
+            else:
+                _close(proc.stdin)
+        deadline = time.monotonic() + timeout_s
         while sel.get_map():
             now = time.monotonic()
             if killed_at is None and now >= deadline:
@@ -367,7 +368,8 @@ def _box(argv: list[str], fds: tuple[int, ...], status_r: int, stdin: bytes | No
                 else:
                     key.data.add(chunk)
     finally:
-        sel.close()
+        if sel is not None:
+            sel.close()
         if killed_at is None:
             _kill(proc, pidfd)
         for f in (proc.stdin, proc.stdout, proc.stderr):
@@ -387,37 +389,32 @@ def _box(argv: list[str], fds: tuple[int, ...], status_r: int, stdin: bytes | No
 
 
 class _HeldSignals:
-    """Holds the Python handlers of SIGTERM and SIGINT while ``subprocess.Popen`` starts bwrap,
-    and :meth:`deliver` runs what came meanwhile once the caller holds the process. A stop that
-    unwound out of ``Popen`` itself would lose the process: the caller could not kill bwrap's
-    group, and should the caller then exit while bwrap is between making the box's pid 1 and
-    releasing it, that pid 1 waits for bwrap forever (its die-with-parent is not yet set). Only
-    the main thread has handlers; elsewhere nothing is held. A failed start delivers on exit."""
+    """Holds the Python handlers of SIGTERM and SIGINT from its making until :meth:`release`,
+    which puts them back and runs what came meanwhile: made before ``subprocess.Popen`` starts
+    bwrap and released inside the ``try`` whose ``finally`` kills bwrap's group. A stop that
+    unwound out of ``Popen`` itself, or before that ``try``, would lose the process: the caller
+    could not kill the group, and should the caller then exit while bwrap is between making the
+    box's pid 1 and releasing it, that pid 1 waits for bwrap forever (its die-with-parent is not
+    yet set). Only the main thread has handlers; elsewhere nothing is held."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
         self.caught: list[tuple[int, object]] = []
         self.previous: dict[int, object] = {}
-
-    def __enter__(self) -> _HeldSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
                 if callable(signal.getsignal(signum)):
                     self.previous[signum] = signal.signal(
                         signum, lambda n, frame: self.caught.append((n, frame)))
-        return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
-        for signum, handler in self.previous.items():
+    def release(self) -> None:
+        previous, self.previous = self.previous, {}
+        for signum, handler in previous.items():
             signal.signal(signum, handler)
-        if exc_type is not None:
-            self.deliver()
-
-    def deliver(self) -> None:
         caught, self.caught = self.caught, []
         for signum, frame in caught:
-            self.previous[signum](signum, frame)
+            previous[signum](signum, frame)
 
 
 def _close(f) -> None:
