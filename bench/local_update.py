@@ -489,14 +489,21 @@ def champion_scores(champion: Path, pools: dict[str, list[dict]], args, workdir:
 
     key = hashlib.sha1(json.dumps([[t["task_id"] for t in v] for v in pools.values()]
                                   + [list(pools), args.max_new_tokens]).encode()).hexdigest()[:12]
-    cache = workdir / f"champion_scores_{key}.json"
-    with _exclusive(workdir):
+    return _cached(workdir / f"champion_scores_{key}.json",
+                   f"{sum(map(len, pools.values()))} pool tasks",
+                   lambda: score(champion, pools, args))
+
+
+def _cached(cache: Path, what: str, compute):
+    """The champion's verdicts in ``cache``, computed once (``what``: said while scoring) under
+    the workdir's lock, so that parts of a sweep started together score the champion once."""
+    with _exclusive(cache.parent):
         if cache.is_file():
             return json.loads(cache.read_text())
-        say(f"scoring the champion on {sum(map(len, pools.values()))} pool tasks")
-        scores = score(champion, pools, args)
-        cache.write_text(json.dumps(scores) + "\n")
-    return scores
+        say(f"scoring the champion on {what}")
+        verdicts = compute()
+        cache.write_text(json.dumps(verdicts) + "\n")
+    return verdicts
 
 
 def humaneval_tasks(n: int) -> list[dict]:
@@ -508,14 +515,8 @@ def humaneval_tasks(n: int) -> list[dict]:
 def champion_humaneval(champion: Path, n: int, workdir: Path) -> list[bool]:
     """The champion's verdicts on the first ``n`` HumanEval problems, cached under ``workdir``
     (greedy, so the same for every run of this champion)."""
-    cache = workdir / f"champion_humaneval_{n}.json"
-    with _exclusive(workdir):
-        if cache.is_file():
-            return json.loads(cache.read_text())
-        say(f"scoring the champion on {n} HumanEval problems")
-        passed = score_humaneval(champion, n)
-        cache.write_text(json.dumps(passed) + "\n")
-    return passed
+    return _cached(workdir / f"champion_humaneval_{n}.json", f"{n} HumanEval problems",
+                   lambda: score_humaneval(champion, n))
 
 
 def score_humaneval(checkpoint: Path, n: int) -> list[bool]:
@@ -656,8 +657,8 @@ def rescore(args: argparse.Namespace) -> dict[str, list[str]]:
         result = json.loads(path.read_text())
         tune = bool(result.get("tune"))
         for entry in result["arms"]:
-            held = entry["pools"] if tune else entry.get("tuning_draw", {})
-            missing = [side for side in sides if side not in held]
+            missing = [side for side in sides
+                       if side not in (entry["pools"] if tune else entry.get("tuning_draw", {}))]
             humaneval = base_humaneval is not None and not tune and "humaneval" not in entry
             if not missing and not humaneval:
                 continue
@@ -672,8 +673,7 @@ def rescore(args: argparse.Namespace) -> dict[str, list[str]]:
                                              score_humaneval(out, args.humaneval))
             if missing:
                 scores = score(out, {side: sides[side] for side in missing}, args)
-                if not tune:
-                    held = entry.setdefault("tuning_draw", {})
+                held = entry["pools"] if tune else entry.setdefault("tuning_draw", {})
                 held.update({side: compare(sides[side], base[side], scores[side])
                              for side in missing})
             if tune and all(set(sides) <= set(e["pools"]) for e in result["arms"]):
