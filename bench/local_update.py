@@ -64,6 +64,7 @@ import datetime
 import itertools
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -146,6 +147,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rows", type=Path, default=None, help="one cycle's reward rows (parquet)")
     p.add_argument("--requests", type=int, default=64,
                    help="without --rows: completions the champion samples on the train pool")
+    p.add_argument("--rows-seed", type=int, default=0,
+                   help="without --rows: 0 samples the first --requests tasks of the traffic "
+                   "pool with sampling seed 0; N > 0 draws --requests tasks with seed N and "
+                   "samples them with seed N (another cycle's traffic)")
     p.add_argument("--objectives", type=_choices(OBJECTIVES), default=["token_clip", "cispo"])
     p.add_argument("--retain", type=_choices(("on", "off")), default=["on", "off"])
     p.add_argument("--lora", type=_choices(("on", "off")), default=["off", "on"])
@@ -187,6 +192,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "first N HumanEval problems (chat, greedy, 160 new tokens): each entry's "
                    "humaneval")
     a = p.parse_args(argv)
+    if a.rows_seed < 0:
+        p.error("--rows-seed must be >= 0")
     if a.seeds < 1 or a.requests < 1 or a.limit < 0 or (a.steps is not None and a.steps < 1):
         p.error("--seeds, --requests, --steps must be >= 1 and --limit >= 0")
     if a.humaneval < 0:
@@ -357,16 +364,32 @@ def build_champion(args, workdir: Path) -> Path:
     return plug.save(out, metadata={"model_version": 1})
 
 
+def traffic_tasks(tasks: list[dict], n: int, seed: int) -> list[dict]:
+    """The ``n`` tasks a batch of traffic asks: with seed 0 the first ``n`` (cycled), as every
+    committed run sampled them; with another seed ``n`` distinct tasks drawn with it (cycled
+    when the pool is smaller), another cycle's traffic from the same pool."""
+    if seed == 0 or n > len(tasks):
+        return [tasks[i % len(tasks)] for i in range(n)]
+    return random.Random(f"rows/{seed}").sample(tasks, n)
+
+
+def rows_cache(workdir: Path, *, tune: bool, requests: int, seed: int) -> Path:
+    """Where the sampled rows of a run are kept; seed 0 keeps the name of the first runs."""
+    tail = "" if seed == 0 else f"_seed{seed}"
+    return workdir / f"rows_{'tune' if tune else 'train'}_{requests}{tail}.parquet"
+
+
 def sample_traffic(champion: Path, tasks: list[dict], *, n: int, temperature: float,
                    max_new_tokens: int, seed: int):
-    """``n`` reward rows the champion samples on ``tasks`` (cycled), graded by their asserts."""
+    """``n`` reward rows the champion samples on :func:`traffic_tasks` of ``tasks`` (``seed``
+    picks the tasks and the sampling), graded by their asserts."""
     import pyarrow as pa
 
     from policy.loader import load_policy
     from tasks.pyfuncs import grade
 
     plug = load_policy(champion)
-    chosen = [tasks[i % len(tasks)] for i in range(n)]
+    chosen = traffic_tasks(tasks, n, seed)
     gens = plug.generate([plug.encode_prompt(t["prompt"]) for t in chosen],
                          max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     return pa.table({
@@ -550,7 +573,7 @@ def run(args: argparse.Namespace) -> dict:
     champion = build_champion(args, workdir)
     sim = preset.simulator
     draw = tuning_draw() if args.tune else None
-    cached = workdir / f"rows_{'tune' if args.tune else 'train'}_{args.requests}.parquet"
+    cached = rows_cache(workdir, tune=args.tune, requests=args.requests, seed=args.rows_seed)
     if args.rows is not None:
         rows = pq.read_table(args.rows)
     elif cached.is_file():
@@ -560,7 +583,7 @@ def run(args: argparse.Namespace) -> dict:
         say(f"sampling {args.requests} training rows from the champion on {source}")
         traffic = draw["traffic"] if args.tune else read_jsonl(DATA / "pyfuncs_train.jsonl")
         rows = sample_traffic(champion, traffic, n=args.requests, temperature=sim.temperature,
-                              max_new_tokens=sim.max_tokens, seed=0)
+                              max_new_tokens=sim.max_tokens, seed=args.rows_seed)
         pq.write_table(rows, cached)
     if args.tune:
         pools = {side: draw[side] for side in TUNING_SIDES}
@@ -573,7 +596,8 @@ def run(args: argparse.Namespace) -> dict:
         "date": datetime.date.today().isoformat(), "commit": _commit(),
         "machine": f"{os.cpu_count()} CPU cores", "load": os.getloadavg()[0],
         "config": str(args.config), "tiny": args.tiny, "tune": args.tune,
-        "rows": rows.num_rows, "rows_reward_mean": sum(rows.column("reward").to_pylist())
+        "rows": rows.num_rows, "rows_seed": None if args.rows is not None else args.rows_seed,
+        "rows_reward_mean": sum(rows.column("reward").to_pylist())
         / max(rows.num_rows, 1),
         "champion": {k: sum(v) / len(v) for k, v in base_scores.items()}, "arms": [],
         "complete": False,
@@ -583,7 +607,7 @@ def run(args: argparse.Namespace) -> dict:
         before = json.loads(args.out.read_text())
         if not before.get("complete") and all(
                 before.get(k) == result[k] for k in ("champion", "rows", "rows_reward_mean",
-                                                     "tune", "tiny")):
+                                                     "rows_seed", "tune", "tiny")):
             result["arms"] = before["arms"]
             done = {(a["name"], a["seed"]) for a in before["arms"]}
     for arm in arms(args):
@@ -600,7 +624,8 @@ def run(args: argparse.Namespace) -> dict:
             if (arm["name"], seed) in done:
                 say(f"arm {arm['name']} seed {seed}: in {args.out} already")
                 continue
-            out = candidate_dir(workdir, arm["name"], seed, tune=args.tune)
+            out = candidate_dir(workdir, arm["name"], seed, tune=args.tune,
+                                rows_seed=result["rows_seed"])
             metrics_file = out / TRAIN_METRICS
             if metrics_file.is_file() and any(out.glob("*.safetensors")):
                 # trained before (a run that stopped): scored, not retrained
@@ -627,10 +652,13 @@ def run(args: argparse.Namespace) -> dict:
     return result
 
 
-def candidate_dir(workdir: Path, name: str, seed: int, *, tune: bool) -> Path:
-    """Where a run saves the candidate of setting or arm ``name`` and trainer ``seed``."""
+def candidate_dir(workdir: Path, name: str, seed: int, *, tune: bool,
+                  rows_seed: int | None = 0) -> Path:
+    """Where a run saves the candidate of setting or arm ``name`` and trainer ``seed`` trained on
+    the rows of ``rows_seed`` (0, or None for rows given as a file, keeps the first runs' place)."""
     slug = name.replace("/", "_").replace(" ", "-")
-    return workdir / ("tuning" if tune else "candidates") / slug / f"seed{seed}"
+    leaf = f"seed{seed}" if not rows_seed else f"rows{rows_seed}-seed{seed}"
+    return workdir / ("tuning" if tune else "candidates") / slug / leaf
 
 
 def rescore(args: argparse.Namespace) -> dict[str, list[str]]:
@@ -662,7 +690,8 @@ def rescore(args: argparse.Namespace) -> dict[str, list[str]]:
             humaneval = base_humaneval is not None and not tune and "humaneval" not in entry
             if not missing and not humaneval:
                 continue
-            out = candidate_dir(workdir, entry["name"], entry["seed"], tune=tune)
+            out = candidate_dir(workdir, entry["name"], entry["seed"], tune=tune,
+                                rows_seed=result.get("rows_seed"))
             if not any(out.glob("*.safetensors")):
                 left.setdefault(str(path), []).append(f"{entry['name']} seed {entry['seed']}")
                 continue

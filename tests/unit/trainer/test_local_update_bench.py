@@ -24,10 +24,29 @@ def test_arguments_and_the_arm_grid():
 
 @pytest.mark.parametrize("argv", [["--objectives", "ppo"], ["--retain", "maybe"],
                                   ["--seeds", "0"], ["--rows", "/nonexistent.parquet"],
-                                  ["--pools", ""]])
+                                  ["--pools", ""], ["--rows-seed", "-1"]])
 def test_bad_arguments_exit(argv):
     with pytest.raises(SystemExit):
         lu.parse_args(argv)
+
+
+def test_another_rows_seed_is_another_cycles_traffic_in_its_own_file(tmp_path):
+    pool = [{"prompt": f"p{i}"} for i in range(50)]
+    assert lu.traffic_tasks(pool, 4, 0) == pool[:4]  # what every committed run sampled
+    assert [t["prompt"] for t in lu.traffic_tasks(pool[:3], 5, 0)] == ["p0", "p1", "p2", "p0",
+                                                                       "p1"]
+    fresh = lu.traffic_tasks(pool, 10, 1)
+    assert len({t["prompt"] for t in fresh}) == 10 and fresh != pool[:10]
+    assert fresh == lu.traffic_tasks(pool, 10, 1) != lu.traffic_tasks(pool, 10, 2)
+    assert lu.rows_cache(tmp_path, tune=False, requests=64, seed=0).name == \
+        "rows_train_64.parquet"
+    assert lu.rows_cache(tmp_path, tune=True, requests=64, seed=1).name == \
+        "rows_tune_64_seed1.parquet"
+    assert lu.parse_args([]).rows_seed == 0
+    assert lu.candidate_dir(tmp_path, "full 8 steps", 2, tune=False) == \
+        tmp_path / "candidates" / "full-8-steps" / "seed2"
+    assert lu.candidate_dir(tmp_path, "full 8 steps", 2, tune=False, rows_seed=1) == \
+        tmp_path / "candidates" / "full-8-steps" / "rows1-seed2"
 
 
 def test_each_arm_changes_only_its_own_settings():
