@@ -44,6 +44,9 @@ the rule takes each setting's mean over its seeds. A tuning candidate's weights 
 SmolLM2 preset) are deleted once its figures are written (``--keep-weights`` keeps them); pool
 candidates are kept for ``ratchet gates compare``.
 
+``--rows-seed N`` trains on another cycle's traffic: 64 (``--requests``) other tasks of the train
+pool drawn and sampled with seed N, in their own rows file and candidate folders (``rowsN-seedK``).
+
 ``--rescore FILE... --sides outside`` scores the candidates of earlier result files (tuning or
 pool runs) on tuning-draw sides they were not scored on, where their weights are still kept: a
 tuning file gains the sides in each entry's ``pools`` (and its choice is made again), a pool
