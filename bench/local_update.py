@@ -52,6 +52,11 @@ pool runs) on tuning-draw sides they were not scored on, where their weights are
 tuning file gains the sides in each entry's ``pools`` (and its choice is made again), a pool
 file in each entry's ``tuning_draw``.
 
+``--retest FILE...`` runs each pool comparison of earlier pool result files again from its stored
+verdicts with today's :func:`compare` (the per-family test has changed since some were written)
+and writes, per candidate, the per-family test and :func:`stays_local` before and after to
+``--out`` (default bench/results/local_update_retest.json). No model runs.
+
 ``--rescore FILE... --humaneval N`` scores the kept pool candidates and the champion on the first N
 HumanEval problems (the gate's suite runner, chat, greedy): a suite nobody here wrote, for what
 the update did to code outside the pools.
@@ -79,6 +84,7 @@ sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "bench" / "results" / "local_update.json"
 TUNING = ROOT / "bench" / "results" / "local_update_tuning.json"
+RETEST = ROOT / "bench" / "results" / "local_update_retest.json"
 CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 DATA = ROOT / "tasks" / "data"
 POOLS = {"sealed": DATA / "pyfuncs_sealed.jsonl", "transfer": DATA / "pyfuncs_transfer.jsonl",
@@ -187,6 +193,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rescore", type=Path, nargs="+", default=None,
                    help="result files whose kept candidates to score on the tuning draw's "
                    "--sides they lack (written back in place)")
+    p.add_argument("--retest", type=Path, nargs="+", default=None,
+                   help="pool result files whose comparisons to run again from their stored "
+                   "verdicts with today's per-family test (written to --out, default "
+                   "bench/results/local_update_retest.json)")
     p.add_argument("--sides", type=_choices(TUNING_SIDES), default=None,
                    help="with --rescore: the tuning-draw sides to add (default: outside, or "
                    "none with --humaneval)")
@@ -280,6 +290,62 @@ def sweep_config(base, overrides: dict, *, seed: int, steps: int | None = None):
     if "retain_prompts" in overrides:
         cfg["retain"]["prompts"] = overrides["retain_prompts"]
     return TrainerConfig.model_validate(cfg)
+
+
+TRANSFER_FLOOR = -0.03
+"""Lowest lower bound of the transfer pool's change an update that stays local may have."""
+GUARD_CHURN_BAR = 0.0635
+"""Highest discordant share on the guard pool an update that stays local may have: half of the
+0.127 of the real loop's 2026-11-26 v2."""
+
+
+def stays_local(pools: dict[str, dict]) -> dict[str, bool]:
+    """The criteria of an update that stays local, on one candidate's pool comparisons
+    (:func:`compare`): a gain on the sealed pool (its CI above 0, no trained family surely
+    worse), transfer non-inferior (lower bound >= :data:`TRANSFER_FLOOR`, no family surely
+    worse), no guard family surely worse, guard discordance <= :data:`GUARD_CHURN_BAR`; and
+    ``all``."""
+    sealed, transfer, guard = pools["sealed"], pools["transfer"], pools["guard"]
+    out = {"sealed": sealed["ci_low"] > 0 and not sealed["family_max_drop"]["surely_worse"],
+           "transfer": (transfer["ci_low"] >= TRANSFER_FLOOR
+                        and not transfer["family_max_drop"]["surely_worse"]),
+           "guard": not guard["family_max_drop"]["surely_worse"],
+           "churn": guard["discordant_share"] <= GUARD_CHURN_BAR}
+    return {**out, "all": all(out.values())}
+
+
+def retest(paths: list[Path]) -> dict:
+    """Each pool comparison of the result files ``paths`` done again from its stored verdicts
+    with today's :func:`compare`: per candidate and pool the per-family test before and after,
+    and :func:`stays_local` before and after."""
+    from tasks.pyfuncs import read_jsonl
+
+    pools = {name: read_jsonl(POOLS[name]) for name in ("sealed", "transfer", "guard")}
+    out = []
+    for path in paths:
+        result = json.loads(path.read_text())
+        for entry in result["arms"]:
+            if not all("verdicts" in entry["pools"].get(name, {}) for name in pools):
+                continue  # written before verdicts were kept, or not scored on every pool
+            before, after = {}, {}
+            for name, tasks in pools.items():
+                was = entry["pools"][name]
+                if len(was["verdicts"]) != len(tasks):
+                    raise ValueError(f"{path.name}: {entry['name']} seed {entry['seed']} has "
+                                     f"{len(was['verdicts'])} verdicts on {name}, the pool "
+                                     f"{len(tasks)}")
+                now = compare(tasks, [v in "=-" for v in was["verdicts"]],
+                              [v in "=+" for v in was["verdicts"]])
+                before[name], after[name] = was, now
+            out.append({"file": path.name, "name": entry["name"], "seed": entry["seed"],
+                        "rows_seed": result.get("rows_seed", 0),
+                        "family_max_drop": {
+                            name: {"before": before[name]["family_max_drop"],
+                                   "after": after[name]["family_max_drop"]} for name in pools},
+                        "stays_local": {"before": stays_local(before),
+                                        "after": stays_local(after)}})
+    return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "commit": _commit(), "files": [p.name for p in paths], "candidates": out}
 
 
 def choose(entries: list[dict]) -> dict:
@@ -417,7 +483,7 @@ def compare(tasks: list[dict], before: list[bool], after: list[bool]) -> dict:
     later test can be run on the same answers."""
     import numpy as np
 
-    from bench.loop_real import by_cluster, clusters, paired_delta
+    from bench.loop_real import by_cluster, clusters, paired_delta, prompt_ids
     from gating.stats import max_drop_test
 
     keys = clusters(tasks)
@@ -428,13 +494,15 @@ def compare(tasks: list[dict], before: list[bool], after: list[bool]) -> dict:
     n = len(tasks)
     diff = np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)
     drop = max_drop_test(diff, np.asarray(keys), [t.get("family") or "?" for t in tasks],
+                         prompts=prompt_ids(tasks),
                          candidate=np.asarray(after, dtype=np.float64))
     return {"tasks": n, "functions": len(set(keys)), "pass_champion": sum(before) / n,
             "pass_candidate": sum(after) / n, "delta": delta, "ci_low": lo, "ci_high": hi,
             "discordant_share": sum(a != b for a, b in zip(before, after)) / n,
             "per_family_change": dict(sorted(fam.items())),
             "family_max_drop": {"family": drop.family, "drop": drop.drop, "z": drop.z,
-                                "p": drop.p_value, "surely_worse": drop.p_value <= 0.05},
+                                "p": drop.p_value, "surely_worse": drop.p_value <= 0.05,
+                                "unit": drop.unit},
             "verdicts": "".join("=" if b and a else "." if not (a or b) else "+" if a else "-"
                                 for b, a in zip(before, after))}
 
@@ -731,6 +799,17 @@ def main(argv: list[str] | None = None) -> None:
 
     quiet_accelerator_guess()
     args = parse_args(argv)
+    if args.retest:
+        out = RETEST if args.out == RESULTS else args.out
+        result = retest(args.retest)
+        for c in result["candidates"]:
+            was, now = c["stays_local"]["before"], c["stays_local"]["after"]
+            drop = c["family_max_drop"]["guard"]["after"]
+            say(f"{c['file']}: {c['name']} seed {c['seed']}: guard max-drop {drop['family']} "
+                f"p = {drop['p']:.3f} ({drop['unit']}); stays local {was['all']} -> {now['all']}")
+        write(result, out)
+        say(f"wrote {out}")
+        return
     if args.rescore:
         for path, names in rescore(args).items():
             say(f"{path}: weights gone, not rescored: {'; '.join(names)}")

@@ -101,6 +101,12 @@ def clusters(tasks: list[dict]) -> list[str]:
     return [cluster_key(t) for t in tasks]
 
 
+def prompt_ids(tasks: list[dict]) -> list[str]:
+    """Each task's prompt for the per-family test of a family of one function
+    (``gating.stats.max_drop_test``): its ``task_id``, or its place in the list."""
+    return [t.get("task_id", str(i)) for i, t in enumerate(tasks)]
+
+
 def paired_delta(first: dict[str, float], final: dict[str, float], *, seed: int = 0,
                  n_boot: int = BOOTSTRAP) -> tuple[float, float, float]:
     """(mean of final - first over clusters, 95% bootstrap low, high), clusters resampled."""
@@ -487,11 +493,13 @@ def pool_summary(tasks: list[dict], scores: dict, pool: str = "transfer") -> dic
         then = _per_family(tasks, entry[pool])
         diff = np.asarray(entry[pool], dtype=np.float64) - np.asarray(first, dtype=np.float64)
         drop = max_drop_test(diff, np.asarray(keys), [t["family"] for t in tasks],
+                             prompts=prompt_ids(tasks),
                              candidate=np.asarray(entry[pool], dtype=np.float64))
         out[key] = {"version": entry["version"], "pass": statistics.fmean(entry[pool]),
                     "delta": d, "ci": [lo, hi],
                     "family_max_drop": {"family": drop.family, "drop": drop.drop,
-                                        "p": drop.p_value, "surely_worse": drop.p_value <= 0.05},
+                                        "p": drop.p_value, "surely_worse": drop.p_value <= 0.05,
+                                        "unit": drop.unit},
                     "per_family": {f: {"tasks": sizes[f], "functions": functions[f],
                                        "first": first_passed[f], "then": then[f]}
                                    for f in families}}

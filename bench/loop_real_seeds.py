@@ -53,6 +53,7 @@ from bench.loop_real import (  # noqa: E402
     by_cluster,
     clusters,
     paired_delta,
+    prompt_ids,
     say,
 )
 
@@ -139,6 +140,7 @@ def pooled_families(tasks: list[dict], pairs: list[tuple[list[bool], list[bool]]
     keys, fams = clusters(tasks), [t["family"] for t in tasks]
     diff = np.concatenate([np.asarray(b, float) - np.asarray(a, float) for a, b in pairs])
     drop = max_drop_test(diff, np.asarray(keys * len(pairs)), fams * len(pairs),
+                         prompts=prompt_ids(tasks) * len(pairs),
                          candidate=np.concatenate([np.asarray(b, float) for _, b in pairs]))
     sizes = Counter(t["family"] for t in tasks)
     first = sum((_per_family(tasks, a) for a, _ in pairs), Counter())
@@ -147,7 +149,7 @@ def pooled_families(tasks: list[dict], pairs: list[tuple[list[bool], list[bool]]
                   for f, n in sorted(sizes.items())}
     return {"per_family": per_family,
             "family_max_drop": {"family": drop.family, "drop": drop.drop, "p": drop.p_value,
-                                "surely_worse": drop.p_value <= 0.05}}
+                                "surely_worse": drop.p_value <= 0.05, "unit": drop.unit}}
 
 
 def _pool_entry(keys: list[str], pairs: list[tuple[list[bool], list[bool]]]) -> dict:

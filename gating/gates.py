@@ -428,6 +428,7 @@ def families_gate(pairs: list[tuple[GuardSuite, SuiteResult, SuiteResult]], b: B
     diff: list[float] = []
     cand: list[float] = []
     keys: list[str] = []
+    prompts: list[str] = []
     fams: list[str] = []
     for guard, c, h in pairs:
         if not guard.families:
@@ -436,13 +437,14 @@ def families_gate(pairs: list[tuple[GuardSuite, SuiteResult, SuiteResult]], b: B
         for tc, th, key in zip(c.tasks, h.tasks, c.clusters, strict=True):
             diff.append(float(tc.passed) - float(th.passed))
             cand.append(float(tc.passed))
-            keys.append(f"{guard.name}/{key}" if b.cluster == "prompt"
-                        else f"{guard.name}/{tc.task_id}")
+            prompts.append(f"{guard.name}/{tc.task_id}")
+            keys.append(f"{guard.name}/{key}" if b.cluster == "prompt" else prompts[-1])
             fams.append(f"{guard.name}/{tc.kind}" if len(pairs) > 1 else tc.kind)
     if not diff:
         return None
-    r = max_drop_test(np.asarray(diff), np.asarray(keys), fams, candidate=np.asarray(cand),
-                      n_permutations=g.family_permutations, seed=b.seed)
+    r = max_drop_test(np.asarray(diff), np.asarray(keys), fams, prompts=prompts,
+                      candidate=np.asarray(cand), n_permutations=g.family_permutations,
+                      seed=b.seed)
     passed = r.p_value > g.family_alpha
     lost = r.champion_passed - r.candidate_passed
     reason = (f"guard `{r.family}` dropped {lost} of {r.champion_passed}, p = {r.p_value:.2g}"
@@ -452,7 +454,7 @@ def families_gate(pairs: list[tuple[GuardSuite, SuiteResult, SuiteResult]], b: B
         name="guard.families", value=r.p_value, threshold=g.family_alpha, passed=passed,
         comparator="p >", reason=reason,
         detail=(f"max-drop family {r.family}: champion {r.champion_passed} -> candidate "
-                f"{r.candidate_passed} of {r.n_clusters} functions, studentised drop "
+                f"{r.candidate_passed} of {r.n_clusters} {r.unit}, studentised drop "
                 f"{r.z:.2f}; sign-flip p over {r.n_families} families "
                 f"({g.family_permutations} flips)"),
     )

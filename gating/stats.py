@@ -348,18 +348,21 @@ class FamilyDrop:
     z: float
     """The test statistic: that family's summed drop over its sign-flip sd (the largest)."""
     champion_passed: int
-    """Clusters of that family the champion passes (cluster mean > 0.5 counts as a pass)."""
+    """Units of that family the champion passes (a unit's mean > 0.5 counts as a pass)."""
     candidate_passed: int
     n_clusters: int
-    """Clusters (functions) of that family."""
+    """Units of that family: its clusters (functions), or its prompts when it has one cluster."""
     p_value: float
     """Sign-flip permutation p-value of the maximum over families (family-wise)."""
     n_families: int
+    unit: str = "functions"
+    """What that family's units are: ``functions`` (its clusters) or ``prompts`` (a family of
+    one function, tested over its prompts)."""
 
 
 def max_drop_test(diff: np.ndarray, clusters: np.ndarray, families: Sequence[str], *,
-                  candidate: np.ndarray | None = None, n_permutations: int = 10_000,
-                  seed: int = 0) -> FamilyDrop:
+                  prompts: Sequence[str] | None = None, candidate: np.ndarray | None = None,
+                  n_permutations: int = 10_000, seed: int = 0) -> FamilyDrop:
     """Family-wise test that no family got worse: ``T = max_f sum_{c in f}(-d_c) / sqrt(sum_{c in
     f} d_c^2)`` (each family's drop over its sign-flip sd, the max-T of Westfall and Young, so a
     family of 7 functions and one of 40 weigh alike) over families ``f`` of the cluster-level
@@ -368,14 +371,32 @@ def max_drop_test(diff: np.ndarray, clusters: np.ndarray, families: Sequence[str
     exchangeable within a cluster). ``p = (1 + #{T* >= T}) / (1 + B)``; a small ``p`` says some
     family dropped beyond chance, controlling the family-wise error over all families at once.
 
+    A family whose rows all fall in one cluster (one function asked several ways) is tested over
+    its prompts instead: clustered by function it is a single unit, whose studentised drop is at
+    most 1, so no loss there, not even every prompt of it, could ever be called. Over its prompts
+    it asks whether the candidate is worse on that function's prompts (the only replication the
+    family has), where a family of several functions asks whether it is worse on the family's
+    functions.
+
     ``diff``, ``clusters``, ``families``: per row ``(n,)``; a cluster belongs to the family of its
-    first row. ``candidate``: per-row candidate outcomes (only for the pass counts reported).
+    first row. ``prompts``: per row, the prompt a row answers (rows of one prompt in several
+    seeds share it); default: every row its own prompt. ``candidate``: per-row candidate outcomes
+    (only for the pass counts reported).
     """
     d = np.asarray(diff, dtype=np.float64)
     if d.ndim != 1 or d.size == 0 or len(families) != d.size:
         raise ValueError(f"max_drop_test needs equal non-empty 1-d inputs, got {d.shape} and "
                          f"{len(families)} families")
-    _, ids = np.unique(np.asarray(clusters), return_inverse=True)
+    if prompts is not None and len(prompts) != d.size:
+        raise ValueError(f"max_drop_test needs a prompt per row, got {len(prompts)} for {d.size}")
+    keys = [str(c) for c in np.asarray(clusters).tolist()]
+    members: dict[str, set[str]] = {}
+    for f, c in zip(families, keys, strict=True):
+        members.setdefault(f, set()).add(c)
+    lone = {f for f, cs in members.items() if len(cs) == 1}
+    prompt = [str(p) for p in prompts] if prompts is not None else [str(i) for i in range(d.size)]
+    units = [f"{c}\x00{p}" if f in lone else c for f, c, p in zip(families, keys, prompt)]
+    _, ids = np.unique(np.asarray(units), return_inverse=True)
     n_c = int(ids.max()) + 1
     sizes = np.bincount(ids, minlength=n_c).astype(np.float64)
     dc = np.bincount(ids, weights=d, minlength=n_c) / sizes  # (C,) cluster mean difference
@@ -405,7 +426,7 @@ def max_drop_test(diff: np.ndarray, clusters: np.ndarray, families: Sequence[str
         signs = rng.choice(np.array([-1.0, 1.0]), size=(b, n_c))
         exceed += int((stat(signs * dc) >= t - 1e-12).sum())
     worst = int(observed.argmax())
-    members = fam == worst
+    in_worst = fam == worst
     if candidate is None:
         cand_c = np.zeros(n_c)
     else:
@@ -413,11 +434,11 @@ def max_drop_test(diff: np.ndarray, clusters: np.ndarray, families: Sequence[str
                              minlength=n_c) / sizes
     champ_c = cand_c - dc
     return FamilyDrop(
-        family=fam_names[worst], drop=float(-dc[members].sum() / per_fam[worst]), z=t,
-        champion_passed=int((champ_c[members] > 0.5).sum()),
-        candidate_passed=int((cand_c[members] > 0.5).sum()),
-        n_clusters=int(members.sum()), p_value=(1 + exceed) / (1 + n_permutations),
-        n_families=n_f,
+        family=fam_names[worst], drop=float(-dc[in_worst].sum() / per_fam[worst]), z=t,
+        champion_passed=int((champ_c[in_worst] > 0.5).sum()),
+        candidate_passed=int((cand_c[in_worst] > 0.5).sum()),
+        n_clusters=int(in_worst.sum()), p_value=(1 + exceed) / (1 + n_permutations),
+        n_families=n_f, unit="prompts" if fam_names[worst] in lone else "functions",
     )
 
 

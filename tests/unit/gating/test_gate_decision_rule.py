@@ -214,3 +214,44 @@ def test_the_exact_interval_is_above_zero_exactly_when_the_test_rejects():
             mcnemar_exact(better, discordant - better) <= level)
         assert low <= (2 * better - discordant) / n <= high
         assert -discordant / n <= low and high <= discordant / n
+
+
+def _guard_pool_pair(lose_family: str):
+    """The preset's guard pool, clustered as the gate clusters it (by function): the champion
+    passes every task; the candidate fails every prompt of ``lose_family`` and churns elsewhere,
+    one function gained and one lost in each of four large families."""
+    from gating.suite import prompt_key
+    from tasks.jsonl_suite import load_tasks
+
+    tasks = load_tasks(Path(__file__).parents[3] / "tasks" / "data" / "pyfuncs_guard.jsonl")
+    keys = [prompt_key(t) for t in tasks]
+    kinds = [t.kind for t in tasks]
+    champ = [True] * len(tasks)
+    cand = [t.kind != lose_family for t in tasks]
+    for fam in ("add_const", "linear", "mul_const", "remainder"):
+        first = [i for i, k in enumerate(kinds) if k == fam][:2]
+        cand[first[0]] = False  # the champion's pass turned to a fail: a lost function
+        champ[first[1]], cand[first[1]] = False, True  # a failed function gained
+    return (_suite(cand, kinds=kinds, keys=keys), _suite(champ, kinds=kinds, keys=keys))
+
+
+def test_a_guard_family_of_one_function_losing_every_prompt_blocks_the_candidate():
+    """`is_palindrome` is one function asked eight ways in the guard pool: by function it is one
+    cluster, and a studentised drop of one cluster is at most 1, so the family test could never
+    call it, though the 2026-11-26 v4 lost it 6 -> 0. Tested over its prompts it is called."""
+    cand, champ = _guard_pool_pair("is_palindrome")
+    assert len({k for k, t in zip(cand.clusters, cand.tasks) if t.kind == "is_palindrome"}) == 1
+    fam = families_gate([(_preset_guard(), cand, champ)], BootstrapConfig(), GuardrailConfig())
+    assert not fam.passed and fam.value < 0.01
+    assert "guard `is_palindrome` dropped 8 of 8" in fam.reason
+    assert "8 -> candidate 0 of 8 prompts" in fam.detail
+
+
+def test_a_family_of_several_functions_is_still_tested_over_its_functions():
+    """`repeat_str` has four functions, two prompts each: losing all eight prompts is a drop of
+    four units (studentised 2.0), not eight, so the same loss weighs less than in a family of
+    one function asked eight ways."""
+    cand, champ = _guard_pool_pair("repeat_str")
+    fam = families_gate([(_preset_guard(), cand, champ)], BootstrapConfig(), GuardrailConfig())
+    assert "max-drop family repeat_str" in fam.detail and "of 4 functions" in fam.detail
+    assert "studentised drop 2.00" in fam.detail

@@ -17,6 +17,7 @@ from gating.stats import (
     cluster_bootstrap,
     cluster_ids,
     cluster_signs,
+    max_drop_test,
     mcnemar_exact,
 )
 
@@ -191,3 +192,21 @@ def test_obrien_fleming_bounds_hand_checked():
     early, _ = obrien_fleming_bounds(0.025, 0.2)
     assert early > c1  # an earlier look spends less
     assert mcnemar_z(9, 0) == pytest.approx(3.0) and mcnemar_z(0, 0) == 0.0
+
+
+def test_a_family_of_one_function_is_tested_over_its_prompts_once_each():
+    """A family of one function asked 6 ways, each prompt lost in two seeds, beside a family of 6
+    functions with one prompt each, all lost too: both have 6 units, so both have the
+    studentised drop sqrt(6); the rows of a prompt in two seeds are one unit, not two."""
+    fams = ["lone"] * 12 + ["wide"] * 6
+    clusters = ["lone/f"] * 12 + [f"wide/f{i}" for i in range(6)]
+    prompts = [f"lone/p{i}" for i in range(6)] * 2 + [f"wide/p{i}" for i in range(6)]
+    diff = np.full(18, -1.0)
+    r = max_drop_test(diff, np.asarray(clusters), fams, prompts=prompts, n_permutations=2000)
+    assert r.z == pytest.approx(math.sqrt(6))
+    assert (r.family, r.n_clusters, r.unit) == ("lone", 6, "prompts")
+    assert (r.champion_passed, r.candidate_passed) == (6, 0)  # no candidate outcomes: 0
+    wide = max_drop_test(diff[12:], np.asarray(clusters[12:]), fams[12:])
+    assert (wide.n_clusters, wide.unit) == (6, "functions")
+    # each family reaches sqrt(6) only with all six flips down: p about 2 / 64
+    assert r.p_value < 0.05
