@@ -298,3 +298,52 @@ def test_rescore_scores_kept_pool_candidates_on_humaneval_once(tmp_path, capsys)
     assert lu.parse_args(["--rescore", str(out), "--humaneval", "3"]).sides == []
     with pytest.raises(SystemExit):
         lu.parse_args(["--humaneval", "-1"])
+
+
+def _stored_entry(lose: str) -> dict:
+    """A pool candidate as a result file stores it: every task unchanged but every guard prompt
+    of family ``lose`` lost, with the comparisons of today's compare() and the guard's
+    per-family test as it read before families of one function were tested over prompts."""
+    from tasks.pyfuncs import read_jsonl
+
+    pools = {}
+    for name in ("sealed", "transfer", "guard"):
+        tasks = read_jsonl(lu.POOLS[name])
+        before = [True] * len(tasks)
+        after = [not (name == "guard" and t["family"] == lose) for t in tasks]
+        pools[name] = lu.compare(tasks, before, after)
+    pools["guard"]["family_max_drop"] = {"family": lose, "p": 0.99, "surely_worse": False}
+    return {"name": "full lr 2.5e-5", "seed": 0, "pools": pools}
+
+
+def test_retest_calls_a_one_function_family_from_the_stored_verdicts(tmp_path):
+    path = tmp_path / "pool_run.json"
+    path.write_text(json.dumps({"rows_seed": 1, "arms": [
+        _stored_entry("count_even"), {"name": "old", "seed": 0, "pools": {"guard": {}}}]}))
+    r = lu.retest([path])
+    assert len(r["candidates"]) == 1  # the entry without verdicts is left out
+    c = r["candidates"][0]
+    assert (c["name"], c["seed"], c["rows_seed"]) == ("full lr 2.5e-5", 0, 1)
+    guard = c["family_max_drop"]["guard"]
+    assert not guard["before"]["surely_worse"]
+    assert guard["after"]["family"] == "count_even" and guard["after"]["unit"] == "prompts"
+    assert guard["after"]["surely_worse"] and guard["after"]["p"] <= 0.01  # 7 of 7 prompts
+    assert c["stays_local"]["after"] == {"sealed": False, "transfer": True, "guard": False,
+                                         "churn": True, "all": False}
+    assert c["stays_local"]["before"]["guard"]
+
+
+def test_stays_local_criteria_by_hand():
+    def pool(ci_low, surely=False, churn=0.0):
+        return {"ci_low": ci_low, "discordant_share": churn,
+                "family_max_drop": {"surely_worse": surely}}
+
+    ok = {"sealed": pool(0.01), "transfer": pool(-0.03), "guard": pool(-0.5, churn=0.0635)}
+    assert lu.stays_local(ok)["all"]
+    for name, bad in [("sealed", pool(0.0)), ("sealed", pool(0.05, surely=True)),
+                      ("transfer", pool(-0.031)), ("transfer", pool(0.1, surely=True)),
+                      ("guard", pool(0.1, surely=True))]:
+        r = lu.stays_local({**ok, name: bad})
+        assert not r[name] and not r["all"]
+    r = lu.stays_local({**ok, "guard": pool(0.0, churn=0.064)})
+    assert not r["churn"] and r["guard"] and not r["all"]
