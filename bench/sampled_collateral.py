@@ -59,13 +59,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
-def answer(checkpoint: Path, tasks: list, checker, args) -> dict:
-    """Greedy verdicts, greedy token ids and sampled pass shares of ``checkpoint`` on ``tasks``."""
-    from gating.suite import run_suite
+def load(checkpoint: Path):
     from policy.config import HFPolicyConfig
     from policy.loader import load_policy
 
-    policy = load_policy(HFPolicyConfig(path=checkpoint, chat_template=True))
+    return load_policy(HFPolicyConfig(path=checkpoint, chat_template=True))
+
+
+def answer(policy, tasks: list, checker, args) -> dict:
+    """Greedy verdicts, greedy token ids and sampled pass shares of ``policy`` on ``tasks``."""
+    from gating.suite import run_suite
+
     r = run_suite(policy, tasks, max_new_tokens=args.max_new_tokens, seed=0, checker=checker,
                   batch_size=len(tasks), chat=True, samples=args.samples,
                   temperature=args.temperature)
@@ -73,27 +77,25 @@ def answer(checkpoint: Path, tasks: list, checker, args) -> dict:
             "token_ids": [t.token_ids for t in r.tasks], "seconds": r.seconds}
 
 
-def departure_margins(champion: Path, tasks: list, mine: list[list[int]],
-                      theirs: list[list[int]], *, max_new_tokens: int) -> list[float | None]:
-    """Per task, the champion's log-prob of its own greedy token minus that of the candidate's at
-    the first position where the two greedy answers differ (None: they do not differ)."""
+def departure_margins(champion, tasks: list, mine: list[list[int]], theirs: list[list[int]], *,
+                      max_new_tokens: int) -> list[float | None]:
+    """Per task, the ``champion`` policy's log-prob of its own greedy token minus that of the
+    candidate's at the first position where the two greedy answers differ (None: they do not
+    differ)."""
     import torch
 
     from gating.suite import prompt_room, task_prompt_ids
-    from policy.config import HFPolicyConfig
-    from policy.loader import load_policy
 
-    policy = load_policy(HFPolicyConfig(path=champion, chat_template=True))
-    room = prompt_room(policy.max_seq_len, max_new_tokens)
+    room = prompt_room(champion.max_seq_len, max_new_tokens)
     out: list[float | None] = []
     for task, a, b in zip(tasks, mine, theirs, strict=True):
         k = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), None)
         if k is None:
             out.append(None)
             continue
-        ids = torch.tensor([task_prompt_ids(policy, task, room, chat=True) + list(a[:k])])
+        ids = torch.tensor([task_prompt_ids(champion, task, room, chat=True) + list(a[:k])])
         with torch.no_grad():
-            logp = torch.log_softmax(policy.module(ids).logits[0, -1].float(), dim=-1)
+            logp = torch.log_softmax(champion.module(ids).logits[0, -1].float(), dim=-1)
         out.append(round(float(logp[a[k]] - logp[b[k]]), 3))
     return out
 
@@ -116,30 +118,36 @@ def run(args: argparse.Namespace) -> dict:
 
         torch.set_num_threads(args.threads)
     every, checker = jsonl_suite(path=args.pool, size=10**9, seed=0, timeout_s=5.0)
+    tasks = {family: [t for t in every if t.kind == family] for family in args.families}
+    for family, these in tasks.items():
+        if not these:
+            raise SystemExit(f"no task of family {family!r} in {args.pool}")
     result = {**provenance.stamp(), "samples": args.samples, "temperature": args.temperature,
               "champion": str(args.champion), "families": {}}
-    for family in args.families:
-        tasks = [t for t in every if t.kind == family]
-        if not tasks:
-            raise SystemExit(f"no task of family {family!r} in {args.pool}")
-        say(f"{family}: {len(tasks)} prompts, champion")
-        champ = answer(args.champion, tasks, checker, args)
-        entry = {"prompts": len(tasks), "champion": {k: champ[k] for k in ("greedy", "sampled")},
-                 "candidates": {}}
-        for cand in args.candidates:
+    champion = load(args.champion)  # kept: its margins are read against every candidate
+    champ = {}
+    for family, these in tasks.items():
+        say(f"{family}: {len(these)} prompts, champion")
+        champ[family] = answer(champion, these, checker, args)
+        result["families"][family] = {
+            "prompts": len(these), "candidates": {},
+            "champion": {k: champ[family][k] for k in ("greedy", "sampled")}}
+    for cand in args.candidates:
+        policy = load(cand)
+        for family, these in tasks.items():
             say(f"{family}: {cand}")
-            mine = answer(cand, tasks, checker, args)
-            entry["candidates"][str(cand)] = {
+            theirs, mine = champ[family], answer(policy, these, checker, args)
+            result["families"][family]["candidates"][str(cand)] = {
                 "greedy": mine["greedy"], "sampled": mine["sampled"],
-                "greedy_passed": [sum(champ["greedy"]), sum(mine["greedy"])],
-                "sampled_mean": [statistics.fmean(champ["sampled"]),
+                "greedy_passed": [sum(theirs["greedy"]), sum(mine["greedy"])],
+                "sampled_mean": [statistics.fmean(theirs["sampled"]),
                                  statistics.fmean(mine["sampled"])],
-                "sampled_change": paired_change(champ["sampled"], mine["sampled"]),
+                "sampled_change": paired_change(theirs["sampled"], mine["sampled"]),
                 "champion_margin_at_departure": departure_margins(
-                    args.champion, tasks, champ["token_ids"], mine["token_ids"],
+                    champion, these, theirs["token_ids"], mine["token_ids"],
                     max_new_tokens=args.max_new_tokens),
                 "seconds": mine["seconds"]}
-        result["families"][family] = entry
+        del policy
     return result
 
 
