@@ -21,6 +21,9 @@ attention term 12 x layers x d_attn x seq_len per token (PaLM's convention). Goa
 Writes bench/results/train_gpu.json, or ``--out`` (top level: the first HF model's ``model``,
 ``tokens_per_s``, ``mfu``, ``peak_mem_gb``; every model under ``runs``, each with those keys).
 Without CUDA it says so and writes nothing; ``--smoke`` writes only to an explicit ``--out``.
+``--profile N`` runs one more step under ``torch.profiler`` and records, per run, the step's
+device time split into matrix multiplies, attention, optimizer and the rest, and its N kernels
+of most self time (``profile``; CPU time under ``--smoke``).
 Left out: torch.compile by default (``--compile``), activation checkpointing, FP8.
 """
 
@@ -99,8 +102,52 @@ def _step_fn(kind: str, model, opt, device, vocab: int):
     return step
 
 
+PROFILE_KINDS = (("attention", ("flash", "attention", "sdpa", "fmha")),
+                 ("optimizer", ("adam", "foreach", "multi_tensor")),
+                 ("matmul", ("gemm", "grouped_mm", "matmul", "mm", "addmm", "cutlass", "nvjet",
+                             "sm90_xmma", "cublas")))
+"""How :func:`kernel_kind` names a kernel: the first kind one of whose words is in its
+lower-cased name; everything else is ``other`` (elementwise, norms, softmax, copies, routing)."""
+
+
+def kernel_kind(name: str) -> str:
+    low = name.lower()
+    for kind, words in PROFILE_KINDS:
+        if any(w in low for w in words):
+            return kind
+    return "other"
+
+
+def profile_step(step, x, device, top: int) -> dict:
+    """One ``step(x)`` under torch.profiler: its device (CPU under --smoke) self time by
+    :func:`kernel_kind` and its ``top`` kernels of most self time, in ms and as shares."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        step(x)
+        _sync(device)
+    # On CUDA only the kernels themselves (a CPU op's self device time repeats its kernels').
+    events = [(e.key, (e.self_device_time_total if cuda else e.self_cpu_time_total) / 1e3)
+              for e in prof.key_averages()
+              if not cuda or e.device_type == DeviceType.CUDA]
+    events = [(k, ms) for k, ms in events if ms > 0 and not k.startswith("ProfilerStep")]
+    total = sum(ms for _, ms in events) or 1.0
+    kinds: dict[str, float] = {}
+    for k, ms in events:
+        kinds[kernel_kind(k)] = kinds.get(kernel_kind(k), 0.0) + ms
+    events.sort(key=lambda e: -e[1])
+    return {"clock": "device" if cuda else "cpu", "total_ms": total,
+            "by_kind": {k: {"ms": ms, "share": ms / total} for k, ms in
+                        sorted(kinds.items(), key=lambda kv: -kv[1])},
+            "top": [{"name": k[:160], "kind": kernel_kind(k), "ms": ms, "share": ms / total}
+                    for k, ms in events[:top]]}
+
+
 def measure(name: str, *, batch: int, seq: int, steps: int, warmup: int, peak_tflops: float,
-            compile_model: bool, smoke: bool, hf_weights: str = "bf16") -> dict:
+            compile_model: bool, smoke: bool, hf_weights: str = "bf16", profile: int = 0) -> dict:
     """Train ``name`` for warmup + steps steps; tokens/s over the timed steps and MFU."""
     import torch
 
@@ -140,6 +187,7 @@ def measure(name: str, *, batch: int, seq: int, steps: int, warmup: int, peak_tf
     tokens_per_step = batch * (seq - 1 if kind == "toy" else seq)
     tps = steps * tokens_per_step / seconds
     peak = peak_tflops * 1e12
+    extra = {"profile": profile_step(step, x, device, profile)} if profile else {}
     return {
         "model": name if kind == "toy" else f"{name} ({model.config.model_type}, "
         f"{layers} layers, random init)",
@@ -150,6 +198,7 @@ def measure(name: str, *, batch: int, seq: int, steps: int, warmup: int, peak_tf
         "compiled": compile_model, "max_memory_gib": _max_memory_gib(device),
         "peak_mem_gb": _peak_mem_gb(device),
         "weights": str(next(model.parameters()).dtype).removeprefix("torch."),
+        **extra,
     }
 
 
@@ -188,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="bf16 dense peak of the GPU (default: H100 SXM, 989)")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--hf-weights", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="profile one more step; keep its N kernels of most self time")
     p.add_argument("--smoke", action="store_true",
                    help="tiny shapes on the CPU; writes only to an explicit --out")
     p.add_argument("--out", type=Path, default=None, help=f"JSON path (default {RESULTS})")
@@ -201,11 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     kw = dict(batch=2, seq=32, steps=1, warmup=1) if args.smoke else dict(
         batch=args.batch, seq=args.seq, steps=args.steps, warmup=args.warmup)
     runs = [measure(m.strip(), peak_tflops=args.peak_tflops, compile_model=args.compile,
-                    smoke=args.smoke, hf_weights=args.hf_weights, **kw)
+                    smoke=args.smoke, hf_weights=args.hf_weights, profile=args.profile, **kw)
             for m in args.models.split(",")]
     for r in runs:
         print(f"{r['model']:48s} {r['tokens_per_s']:12.0f} tok/s  MFU {r['mfu']:.1%} "
               f"(incl. attention {r['mfu_incl_attention']:.1%})")
+        if "profile" in r:
+            print("  profiled step, " + r["profile"]["clock"] + " time: " + ", ".join(
+                f"{k} {v['share']:.0%}" for k, v in r["profile"]["by_kind"].items()))
     if args.smoke and args.out is None:
         return 0
     head = next((r for r in runs if r["model"] != "toy"), runs[0])

@@ -31,3 +31,24 @@ def test_hf_active_params_count_top_k_of_the_experts():
     expected = total - embed - experts + experts * c.num_experts_per_tok // c.num_experts
     assert train_gpu.hf_active_params(model) == expected
     assert 0 < experts and c.num_experts_per_tok < c.num_experts
+
+
+def test_kernel_kind_names_the_kernels_of_a_training_step():
+    assert train_gpu.kernel_kind("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n") == "matmul"
+    assert train_gpu.kernel_kind("aten::_grouped_mm") == "matmul"
+    assert train_gpu.kernel_kind("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>") \
+        == "attention"
+    assert train_gpu.kernel_kind("void at::native::(anonymous)::fused_adamw_kernel") == "optimizer"
+    assert train_gpu.kernel_kind("triton_poi_fused_add_mul_silu_0") == "other"
+
+
+def test_profile_splits_one_step_and_keeps_its_top_kernels(tmp_path):
+    out = tmp_path / "p.json"
+    assert train_gpu.main(["--smoke", "--models", "toy", "--profile", "3", "--out",
+                           str(out)]) == 0
+    prof = __import__("json").loads(out.read_text())["runs"][0]["profile"]
+    assert prof["clock"] == "cpu" and prof["total_ms"] > 0
+    assert len(prof["top"]) == 3
+    assert [t["ms"] for t in prof["top"]] == sorted((t["ms"] for t in prof["top"]), reverse=True)
+    assert abs(sum(v["share"] for v in prof["by_kind"].values()) - 1.0) < 1e-6
+    assert "matmul" in prof["by_kind"]
