@@ -129,10 +129,11 @@ def profile_step(step, x, device, top: int) -> dict:
     with profile(activities=activities) as prof:
         step(x)
         _sync(device)
-    # On CUDA only the kernels themselves (a CPU op's self device time repeats its kernels').
+    # On CUDA only the kernels themselves: a CPU op's self device time and a range annotated
+    # on the device timeline (the optimizer's step) repeat the time of the kernels inside them.
     events = [(e.key, (e.self_device_time_total if cuda else e.self_cpu_time_total) / 1e3)
               for e in prof.key_averages()
-              if not cuda or e.device_type == DeviceType.CUDA]
+              if not e.is_user_annotation and (not cuda or e.device_type == DeviceType.CUDA)]
     events = [(k, ms) for k, ms in events if ms > 0 and not k.startswith("ProfilerStep")]
     total = sum(ms for _, ms in events) or 1.0
     kinds: dict[str, float] = {}

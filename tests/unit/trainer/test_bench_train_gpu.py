@@ -52,3 +52,13 @@ def test_profile_splits_one_step_and_keeps_its_top_kernels(tmp_path):
     assert [t["ms"] for t in prof["top"]] == sorted((t["ms"] for t in prof["top"]), reverse=True)
     assert abs(sum(v["share"] for v in prof["by_kind"].values()) - 1.0) < 1e-6
     assert "matmul" in prof["by_kind"]
+
+
+def test_profile_leaves_out_annotated_ranges_that_repeat_their_kernels(tmp_path):
+    out = tmp_path / "p.json"
+    assert train_gpu.main(["--smoke", "--models", "toy", "--profile", "500", "--out",
+                           str(out)]) == 0
+    names = [t["name"] for t in
+             __import__("json").loads(out.read_text())["runs"][0]["profile"]["top"]]
+    assert "aten::mm" in names
+    assert not [n for n in names if n.startswith("Optimizer.")]
