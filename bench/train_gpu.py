@@ -23,7 +23,8 @@ Writes bench/results/train_gpu.json, or ``--out`` (top level: the first HF model
 Without CUDA it says so and writes nothing; ``--smoke`` writes only to an explicit ``--out``.
 ``--profile N`` runs one more step under ``torch.profiler`` and records, per run, the step's
 device time split into matrix multiplies, attention, optimizer and the rest, and its N kernels
-of most self time (``profile``; CPU time under ``--smoke``).
+of most self time (``profile``; CPU time under ``--smoke``). ``--sdpa`` pins the attention
+backend (flash, cudnn, efficient, math) where torch's own choice is slower.
 Left out: torch.compile by default (``--compile``), activation checkpointing, FP8.
 """
 
@@ -84,12 +85,29 @@ def toy_active_params(model) -> int:
     return model.num_params(active=True) - embeddings
 
 
-def _step_fn(kind: str, model, opt, device, vocab: int):
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                 "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+"""``--sdpa`` names and torch's ``SDPBackend`` members; ``auto`` leaves the choice to torch."""
+
+
+def _attention(sdpa: str):
+    """A context pinning scaled_dot_product_attention to one backend (``auto``: no pin)."""
+    import contextlib
+
+    if sdpa == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[sdpa]))
+
+
+def _step_fn(kind: str, model, opt, device, vocab: int, sdpa: str = "auto"):
     import torch
     import torch.nn.functional as F
 
     def step(x):
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"), \
+                _attention(sdpa):
             if kind == "hf":
                 loss = model(input_ids=x, labels=x).loss  # includes router_aux_loss_coef x aux
             else:
@@ -148,7 +166,8 @@ def profile_step(step, x, device, top: int) -> dict:
 
 
 def measure(name: str, *, batch: int, seq: int, steps: int, warmup: int, peak_tflops: float,
-            compile_model: bool, smoke: bool, hf_weights: str = "bf16", profile: int = 0) -> dict:
+            compile_model: bool, smoke: bool, hf_weights: str = "bf16", profile: int = 0,
+            sdpa: str = "auto") -> dict:
     """Train ``name`` for warmup + steps steps; tokens/s over the timed steps and MFU."""
     import torch
 
@@ -175,7 +194,7 @@ def measure(name: str, *, batch: int, seq: int, steps: int, warmup: int, peak_tf
     model = model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     run = torch.compile(model) if compile_model else model
-    step = _step_fn(kind, run, opt, device, vocab)
+    step = _step_fn(kind, run, opt, device, vocab, sdpa)
     x = torch.randint(0, min(vocab, 256 if kind == "toy" else vocab), (batch, seq), device=device)
     for _ in range(warmup):
         step(x)
@@ -196,7 +215,7 @@ def measure(name: str, *, batch: int, seq: int, steps: int, warmup: int, peak_tf
         "mfu_incl_attention": (6.0 * n_active + 12.0 * layers * d_attn * seq) * tps / peak,
         "params_total": sum(p.numel() for p in model.parameters()), "params_active": n_active,
         "batch": batch, "seq_len": seq, "steps": steps, "warmup": warmup,
-        "compiled": compile_model, "max_memory_gib": _max_memory_gib(device),
+        "compiled": compile_model, "sdpa": sdpa, "max_memory_gib": _max_memory_gib(device),
         "peak_mem_gb": _peak_mem_gb(device),
         "weights": str(next(model.parameters()).dtype).removeprefix("torch."),
         **extra,
@@ -238,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="bf16 dense peak of the GPU (default: H100 SXM, 989)")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--hf-weights", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--sdpa", choices=["auto", *SDPA_BACKENDS], default="auto",
+                   help="pin the attention backend of the HF models (default: torch's choice)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="profile one more step; keep its N kernels of most self time")
     p.add_argument("--smoke", action="store_true",
@@ -253,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     kw = dict(batch=2, seq=32, steps=1, warmup=1) if args.smoke else dict(
         batch=args.batch, seq=args.seq, steps=args.steps, warmup=args.warmup)
     runs = [measure(m.strip(), peak_tflops=args.peak_tflops, compile_model=args.compile,
-                    smoke=args.smoke, hf_weights=args.hf_weights, profile=args.profile, **kw)
+                    smoke=args.smoke, hf_weights=args.hf_weights, profile=args.profile,
+                    sdpa=args.sdpa, **kw)
             for m in args.models.split(",")]
     for r in runs:
         print(f"{r['model']:48s} {r['tokens_per_s']:12.0f} tok/s  MFU {r['mfu']:.1%} "

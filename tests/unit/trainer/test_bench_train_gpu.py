@@ -62,3 +62,14 @@ def test_profile_leaves_out_annotated_ranges_that_repeat_their_kernels(tmp_path)
              __import__("json").loads(out.read_text())["runs"][0]["profile"]["top"]]
     assert "aten::mm" in names
     assert not [n for n in names if n.startswith("Optimizer.")]
+
+
+def test_sdpa_pins_the_attention_backend(tmp_path):
+    out = tmp_path / "s.json"
+    assert train_gpu.main(["--smoke", "--models", "olmoe", "--sdpa", "math", "--profile", "500",
+                           "--out", str(out)]) == 0
+    run = __import__("json").loads(out.read_text())["runs"][0]
+    names = [t["name"] for t in run["profile"]["top"]]
+    assert run["sdpa"] == "math"
+    assert "aten::_scaled_dot_product_attention_math" in names
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" not in names
