@@ -24,7 +24,9 @@ Without CUDA it says so and writes nothing; ``--smoke`` writes only to an explic
 ``--profile N`` runs one more step under ``torch.profiler`` and records, per run, the step's
 device time split into matrix multiplies, attention, optimizer and the rest, and its N kernels
 of most self time (``profile``; CPU time under ``--smoke``). ``--sdpa`` pins the attention
-backend (flash, cudnn, efficient, math) where torch's own choice is slower.
+backend (flash, cudnn, efficient, math) where torch's own choice is slower; ``--causal-only``
+gives the HF models attention with no materialized mask (SDPA's ``is_causal``; the rows here
+have no padding, so it computes the same).
 Left out: torch.compile by default (``--compile``), activation checkpointing, FP8.
 """
 
@@ -56,16 +58,28 @@ SMOKE_OVERRIDES = dict(hidden_size=64, intermediate_size=64, moe_intermediate_si
                        head_dim=16, num_experts=8, num_experts_per_tok=2, vocab_size=512)
 
 
-def hf_moe(name: str, smoke: bool = False):
-    """A random-init HF MoE causal LM of the named shape (``HF_SHAPES``)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+CAUSAL_SDPA = "sdpa_causal"
+"""An attention implementation name: transformers' SDPA forward with no mask function behind it,
+so no mask is built and SDPA runs with ``is_causal`` (exact for rows without padding)."""
 
+
+def hf_moe(name: str, smoke: bool = False, *, causal_only: bool = False):
+    """A random-init HF MoE causal LM of the named shape (``HF_SHAPES``). ``causal_only``: its
+    attention gets no materialized mask (:data:`CAUSAL_SDPA`); under torch.compile transformers
+    otherwise passes a (batch, 1, seq, seq) boolean mask, which keeps SDPA off its flash kernels."""
+    from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    attention = "sdpa"
+    if causal_only:
+        AttentionInterface.register(CAUSAL_SDPA, sdpa_attention_forward)
+        attention = CAUSAL_SDPA
     model_type, shape = HF_SHAPES[name]
     if smoke:
         shape = {**shape, **{k: v for k, v in SMOKE_OVERRIDES.items() if k in shape},
                  "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}
     cfg = AutoConfig.for_model(model_type, **shape, output_router_logits=True)
-    return AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    return AutoModelForCausalLM.from_config(cfg, attn_implementation=attention)
 
 
 def hf_active_params(model) -> int:
@@ -167,7 +181,7 @@ def profile_step(step, x, device, top: int) -> dict:
 
 def measure(name: str, *, batch: int, seq: int, steps: int, warmup: int, peak_tflops: float,
             compile_model: bool, smoke: bool, hf_weights: str = "bf16", profile: int = 0,
-            sdpa: str = "auto") -> dict:
+            sdpa: str = "auto", causal_only: bool = False) -> dict:
     """Train ``name`` for warmup + steps steps; tokens/s over the timed steps and MFU."""
     import torch
 
@@ -184,7 +198,7 @@ def measure(name: str, *, batch: int, seq: int, steps: int, warmup: int, peak_tf
         n_active, layers, d_attn = toy_active_params(model), cfg.n_layers, cfg.d_model
     else:
         with device:  # random init on the device: seconds, not minutes, for 1.9B parameters
-            model, kind = hf_moe(name, smoke), "hf"
+            model, kind = hf_moe(name, smoke, causal_only=causal_only), "hf"
         c = model.config
         vocab, n_active, layers = c.vocab_size, hf_active_params(model), c.num_hidden_layers
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
@@ -215,7 +229,9 @@ def measure(name: str, *, batch: int, seq: int, steps: int, warmup: int, peak_tf
         "mfu_incl_attention": (6.0 * n_active + 12.0 * layers * d_attn * seq) * tps / peak,
         "params_total": sum(p.numel() for p in model.parameters()), "params_active": n_active,
         "batch": batch, "seq_len": seq, "steps": steps, "warmup": warmup,
-        "compiled": compile_model, "sdpa": sdpa, "max_memory_gib": _max_memory_gib(device),
+        "compiled": compile_model, "sdpa": sdpa,
+        "attention_mask": "none (is_causal)" if causal_only or kind == "toy" else "transformers'",
+        "max_memory_gib": _max_memory_gib(device),
         "peak_mem_gb": _peak_mem_gb(device),
         "weights": str(next(model.parameters()).dtype).removeprefix("torch."),
         **extra,
@@ -259,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hf-weights", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--sdpa", choices=["auto", *SDPA_BACKENDS], default="auto",
                    help="pin the attention backend of the HF models (default: torch's choice)")
+    p.add_argument("--causal-only", action="store_true",
+                   help="HF models: no materialized attention mask, SDPA with is_causal")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="profile one more step; keep its N kernels of most self time")
     p.add_argument("--smoke", action="store_true",
@@ -275,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         batch=args.batch, seq=args.seq, steps=args.steps, warmup=args.warmup)
     runs = [measure(m.strip(), peak_tflops=args.peak_tflops, compile_model=args.compile,
                     smoke=args.smoke, hf_weights=args.hf_weights, profile=args.profile,
-                    sdpa=args.sdpa, **kw)
+                    sdpa=args.sdpa, causal_only=args.causal_only, **kw)
             for m in args.models.split(",")]
     for r in runs:
         print(f"{r['model']:48s} {r['tokens_per_s']:12.0f} tok/s  MFU {r['mfu']:.1%} "

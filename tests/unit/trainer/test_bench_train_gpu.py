@@ -73,3 +73,37 @@ def test_sdpa_pins_the_attention_backend(tmp_path):
     assert run["sdpa"] == "math"
     assert "aten::_scaled_dot_product_attention_math" in names
     assert "aten::_scaled_dot_product_flash_attention_for_cpu" not in names
+
+
+def test_causal_only_attention_computes_what_the_masked_one_does():
+    torch.manual_seed(0)
+    masked = train_gpu.hf_moe("olmoe", smoke=True).eval()
+    causal = train_gpu.hf_moe("olmoe", smoke=True, causal_only=True).eval()
+    causal.load_state_dict(masked.state_dict())
+    assert causal.config._attn_implementation == train_gpu.CAUSAL_SDPA
+    x = torch.randint(0, masked.config.vocab_size, (2, 16))
+    with torch.no_grad():
+        a, b = masked(input_ids=x).logits, causal(input_ids=x).logits
+    assert torch.allclose(a, b, atol=1e-5)
+    x2 = x.clone()
+    x2[:, -1] = (x2[:, -1] + 1) % masked.config.vocab_size  # the future must not leak back
+    with torch.no_grad():
+        c = causal(input_ids=x2).logits
+    assert torch.allclose(b[:, :-1], c[:, :-1], atol=1e-5)
+
+
+def test_causal_only_passes_sdpa_no_mask_and_is_causal(monkeypatch):
+    import torch.nn.functional as F
+
+    seen = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs.get("attn_mask"), kwargs.get("is_causal")))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    model = train_gpu.hf_moe("olmoe", smoke=True, causal_only=True).eval()
+    with torch.no_grad():
+        model(input_ids=torch.randint(0, 100, (2, 8)))
+    assert seen and all(m is None and c for m, c in seen)
