@@ -57,6 +57,10 @@ verdicts with today's :func:`compare` (the per-family test has changed since som
 and writes, per candidate, the per-family test and :func:`stays_local` before and after to
 ``--out`` (default bench/results/local_update_retest.json). No model runs.
 
+``--validity FILE...`` asks whether the tuning draw sees the churn the pools punish: for every
+pool candidate also scored on the tuning draw, its discordance there beside the guard pool's, and
+their rank correlation (:func:`validity`; bench/results/local_update_validity.json). No model runs.
+
 ``--rescore FILE... --humaneval N`` scores the kept pool candidates and the champion on the first N
 HumanEval problems (the gate's suite runner, chat, greedy): a suite nobody here wrote, for what
 the update did to code outside the pools.
@@ -85,6 +89,7 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "local_update.json"
 TUNING = ROOT / "bench" / "results" / "local_update_tuning.json"
 RETEST = ROOT / "bench" / "results" / "local_update_retest.json"
+VALIDITY = ROOT / "bench" / "results" / "local_update_validity.json"
 CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 DATA = ROOT / "tasks" / "data"
 POOLS = {"sealed": DATA / "pyfuncs_sealed.jsonl", "transfer": DATA / "pyfuncs_transfer.jsonl",
@@ -197,6 +202,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="pool result files whose comparisons to run again from their stored "
                    "verdicts with today's per-family test (written to --out, default "
                    "bench/results/local_update_retest.json)")
+    p.add_argument("--validity", type=Path, nargs="+", default=None,
+                   help="pool result files whose candidates were also scored on the tuning "
+                   "draw: does its discordance rank them as the guard pool's does (written to "
+                   "--out, default bench/results/local_update_validity.json)")
     p.add_argument("--sides", type=_choices(TUNING_SIDES), default=None,
                    help="with --rescore: the tuning-draw sides to add (default: outside, or "
                    "none with --humaneval)")
@@ -475,6 +484,62 @@ def sample_traffic(champion: Path, tasks: list[dict], *, n: int, temperature: fl
 
 
 # -- scoring ---------------------------------------------------------------------------------------
+def _stays_local_now(pools: dict[str, dict], tasks: dict[str, list[dict]]) -> bool | None:
+    """:func:`stays_local` of one candidate from its stored verdicts with today's
+    :func:`compare` (as :func:`retest`); None where a pool or its verdicts are missing."""
+    if not all(len(pools.get(name, {}).get("verdicts", "")) == len(ts)
+               for name, ts in tasks.items()):
+        return None
+    now = {name: compare(ts, [v in "=-" for v in pools[name]["verdicts"]],
+                         [v in "=+" for v in pools[name]["verdicts"]])
+           for name, ts in tasks.items()}
+    return stays_local(now)["all"]
+
+
+def validity(paths: list[Path]) -> dict:
+    """Does the tuning draw see the churn the pools punish? Each distinct pool candidate of the
+    result files ``paths`` that was also scored on the tuning draw (an entry's ``tuning_draw``,
+    :func:`rescore`): its discordant share on each tuning side beside its guard-pool discordance
+    and :func:`stays_local`, and over the candidates the Spearman rank correlation of each tuning
+    side's discordance (and of the trainer's traffic KL) with the guard pool's. A candidate
+    listed in two files (the same final traffic KL and guard figures) counts once."""
+    from scipy.stats import spearmanr
+
+    from tasks.pyfuncs import read_jsonl
+
+    tasks = {name: read_jsonl(POOLS[name]) for name in ("sealed", "transfer", "guard")}
+    seen, rows = set(), []
+    for path in paths:
+        for entry in json.loads(path.read_text())["arms"]:
+            pools, tuning = entry["pools"], entry.get("tuning_draw", {})
+            if not tuning or "guard" not in pools:
+                continue
+            key = (entry["train"].get("kl_theta_ref_k3_final"),  # one training run's own
+                   pools["guard"]["discordant_share"], pools["guard"]["delta"])
+            if key in seen:
+                continue
+            seen.add(key)
+            rows.append({"file": path.name, "name": entry["name"], "seed": entry["seed"],
+                         "guard_discordance": pools["guard"]["discordant_share"],
+                         "kl_traffic": entry["train"].get("kl_theta_ref_k3_final"),
+                         "stays_local": _stays_local_now(pools, tasks),
+                         "tuning_discordance": {side: v["discordant_share"]
+                                                for side, v in sorted(tuning.items())}})
+    guard = [r["guard_discordance"] for r in rows]
+    predictors = {f"tuning {side}": [r["tuning_discordance"].get(side) for r in rows]
+                  for side in sorted({s for r in rows for s in r["tuning_discordance"]})}
+    predictors["kl_traffic"] = [r["kl_traffic"] for r in rows]
+    corr = {}
+    for name, xs in predictors.items():
+        pairs = [(x, y) for x, y in zip(xs, guard) if x is not None]
+        if len(pairs) >= 3:
+            rho, p = spearmanr([x for x, _ in pairs], [y for _, y in pairs])
+            corr[name] = {"candidates": len(pairs), "spearman": float(rho), "p": float(p)}
+    return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "commit": _commit(), "files": [p.name for p in paths], "candidates": rows,
+            "spearman_with_guard_discordance": corr}
+
+
 def compare(tasks: list[dict], before: list[bool], after: list[bool]) -> dict:
     """Pass rates, the paired change by function, discordant share, per-family change, the
     gate's per-family maximum-drop test (``gating.stats.max_drop_test``: is some family surely
@@ -807,6 +872,15 @@ def main(argv: list[str] | None = None) -> None:
             drop = c["family_max_drop"]["guard"]["after"]
             say(f"{c['file']}: {c['name']} seed {c['seed']}: guard max-drop {drop['family']} "
                 f"p = {drop['p']:.3f} ({drop['unit']}); stays local {was['all']} -> {now['all']}")
+        write(result, out)
+        say(f"wrote {out}")
+        return
+    if args.validity:
+        out = VALIDITY if args.out == RESULTS else args.out
+        result = validity(args.validity)
+        for name, c in result["spearman_with_guard_discordance"].items():
+            say(f"{name}: Spearman {c['spearman']:+.2f} (p = {c['p']:.2f}) with the guard pool's "
+                f"discordance over {c['candidates']} candidates")
         write(result, out)
         say(f"wrote {out}")
         return

@@ -347,3 +347,29 @@ def test_stays_local_criteria_by_hand():
         assert not r[name] and not r["all"]
     r = lu.stays_local({**ok, "guard": pool(0.0, churn=0.064)})
     assert not r["churn"] and r["guard"] and not r["all"]
+
+
+def test_validity_ranks_tuning_churn_against_guard_churn_once_per_candidate(tmp_path):
+    def entry(name, seed, kl, guard, outside):
+        return {"name": name, "seed": seed, "train": {"kl_theta_ref_k3_final": kl},
+                "pools": {"guard": {"discordant_share": guard, "delta": -guard}},
+                "tuning_draw": {"outside": {"discordant_share": outside}}}
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    # outside churn rises with guard churn; the traffic KL falls with it
+    a.write_text(json.dumps({"arms": [entry("x", 0, 0.4, 0.02, 0.05),
+                                      entry("x", 1, 0.3, 0.04, 0.10),
+                                      {"name": "unscored", "seed": 0, "train": {},
+                                       "pools": {"guard": {"discordant_share": 0.5,
+                                                           "delta": 0.0}}}]}))
+    b.write_text(json.dumps({"arms": [entry("x again", 0, 0.4, 0.02, 0.05),  # same run as x 0
+                                      entry("y", 0, 0.2, 0.06, 0.20),
+                                      entry("y", 1, 0.1, 0.08, 0.30)]}))
+    r = lu.validity([a, b])
+    assert [(c["name"], c["seed"]) for c in r["candidates"]] == [("x", 0), ("x", 1), ("y", 0),
+                                                                 ("y", 1)]
+    assert all(c["stays_local"] is None for c in r["candidates"])  # no sealed/transfer verdicts
+    corr = r["spearman_with_guard_discordance"]
+    assert corr["tuning outside"]["candidates"] == 4
+    assert corr["tuning outside"]["spearman"] == pytest.approx(1.0)
+    assert corr["kl_traffic"]["spearman"] == pytest.approx(-1.0)
