@@ -36,6 +36,7 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "train_gpu.json"
@@ -168,9 +169,9 @@ def profile_step(step, x, device, top: int) -> dict:
               if not e.is_user_annotation and (not cuda or e.device_type == DeviceType.CUDA)]
     events = [(k, ms) for k, ms in events if ms > 0 and not k.startswith("ProfilerStep")]
     total = sum(ms for _, ms in events) or 1.0
-    kinds: dict[str, float] = {}
+    kinds: Counter = Counter()
     for k, ms in events:
-        kinds[kernel_kind(k)] = kinds.get(kernel_kind(k), 0.0) + ms
+        kinds[kernel_kind(k)] += ms
     events.sort(key=lambda e: -e[1])
     return {"clock": "device" if cuda else "cpu", "total_ms": total,
             "by_kind": {k: {"ms": ms, "share": ms / total} for k, ms in
@@ -274,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile", action="store_true")
     p.add_argument("--hf-weights", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--sdpa", choices=["auto", *SDPA_BACKENDS], default="auto",
-                   help="pin the attention backend of the HF models (default: torch's choice)")
+                   help="pin scaled_dot_product_attention's backend (default: torch's choice)")
     p.add_argument("--causal-only", action="store_true",
                    help="HF models: no materialized attention mask, SDPA with is_causal")
     p.add_argument("--profile", type=int, default=0, metavar="N",
