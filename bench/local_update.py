@@ -343,9 +343,7 @@ def retest(paths: list[Path]) -> dict:
                     raise ValueError(f"{path.name}: {entry['name']} seed {entry['seed']} has "
                                      f"{len(was['verdicts'])} verdicts on {name}, the pool "
                                      f"{len(tasks)}")
-                now = compare(tasks, [v in "=-" for v in was["verdicts"]],
-                              [v in "=+" for v in was["verdicts"]])
-                before[name], after[name] = was, now
+                before[name], after[name] = was, compare_again(tasks, was["verdicts"])
             out.append({"file": path.name, "name": entry["name"], "seed": entry["seed"],
                         "rows_seed": result.get("rows_seed", 0),
                         "family_max_drop": {
@@ -490,10 +488,8 @@ def _stays_local_now(pools: dict[str, dict], tasks: dict[str, list[dict]]) -> bo
     if not all(len(pools.get(name, {}).get("verdicts", "")) == len(ts)
                for name, ts in tasks.items()):
         return None
-    now = {name: compare(ts, [v in "=-" for v in pools[name]["verdicts"]],
-                         [v in "=+" for v in pools[name]["verdicts"]])
-           for name, ts in tasks.items()}
-    return stays_local(now)["all"]
+    return stays_local({name: compare_again(ts, pools[name]["verdicts"])
+                        for name, ts in tasks.items()})["all"]
 
 
 def validity(paths: list[Path]) -> dict:
@@ -570,6 +566,11 @@ def compare(tasks: list[dict], before: list[bool], after: list[bool]) -> dict:
                                 "unit": drop.unit},
             "verdicts": "".join("=" if b and a else "." if not (a or b) else "+" if a else "-"
                                 for b, a in zip(before, after))}
+
+
+def compare_again(tasks: list[dict], verdicts: str) -> dict:
+    """:func:`compare` run again on the verdicts one stored (its ``verdicts`` string)."""
+    return compare(tasks, [v in "=-" for v in verdicts], [v in "=+" for v in verdicts])
 
 
 def score(checkpoint: Path, pools: dict[str, list[dict]], args) -> dict[str, list[bool]]:

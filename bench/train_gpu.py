@@ -167,17 +167,16 @@ def profile_step(step, x, device, top: int) -> dict:
     events = [(e.key, (e.self_device_time_total if cuda else e.self_cpu_time_total) / 1e3)
               for e in prof.key_averages()
               if not e.is_user_annotation and (not cuda or e.device_type == DeviceType.CUDA)]
-    events = [(k, ms) for k, ms in events if ms > 0 and not k.startswith("ProfilerStep")]
-    total = sum(ms for _, ms in events) or 1.0
+    events = sorted(((k, kernel_kind(k), ms) for k, ms in events
+                     if ms > 0 and not k.startswith("ProfilerStep")), key=lambda e: -e[2])
+    total = sum(ms for *_, ms in events) or 1.0
     kinds: Counter = Counter()
-    for k, ms in events:
-        kinds[kernel_kind(k)] += ms
-    events.sort(key=lambda e: -e[1])
+    for _, kind, ms in events:
+        kinds[kind] += ms
     return {"clock": "device" if cuda else "cpu", "total_ms": total,
-            "by_kind": {k: {"ms": ms, "share": ms / total} for k, ms in
-                        sorted(kinds.items(), key=lambda kv: -kv[1])},
-            "top": [{"name": k[:160], "kind": kernel_kind(k), "ms": ms, "share": ms / total}
-                    for k, ms in events[:top]]}
+            "by_kind": {k: {"ms": ms, "share": ms / total} for k, ms in kinds.most_common()},
+            "top": [{"name": k[:160], "kind": kind, "ms": ms, "share": ms / total}
+                    for k, kind, ms in events[:top]]}
 
 
 def measure(name: str, *, batch: int, seq: int, steps: int, warmup: int, peak_tflops: float,
