@@ -93,7 +93,13 @@ VALIDITY = ROOT / "bench" / "results" / "local_update_validity.json"
 CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 DATA = ROOT / "tasks" / "data"
 POOLS = {"sealed": DATA / "pyfuncs_sealed.jsonl", "transfer": DATA / "pyfuncs_transfer.jsonl",
-         "guard": DATA / "pyfuncs_guard.jsonl", "gate": DATA / "pyfuncs_gate.jsonl"}
+         "guard": DATA / "pyfuncs_guard.jsonl", "gate": DATA / "pyfuncs_gate.jsonl",
+         "sealed_fresh": DATA / "pyfuncs_sealed_fresh.jsonl",
+         "transfer_fresh": DATA / "pyfuncs_transfer_fresh.jsonl",
+         "guard_fresh": DATA / "pyfuncs_guard_fresh.jsonl"}
+"""The first pools and the fresh ones (tasks.pyfuncs_fresh: functions no pool, traffic, retain set
+or tuning draw holds, scored by no earlier run)."""
+CHOICE_LOCAL = ROOT / "bench" / "results" / "local_update_choice_local.json"
 OBJECTIVES = ("token_clip", "cispo", "sequence_gspo")
 
 
@@ -192,6 +198,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "or, with --tune, on the tuning draw (instead of --part)")
     p.add_argument("--first-seed", type=int, default=0,
                    help="trainer seeds --first-seed .. --first-seed + --seeds - 1")
+    p.add_argument("--choose-local", type=Path, default=None,
+                   help="apply choose_local (the rule that reads churn) to a tuning result "
+                   "file; writes bench/results/local_update_choice_local.json")
     p.add_argument("--choose", type=Path, nargs="+", default=None,
                    help="merge the files of parts of one run and write --out (default for "
                    "tuning parts: bench/results/local_update_tuning.json, with the choice)")
@@ -308,13 +317,14 @@ GUARD_CHURN_BAR = 0.0635
 0.127 of the real loop's 2026-11-26 v2."""
 
 
-def stays_local(pools: dict[str, dict]) -> dict[str, bool]:
+def stays_local(pools: dict[str, dict], *, suffix: str = "") -> dict[str, bool]:
     """The criteria of an update that stays local, on one candidate's pool comparisons
     (:func:`compare`): a gain on the sealed pool (its CI above 0, no trained family surely
     worse), transfer non-inferior (lower bound >= :data:`TRANSFER_FLOOR`, no family surely
     worse), no guard family surely worse, guard discordance <= :data:`GUARD_CHURN_BAR`; and
-    ``all``."""
-    sealed, transfer, guard = pools["sealed"], pools["transfer"], pools["guard"]
+    ``all``. ``suffix="_fresh"`` judges the fresh pools (``sealed_fresh``, ...) instead."""
+    sealed, transfer, guard = (pools[f"{name}{suffix}"] for name in ("sealed", "transfer",
+                                                                     "guard"))
     out = {"sealed": sealed["ci_low"] > 0 and not sealed["family_max_drop"]["surely_worse"],
            "transfer": (transfer["ci_low"] >= TRANSFER_FLOOR
                         and not transfer["family_max_drop"]["surely_worse"]),
@@ -396,6 +406,44 @@ def choose(entries: list[dict]) -> dict:
                     f"each >= {COLLATERAL_FLOOR}; chosen: the admissible setting with the largest "
                     f"mean change on the tuning trained side (ties: lower traffic KL); none "
                     f"admissible: the highest worst-collateral change"}
+
+
+KL_SHARE = 0.5
+"""The churn bound of :func:`choose_local`: a setting's KL to the champion on traffic at most this
+share of :data:`KL_REFERENCE`'s on the same tuning rows, as the done-when bounds the guard churn
+at half of the 2026-11-26 update's."""
+KL_REFERENCE = "full preset"
+"""The setting of the 2026-11-26 update whose churn the bound halves (lr 5e-5, 16 steps, top-8
+layers, retain budget 0.02)."""
+
+
+def choose_local(entries: list[dict]) -> dict:
+    """The rule that reads churn (fixed 2026-12-01, before any fresh pool was scored): admissible
+    as in :func:`choose` (each collateral side's mean change >= :data:`COLLATERAL_FLOOR`) and with
+    a mean KL to the champion on the tuning traffic at most :data:`KL_SHARE` of
+    :data:`KL_REFERENCE`'s; chosen: the admissible setting with the largest mean change on the
+    ``trained`` side (ties: lower traffic KL). None admissible: the lowest traffic KL of those
+    above the floor (or of all). The KL is the trainer's own measure, which ranked the pool
+    candidates' guard churn (Spearman +0.63 over 20, bench/results/local_update_validity.json),
+    where the tuning sides' mean changes did not."""
+    base = choose(entries)
+    table = base["settings"]
+    if KL_REFERENCE not in table:
+        raise ValueError(f"the tuning entries lack the reference setting {KL_REFERENCE!r}")
+    bound = KL_SHARE * table[KL_REFERENCE]["kl_traffic"]
+    floor_ok = base["admissible"]
+    admissible = [n for n in floor_ok if table[n]["kl_traffic"] <= bound]
+    if admissible:
+        chosen = max(admissible, key=lambda n: (round(table[n]["trained"], 9),
+                                                -table[n]["kl_traffic"]))
+    else:
+        chosen = min(floor_ok or table, key=lambda n: table[n]["kl_traffic"])
+    return {"settings": table, "kl_bound": bound, "admissible": admissible, "chosen": chosen,
+            "overrides": dict(SWEEP).get(chosen), "previous_rule_chosen": base["chosen"],
+            "rule": f"admissible: {base['rule'].split(';')[0].removeprefix('admissible: ')} and "
+                    f"mean traffic KL <= {KL_SHARE} x {KL_REFERENCE!r}'s ({bound:.4f}); chosen: "
+                    f"the admissible setting with the largest mean change on the tuning trained "
+                    f"side (ties: lower traffic KL)"}
 
 
 def merge(paths: list[Path], out: Path) -> dict:
@@ -780,6 +828,10 @@ def run(args: argparse.Namespace) -> dict:
                                                   "retain_kl_final", "retain_kl_k3_final",
                                                   "train_seconds") if k in metrics},
                 "pools": {k: compare(pools[k], base_scores[k], scores[k]) for k in pools}})
+            for suffix in ("", "_fresh"):
+                if all(f"{n}{suffix}" in pools for n in ("sealed", "transfer", "guard")):
+                    result["arms"][-1][f"stays_local{suffix}"] = stays_local(
+                        result["arms"][-1]["pools"], suffix=suffix)
             write(result, args.out)
             if args.tune and not args.keep_weights:
                 drop_weights(out)
@@ -889,6 +941,18 @@ def main(argv: list[str] | None = None) -> None:
         for path, names in rescore(args).items():
             say(f"{path}: weights gone, not rescored: {'; '.join(names)}")
         say(f"rescored {', '.join(str(p) for p in args.rescore)}")
+        return
+    if args.choose_local:
+        out = CHOICE_LOCAL if args.out == RESULTS else args.out
+        tuning = json.loads(args.choose_local.read_text())
+        choice = choose_local(tuning["arms"])
+        for name, r in choice["settings"].items():
+            say(f"{name:<34} trained {r['trained']:+.3f}  KL {r['kl_traffic']:.3f}  "
+                f"{'admissible' if name in choice['admissible'] else ''}")
+        say(f"KL bound {choice['kl_bound']:.4f}; chosen: {choice['chosen']}")
+        write({"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+               "commit": _commit(), "tuning_file": args.choose_local.name, **choice}, out)
+        say(f"wrote {out}")
         return
     if args.choose:
         tune = json.loads(args.choose[0].read_text()).get("tune")

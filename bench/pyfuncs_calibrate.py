@@ -12,8 +12,10 @@ passes; averaged over the family's prompts). The rule is fixed before the run. S
 for families whose greedy pass@1 is inside the band (the others fail the rule whatever pass@k
 is; their pass@k is recorded as null). A fixed list of families is held out as a transfer check.
 ``--batch-of-templates 2`` calibrates the second batch (tasks.pyfuncs.TEMPLATES_2) under the same
-rule and writes pyfuncs_calibration_2.json; ``3`` the third (TEMPLATES_3, not calibrated yet:
-pyfuncs_calibration_3.json). Writes bench/results/pyfuncs_calibration.json. The templates now
+rule and writes pyfuncs_calibration_2.json; ``3`` the third (TEMPLATES_3:
+pyfuncs_calibration_3.json); ``4`` the fresh pools' families (tasks.pyfuncs_fresh.TEMPLATES_4:
+pyfuncs_calibration_4.json, which also lists every prompt it decoded, so the pools skip them).
+Writes bench/results/pyfuncs_calibration.json. The templates now
 draw some constants from wider ranges than the first two runs did (tasks.pyfuncs.WIDENED); the
 prompts those runs decoded are kept in tasks/data/pyfuncs_calibration_draw.json.
 """
@@ -34,7 +36,8 @@ from tasks.pyfuncs import CALIBRATION_SEED  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "pyfuncs_calibration.json"
 BATCH_OUT = {"1": OUT, "2": ROOT / "bench" / "results" / "pyfuncs_calibration_2.json",
-             "3": ROOT / "bench" / "results" / "pyfuncs_calibration_3.json"}
+             "3": ROOT / "bench" / "results" / "pyfuncs_calibration_3.json",
+             "4": ROOT / "bench" / "results" / "pyfuncs_calibration_4.json"}
 PASS1_BAND = (0.15, 0.6)
 PASSK_MARGIN = 0.15
 
@@ -62,15 +65,17 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=CALIBRATION_SEED)
     p.add_argument("--batch-of-templates", choices=sorted(BATCH_OUT), default="1",
                    help="1: tasks.pyfuncs' first batch of templates; 2: TEMPLATES_2; "
-                   "3: TEMPLATES_3")
+                   "3: TEMPLATES_3; 4: tasks.pyfuncs_fresh.TEMPLATES_4 (the fresh pools)")
     args = p.parse_args()
     import torch
 
     from policy.config import HFPolicyConfig
     from policy.loader import load_policy
     from tasks.pyfuncs import HELD_OUT, TEMPLATES_1, TEMPLATES_2, TEMPLATES_3, grade, instances
+    from tasks.pyfuncs_fresh import TEMPLATES_4
 
-    templates = {"1": TEMPLATES_1, "2": TEMPLATES_2, "3": TEMPLATES_3}[args.batch_of_templates]
+    templates = {"1": TEMPLATES_1, "2": TEMPLATES_2, "3": TEMPLATES_3,
+                 "4": TEMPLATES_4}[args.batch_of_templates]
 
     torch.set_num_threads(args.threads)
     cache = ROOT / ".cache" / "smollm2-135m-instruct"
@@ -133,6 +138,8 @@ def main() -> None:
                     "families_in_band": sum(f["in_band"] for f in per.values()),
                     "sampled_prompts": len(todo)},
         "families": per,
+        "tasks": [{"prompt": t.prompt, "family": t.family, "function": t.function,
+                   "greedy_pass": passed} for t, passed in zip(tasks, greedy_pass)],
     }
     out = BATCH_OUT[args.batch_of_templates]
     out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
