@@ -102,7 +102,9 @@ TEMPLATES_4: tuple[Template, ...] = (
     T("larger_doubled", ("double_max_{k}", "twice_larger_{k}", "max_twice_{k}"), "x",
       lambda k: f"returns twice the larger of x and {k['k']}", _k(-20, 40),
       lambda k: lambda x: 2 * max(x, k["k"]), _near_k),
-    # other new families: a guard where the model already solves them
+    # other new families: a guard where the model already solves them. None asks what a family of
+    # tasks.pyfuncs asks in other words (x times a plus b is `linear`, a list minus k `sub_each`):
+    # the pools split by meaning, and the retain set trains the first guard families' functions.
     T("is_less", ("is_less_{k}", "below_{k}", "under_{k}"), "x",
       lambda k: f"returns True if x is less than {k['k']} and False otherwise", _k(-10, 30),
       lambda k: lambda x: x < k["k"], _near_k),
@@ -111,9 +113,6 @@ TEMPLATES_4: tuple[Template, ...] = (
       lambda k: lambda x: x == k["k"], _near_k),
     T("sub_from", ("from_{k}", "k_minus_x_{k}", "subtract_from_{k}"), "x",
       lambda k: f"returns {k['k']} minus x", _k(2, 60), lambda k: lambda x: k["k"] - x,
-      _one_int),
-    T("double_plus", ("double_plus_{k}", "twice_plus_{k}", "two_x_plus_{k}"), "x",
-      lambda k: f"returns twice x plus {k['k']}", _k(1, 40), lambda k: lambda x: 2 * x + k["k"],
       _one_int),
     T("len_plus", ("len_plus_{k}", "length_plus_{k}", "size_plus_{k}"), "s",
       lambda k: f"returns the length of the string s plus {k['k']}", _k(1, 30),
@@ -125,10 +124,6 @@ TEMPLATES_4: tuple[Template, ...] = (
       lambda k: f"returns True if the string s contains the letter '{k['c']}' and False "
       "otherwise", lambda rng: {"c": rng.choice("abcdeiklnoprstuvy")},
       lambda k: lambda s: k["c"] in s, _one_word),
-    T("ends_with_char", ("ends_in_{c}", "last_is_{c}", "ends_with_letter_{c}"), "s",
-      lambda k: f"returns True if the string s ends with the letter '{k['c']}' and False "
-      "otherwise", lambda rng: {"c": rng.choice("adeklnorty")},
-      lambda k: lambda s: s.endswith(k["c"]), _one_word),
     T("max_minus", ("max_minus_{k}", "largest_minus_{k}", "top_minus_{k}"), "xs",
       lambda k: f"returns the largest number in the non-empty list xs minus {k['k']}",
       _k(1, 30), lambda k: lambda xs: max(xs) - k["k"], _nonempty),
@@ -161,6 +156,42 @@ TEMPLATES_4: tuple[Template, ...] = (
     T("first_char_upper", ("cap_first", "upper_first", "first_upper"), "s",
       lambda k: "returns the string s with its first character in upper case and the rest "
       "unchanged", lambda rng: {}, lambda k: lambda s: s[:1].upper() + s[1:], _one_word),
+    T("is_at_most", ("is_at_most_{k}", "no_more_than_{k}", "at_or_below_{k}"), "x",
+      lambda k: f"returns True if x is less than or equal to {k['k']} and False otherwise",
+      _k(-10, 30), lambda k: lambda x: x <= k["k"], _near_k),
+    T("is_at_least", ("is_at_least_{k}", "no_less_than_{k}", "at_or_above_{k}"), "x",
+      lambda k: f"returns True if x is greater than or equal to {k['k']} and False otherwise",
+      _k(-10, 30), lambda k: lambda x: x >= k["k"], _near_k),
+    T("is_not_equal", ("is_not_{k}", "differs_from_{k}", "not_equal_{k}"), "x",
+      lambda k: f"returns True if x is not equal to {k['k']} and False otherwise", _k(-10, 30),
+      lambda k: lambda x: x != k["k"], _near_k),
+    T("len_minus", ("len_minus_{k}", "length_minus_{k}", "size_minus_{k}"), "s",
+      lambda k: f"returns the length of the string s minus {k['k']}", _k(1, 30),
+      lambda k: lambda s: len(s) - k["k"], _one_word),
+    T("len_times", ("len_times_{k}", "length_times_{k}", "size_times_{k}"), "s",
+      lambda k: f"returns the length of the string s multiplied by {k['k']}", _k(2, 12),
+      lambda k: lambda s: len(s) * k["k"], _one_word),
+    T("short_enough", ("short_enough_{k}", "at_most_{k}_chars", "max_length_{k}"), "s",
+      lambda k: f"returns True if the string s has at most {k['k']} characters and False "
+      "otherwise", _k(2, 8), lambda k: lambda s: len(s) <= k["k"], _one_word),
+    T("sum_at_least", ("sum_at_least_{k}", "sum_from_{k}", "total_at_least_{k}"), "xs",
+      lambda k: f"returns the sum of the numbers in the list xs that are greater than or equal "
+      f"to {k['k']}", _k(0, 12), lambda k: lambda xs: sum(x for x in xs if x >= k["k"]),
+      _int_list),
+    T("keep_at_most", ("keep_at_most_{k}", "filter_up_to_{k}", "only_at_most_{k}"), "xs",
+      lambda k: f"returns a list of the numbers in the list xs that are less than or equal to "
+      f"{k['k']}, in their original order", _k(0, 12),
+      lambda k: lambda xs: [x for x in xs if x <= k["k"]], _int_list),
+    T("keep_at_least", ("keep_at_least_{k}", "filter_from_{k}", "only_at_least_{k}"), "xs",
+      lambda k: f"returns a list of the numbers in the list xs that are greater than or equal to "
+      f"{k['k']}, in their original order", _k(0, 12),
+      lambda k: lambda xs: [x for x in xs if x >= k["k"]], _int_list),
+    T("sum_minus", ("sum_minus_{k}", "total_minus_{k}", "sum_less_{k}"), "xs",
+      lambda k: f"returns the sum of the numbers in the list xs minus {k['k']}", _k(1, 30),
+      lambda k: lambda xs: sum(xs) - k["k"], _int_list),
+    T("max_times", ("max_times_{k}", "largest_times_{k}", "top_times_{k}"), "xs",
+      lambda k: f"returns the largest number in the non-empty list xs multiplied by {k['k']}",
+      _k(2, 9), lambda k: lambda xs: max(xs) * k["k"], _nonempty),
 )
 FRESH_TRANSFER: tuple[str, ...] = ("any_below", "sum_outside", "mod_sub", "square_times",
                                    "all_at_least", "drop_prefix", "keep_value", "larger_doubled")
@@ -189,8 +220,16 @@ FRESH_EDGE_CASES = {
     "word_count_plus": lambda k: [("",), ("one",)],
     "join_with": lambda k: [([],), (["one"],), (["a", "b", "a"],)],
     "first_char_upper": lambda k: [("",), ("a",), ("aBc",)],
+    "is_at_most": lambda k: [(k["k"],), (k["k"] - 1,), (k["k"] + 1,)],
+    "is_at_least": lambda k: [(k["k"],), (k["k"] - 1,), (k["k"] + 1,)],
+    "is_not_equal": lambda k: [(k["k"],), (k["k"] + 1,)],
+    "short_enough": lambda k: [("x" * k["k"],), ("x" * (k["k"] + 1),), ("",)],
+    "sum_at_least": lambda k: [([k["k"] + 1, k["k"], k["k"] - 1, -2, k["k"]],), ([],)],
+    "keep_at_most": lambda k: [([k["k"] + 1, k["k"], k["k"] - 1, -2, k["k"]],), ([],)],
+    "keep_at_least": lambda k: [([k["k"] + 1, k["k"], k["k"] - 1, -2, k["k"]],), ([],)],
+    "sum_minus": lambda k: [([],), ([-2, -2],)],
+    "max_times": lambda k: [([-5, -2, -9],), ([0],)],
     "has_char": lambda k: [("",), (k["c"],)],
-    "ends_with_char": lambda k: [("",), (k["c"] + "x",), (k["c"],)],
 }
 BY_FRESH = {t.family: t for t in TEMPLATES_4}
 if set(BY_FRESH) & (set(BY_FAMILY) | set(EDGE_CASES)):
@@ -288,11 +327,11 @@ def check_disjoint(pools: dict[str, list], out_dir: Path = DATA) -> None:
 
 
 def write_fresh_pools(calibration: Path = CALIBRATION, out_dir: Path = DATA) -> dict:
-    """The fresh pool files and their manifest under ``out_dir``; deterministic. Returns the
-    manifest."""
+    """The fresh pool files and their manifest under ``out_dir``, checked against the first pools
+    under tasks/data; deterministic. Returns the manifest."""
     record = json.loads(Path(calibration).read_text())
     pools = fresh_pools(record)
-    check_disjoint(pools, out_dir)
+    check_disjoint(pools)
     stats = {}
     for name, tasks in pools.items():
         tasks = list(tasks)

@@ -373,3 +373,46 @@ def test_validity_ranks_tuning_churn_against_guard_churn_once_per_candidate(tmp_
     assert corr["tuning outside"]["candidates"] == 4
     assert corr["tuning outside"]["spearman"] == pytest.approx(1.0)
     assert corr["kl_traffic"]["spearman"] == pytest.approx(-1.0)
+
+
+def test_the_churn_rule_bounds_traffic_kl_at_half_the_reference_by_hand():
+    entries = [_entry("full preset", 0.30, 0.00, 0.00, kl=0.20),  # the reference: bound 0.10
+               _entry("big", 0.25, 0.01, 0.00, kl=0.15),          # above the bound
+               _entry("small", 0.08, 0.00, 0.00, kl=0.03),
+               _entry("small", 0.10, 0.00, 0.00, kl=0.05),        # two seeds: 0.09, KL 0.04
+               _entry("edge", 0.09, -0.01, 0.00, kl=0.10),        # at the bound: admitted
+               _entry("broken", 0.20, -0.03, 0.00, kl=0.01)]      # below the floor
+    c = lu.choose_local(entries)
+    assert c["kl_bound"] == pytest.approx(0.10)
+    assert sorted(c["admissible"]) == ["edge", "small"]
+    assert c["chosen"] == "small"  # tie on the trained side (0.09): the lower KL
+    assert c["previous_rule_chosen"] == "full preset"
+    assert "0.5 x 'full preset'" in c["rule"]
+    none = lu.choose_local([_entry("full preset", 0.3, 0.0, 0.0, kl=0.2),
+                            _entry("b", 0.2, 0.0, 0.0, kl=0.15),
+                            _entry("c", 0.2, -0.05, 0.0, kl=0.01)])
+    assert none["admissible"] == [] and none["chosen"] == "b"  # lowest KL above the floor
+    with pytest.raises(ValueError, match="reference"):
+        lu.choose_local([_entry("b", 0.2, 0.0, 0.0)])
+
+
+def test_the_committed_churn_choice_is_the_rule_on_the_committed_sweep():
+    tuning = json.loads((lu.ROOT / "bench/results/local_update_tuning.json").read_text())
+    committed = json.loads(lu.CHOICE_LOCAL.read_text())
+    again = lu.choose_local(tuning["arms"])
+    assert committed["chosen"] == again["chosen"] == "lora r8 lr 2.5e-4"
+    assert committed["admissible"] == again["admissible"]
+
+
+def test_stays_local_judges_the_fresh_pools_with_the_same_criteria():
+    def pool(ci_low, churn=0.0):
+        return {"ci_low": ci_low, "discordant_share": churn,
+                "family_max_drop": {"surely_worse": False}}
+
+    pools = {"sealed": pool(-0.1), "transfer": pool(-0.1), "guard": pool(0.0, churn=0.5),
+             "sealed_fresh": pool(0.02), "transfer_fresh": pool(0.0),
+             "guard_fresh": pool(0.0, churn=0.05)}
+    assert not lu.stays_local(pools)["all"]
+    assert lu.stays_local(pools, suffix="_fresh")["all"]
+    assert not lu.stays_local({**pools, "guard_fresh": pool(0.0, churn=0.07)},
+                              suffix="_fresh")["churn"]
