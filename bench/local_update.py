@@ -198,6 +198,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "or, with --tune, on the tuning draw (instead of --part)")
     p.add_argument("--first-seed", type=int, default=0,
                    help="trainer seeds --first-seed .. --first-seed + --seeds - 1")
+    p.add_argument("--placebo", action="store_true",
+                   help="the control: train on the rows with their rewards shuffled (seeded by "
+                   "--rows-seed); arm names gain ' placebo'")
     p.add_argument("--choose-local", type=Path, default=None,
                    help="apply choose_local (the rule that reads churn) to a tuning result "
                    "file; writes bench/results/local_update_choice_local.json")
@@ -250,7 +253,8 @@ def arms(args: argparse.Namespace) -> list[dict]:
     """Every (objective, retain, lora) of the grid, in a fixed order; the named SWEEP settings of
     ``--settings``; with ``--tune`` and no names, the SWEEP settings of ``--part``."""
     if args.settings:
-        return [{"name": name, "overrides": dict(SWEEP)[name]} for name in args.settings]
+        tail = " placebo" if args.placebo else ""
+        return [{"name": name + tail, "overrides": dict(SWEEP)[name]} for name in args.settings]
     if args.tune:
         k, n = args.part
         return [{"name": name, "overrides": ov} for i, (name, ov) in enumerate(SWEEP)
@@ -529,6 +533,17 @@ def sample_traffic(champion: Path, tasks: list[dict], *, n: int, temperature: fl
     })
 
 
+def shuffled_rewards(rows, *, seed: int):
+    """The rows with their ``reward`` column permuted (seeded): the placebo, whose update has the
+    same size and the same tokens but no information in its rewards."""
+    import pyarrow as pa
+
+    rewards = rows.column("reward").to_pylist()
+    random.Random(f"placebo/{seed}").shuffle(rewards)
+    i = rows.schema.get_field_index("reward")
+    return rows.set_column(i, "reward", pa.array(rewards, type=rows.schema.field(i).type))
+
+
 # -- scoring ---------------------------------------------------------------------------------------
 def _stays_local_now(pools: dict[str, dict], tasks: dict[str, list[dict]]) -> bool | None:
     """:func:`stays_local` of one candidate from its stored verdicts with today's
@@ -770,6 +785,8 @@ def run(args: argparse.Namespace) -> dict:
         rows = sample_traffic(champion, traffic, n=args.requests, temperature=sim.temperature,
                               max_new_tokens=sim.max_tokens, seed=args.rows_seed)
         pq.write_table(rows, cached)
+    if args.placebo:
+        rows = shuffled_rewards(rows, seed=args.rows_seed)
     if args.tune:
         pools = {side: draw[side] for side in TUNING_SIDES}
     else:
@@ -782,6 +799,7 @@ def run(args: argparse.Namespace) -> dict:
         "machine": f"{os.cpu_count()} CPU cores", "load": os.getloadavg()[0],
         "config": str(args.config), "tiny": args.tiny, "tune": args.tune,
         "rows": rows.num_rows, "rows_seed": None if args.rows is not None else args.rows_seed,
+        "placebo": args.placebo,
         "rows_reward_mean": sum(rows.column("reward").to_pylist())
         / max(rows.num_rows, 1),
         "champion": {k: sum(v) / len(v) for k, v in base_scores.items()}, "arms": [],
@@ -790,7 +808,7 @@ def run(args: argparse.Namespace) -> dict:
     done: set[tuple[str, int]] = set()
     if args.out.is_file():  # a run of the same champion, rows and pools that stopped: resumed
         before = json.loads(args.out.read_text())
-        if not before.get("complete") and all(
+        if not before.get("complete") and bool(before.get("placebo")) == args.placebo and all(
                 before.get(k) == result[k] for k in ("champion", "rows", "rows_reward_mean",
                                                      "rows_seed", "tune", "tiny")):
             result["arms"] = before["arms"]

@@ -416,3 +416,17 @@ def test_stays_local_judges_the_fresh_pools_with_the_same_criteria():
     assert lu.stays_local(pools, suffix="_fresh")["all"]
     assert not lu.stays_local({**pools, "guard_fresh": pool(0.0, churn=0.07)},
                               suffix="_fresh")["churn"]
+
+
+def test_the_placebo_shuffles_rewards_only_and_names_its_arms():
+    import pyarrow as pa
+
+    rows = pa.table({"prompt": [f"p{i}" for i in range(12)],
+                     "reward": [1.0] * 4 + [-1.0] * 8})
+    placebo = lu.shuffled_rewards(rows, seed=2)
+    assert placebo.column("prompt").to_pylist() == rows.column("prompt").to_pylist()
+    assert sorted(placebo.column("reward").to_pylist()) == sorted(rows.column("reward").to_pylist())
+    assert placebo.column("reward").to_pylist() != rows.column("reward").to_pylist()
+    assert placebo.equals(lu.shuffled_rewards(rows, seed=2))  # seeded
+    args = lu.parse_args(["--settings", "full lr 2.5e-5", "--placebo"])
+    assert [a["name"] for a in lu.arms(args)] == ["full lr 2.5e-5 placebo"]
