@@ -201,6 +201,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--placebo", action="store_true",
                    help="the control: train on the rows with their rewards shuffled (seeded by "
                    "--rows-seed); arm names gain ' placebo'")
+    p.add_argument("--summary", type=Path, nargs="+", default=None,
+                   help="print a markdown table of pool result files (each candidate's change, "
+                   "95%% CI, family surely worse, discordance, traffic KL, stays_local)")
     p.add_argument("--choose-local", type=Path, default=None,
                    help="apply choose_local (the rule that reads churn) to a tuning result "
                    "file; writes bench/results/local_update_choice_local.json")
@@ -531,6 +534,31 @@ def sample_traffic(champion: Path, tasks: list[dict], *, n: int, temperature: fl
         "task_kind": [t.get("family") or "pyfunc" for t in chosen],
         "model_version": [1] * n, "temperature": [temperature] * n, "top_p": [1.0] * n,
     })
+
+
+def summary(paths: list[Path], pools: tuple[str, ...]) -> str:
+    """A markdown table of the candidates of pool result files ``paths``: per pool of ``pools``
+    the change [95% CI] and the family surely worse (if any), then the guard discordance, the
+    traffic KL and :func:`stays_local` (fresh pools when they are the ones listed)."""
+    suffix = "_fresh" if all(p.endswith("_fresh") for p in pools) else ""
+    head = ["setting", "seed", *pools, f"disc. guard{suffix}", "KL traffic", "every criterion"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for path in paths:
+        for e in json.loads(Path(path).read_text())["arms"]:
+            cells = [f"`{e['name']}`", str(e["seed"])]
+            for name in pools:
+                c = e["pools"][name]
+                drop = c["family_max_drop"]
+                worse = (f"; `{drop['family']}` {c['per_family_change'].get(drop['family'], 0):+d}"
+                         f" (p = {drop['p']:.3f})" if drop["surely_worse"] else "")
+                cells.append(f"{c['delta']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]{worse}")
+            crit = stays_local(e["pools"], suffix=suffix)
+            failed = [k for k, v in crit.items() if k != "all" and not v]
+            cells += [f"{e['pools']['guard' + suffix]['discordant_share']:.3f}",
+                      f"{e['train'].get('kl_theta_ref_k3_final', float('nan')):.3f}",
+                      "yes" if crit["all"] else "no: " + ", ".join(failed)]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def shuffled_rewards(rows, *, seed: int):
@@ -959,6 +987,10 @@ def main(argv: list[str] | None = None) -> None:
         for path, names in rescore(args).items():
             say(f"{path}: weights gone, not rescored: {'; '.join(names)}")
         say(f"rescored {', '.join(str(p) for p in args.rescore)}")
+        return
+    if args.summary:
+        names = tuple(args.pools)
+        print(summary(args.summary, names))
         return
     if args.choose_local:
         out = CHOICE_LOCAL if args.out == RESULTS else args.out

@@ -430,3 +430,21 @@ def test_the_placebo_shuffles_rewards_only_and_names_its_arms():
     assert placebo.equals(lu.shuffled_rewards(rows, seed=2))  # seeded
     args = lu.parse_args(["--settings", "full lr 2.5e-5", "--placebo"])
     assert [a["name"] for a in lu.arms(args)] == ["full lr 2.5e-5 placebo"]
+
+
+def test_summary_tables_the_fresh_pools_and_names_the_failed_criteria(tmp_path):
+    def pool(delta, churn=0.0, worse=None):
+        return {"delta": delta, "ci_low": delta - 0.05, "ci_high": delta + 0.05,
+                "discordant_share": churn, "per_family_change": {"f": -3},
+                "family_max_drop": {"surely_worse": worse is not None, "family": worse,
+                                    "p": 0.01}}
+
+    pools = {"sealed_fresh": pool(0.1), "transfer_fresh": pool(0.0),
+             "guard_fresh": pool(0.0, churn=0.1, worse="f")}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"arms": [{"name": "a", "seed": 0, "pools": pools,
+                                          "train": {"kl_theta_ref_k3_final": 0.02}}]}))
+    table = lu.summary([path], ("sealed_fresh", "transfer_fresh", "guard_fresh"))
+    row = table.splitlines()[2]
+    assert "+0.100 [+0.050, +0.150]" in row and "`f` -3 (p = 0.010)" in row
+    assert row.endswith("| 0.100 | 0.020 | no: guard, churn |")
