@@ -410,7 +410,7 @@ def test_stays_local_judges_the_fresh_pools_with_the_same_criteria():
                 "family_max_drop": {"surely_worse": False}}
 
     pools = {"sealed": pool(-0.1), "transfer": pool(-0.1), "guard": pool(0.0, churn=0.5),
-             "sealed_fresh": pool(0.02), "transfer_fresh": pool(0.0),
+             "sealed_fresh": pool(0.02), "transfer_fresh": pool(0.03),
              "guard_fresh": pool(0.0, churn=0.05)}
     assert not lu.stays_local(pools)["all"]
     assert lu.stays_local(pools, suffix="_fresh")["all"]
@@ -439,7 +439,7 @@ def test_summary_tables_the_fresh_pools_and_names_the_failed_criteria(tmp_path):
                 "family_max_drop": {"surely_worse": worse is not None, "family": worse,
                                     "p": 0.01}}
 
-    pools = {"sealed_fresh": pool(0.1), "transfer_fresh": pool(0.0),
+    pools = {"sealed_fresh": pool(0.1), "transfer_fresh": pool(0.03),
              "guard_fresh": pool(0.0, churn=0.1, worse="f")}
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"arms": [{"name": "a", "seed": 0, "pools": pools,
