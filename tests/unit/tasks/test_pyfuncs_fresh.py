@@ -82,3 +82,11 @@ def test_every_fresh_family_asks_a_valid_name_and_its_reference_passes_its_asser
         with pytest.raises(AssertionError):
             for line in task.tests:
                 exec(line, wrong)  # noqa: S102
+
+
+def test_the_shipped_fresh_pools_are_what_the_generator_writes(tmp_path):
+    manifest = fresh.write_fresh_pools(fresh.CALIBRATION, tmp_path)
+    for f in [*fresh.FRESH_FILES.values(), fresh.MANIFEST]:
+        assert (tmp_path / f).read_bytes() == (pyfuncs.DATA / f).read_bytes(), f
+    assert manifest["pools"]["guard_fresh"]["families"] >= 8
+    assert manifest["pools"]["sealed_fresh"]["functions"] >= 120
