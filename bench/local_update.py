@@ -65,6 +65,12 @@ their rank correlation (:func:`validity`; bench/results/local_update_validity.js
 HumanEval problems (the gate's suite runner, chat, greedy): a suite nobody here wrote, for what
 the update did to code outside the pools.
 
+``--pools sealed_fresh,transfer_fresh,guard_fresh`` scores on the fresh pools
+(tasks.pyfuncs_fresh), which no run before 2026-12-01 scored; each candidate then gains
+``stays_local_fresh``. ``--placebo`` trains on the rows with their rewards shuffled.
+``--choose-local FILE`` applies :func:`choose_local` (the rule that bounds traffic KL) to a tuning
+result; ``--summary FILE... --pools A,B,C`` prints a markdown table of pool result files.
+
 Left out: matching the objective arms at equal retain-set KL.
 """
 
