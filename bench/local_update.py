@@ -409,16 +409,21 @@ def choose(entries: list[dict]) -> dict:
 
     admissible = [n for n in table if worst(n) >= COLLATERAL_FLOOR]
     if admissible:
-        chosen = max(admissible, key=lambda n: (round(table[n]["trained"], 9),
-                                                -table[n]["kl_traffic"]))
+        chosen = _largest_trained_gain(table, admissible)
     else:
         chosen = max(table, key=worst)
     return {"settings": table, "admissible": admissible, "chosen": chosen,
-            "overrides": dict(SWEEP).get(chosen),
+            "overrides": dict(SWEEP).get(chosen), "collateral": collateral,
             "rule": f"admissible: mean change on the tuning {' and '.join(collateral)} sides "
                     f"each >= {COLLATERAL_FLOOR}; chosen: the admissible setting with the largest "
                     f"mean change on the tuning trained side (ties: lower traffic KL); none "
                     f"admissible: the highest worst-collateral change"}
+
+
+def _largest_trained_gain(table: dict[str, dict], names: list[str]) -> str:
+    """The setting of ``names`` with the largest mean change on the tuning ``trained`` side (ties:
+    the lower traffic KL)."""
+    return max(names, key=lambda n: (round(table[n]["trained"], 9), -table[n]["kl_traffic"]))
 
 
 KL_SHARE = 0.5
@@ -447,14 +452,14 @@ def choose_local(entries: list[dict]) -> dict:
     floor_ok = base["admissible"]
     admissible = [n for n in floor_ok if table[n]["kl_traffic"] <= bound]
     if admissible:
-        chosen = max(admissible, key=lambda n: (round(table[n]["trained"], 9),
-                                                -table[n]["kl_traffic"]))
+        chosen = _largest_trained_gain(table, admissible)
     else:
         chosen = min(floor_ok or table, key=lambda n: table[n]["kl_traffic"])
     return {"settings": table, "kl_bound": bound, "admissible": admissible, "chosen": chosen,
             "overrides": dict(SWEEP).get(chosen), "previous_rule_chosen": base["chosen"],
-            "rule": f"admissible: {base['rule'].split(';')[0].removeprefix('admissible: ')} and "
-                    f"mean traffic KL <= {KL_SHARE} x {KL_REFERENCE!r}'s ({bound:.4f}); chosen: "
+            "rule": f"admissible: mean change on the tuning {' and '.join(base['collateral'])} "
+                    f"sides each >= {COLLATERAL_FLOOR} and mean traffic KL <= {KL_SHARE} x "
+                    f"{KL_REFERENCE!r}'s ({bound:.4f}); chosen: "
                     f"the admissible setting with the largest mean change on the tuning trained "
                     f"side (ties: lower traffic KL)"}
 

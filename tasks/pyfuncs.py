@@ -42,7 +42,8 @@ WORDS = ("apple", "banana", "kiwi", "level", "radar", "hello", "world", "python"
 @dataclass(frozen=True)
 class Template:
     """One family: ``describe(k)`` is the text after "that", ``ref(k)`` the reference function,
-    ``draw(rng)`` the constants ``k`` (a dict), ``inputs(rng, k)`` one argument tuple."""
+    ``draw(rng)`` the constants ``k`` (a dict), ``inputs(rng, k)`` one argument tuple;
+    ``edge(k)`` the family's edge-case inputs, where they are not in :data:`EDGE_CASES`."""
 
     family: str
     names: tuple[str, ...]
@@ -51,6 +52,7 @@ class Template:
     draw: Callable[[random.Random], dict]
     ref: Callable[[dict], Callable]
     inputs: Callable[[random.Random, dict], tuple]
+    edge: Callable[[dict], list[tuple]] | None = None
 
 
 @dataclass(frozen=True)
@@ -756,7 +758,7 @@ def _asserts(t: Template, k: dict, name: str, rng: random.Random) -> tuple[str, 
         if len(tests) == want:
             break
         add(t.inputs(rng, k))
-    for args in EDGE_CASES.get(t.family, lambda k: [])(k):
+    for args in (t.edge or EDGE_CASES.get(t.family, lambda k: []))(k):
         add(args)
     return tuple(tests)
 
