@@ -126,6 +126,8 @@ SWEEP: tuple[tuple[str, dict], ...] = (
     ("full retain by kl", {"retain_kl_target": 0.01, "retain_draw": "by_kl"}),
     ("full retain by kl 8 prompts", {"retain_kl_target": 0.01, "retain_draw": "by_kl",
                                      "retain_prompts": 8}),
+    ("full neg 0.25", {"retain_kl_target": 0.01, "neg_adv_scale": 0.25}),
+    ("full neg 0", {"retain_kl_target": 0.01, "neg_adv_scale": 0.0}),
 )
 """The tuning sweep: each setting changes the preset's trainer, on :data:`SWEEP_BASE`, only where it
 says. When the sweep of bench/results/local_update_tuning.json ran the preset was top-8 layers,
@@ -133,7 +135,8 @@ token_clip, 16 steps, lr 5e-5, retain budget 0.02 nats/token, replay 25%; the sw
 retain budget 0.01, which the preset has since. The order spreads LoRA settings over both
 halves of ``--part k/2``. The last four (the chosen budget with the retain draw by family, then
 by measured KL, ``trainer.retain.RetainDraw``) came after that sweep and run through ``--tune
---settings``; one rule judges all."""
+--settings``; one rule judges all. So do the last two: the chosen budget with failed rows'
+negative advantages scaled by 0.25 and by 0 (``TrainerConfig.neg_adv_scale``)."""
 SWEEP_BASE = {"lr": 5e-5, "retain_kl_target": 0.02, "replay_share": 0.25}
 """The preset's trainer when the sweep first ran, under every SWEEP setting: a setting means the
 same training whenever it runs, though the preset has since taken the chosen budget (0.01)."""
@@ -294,18 +297,19 @@ def trainer_config(base, arm: dict, *, seed: int, steps: int | None, lora_lr: fl
 
 def sweep_config(base, overrides: dict, *, seed: int, steps: int | None = None):
     """The preset's trainer config with one SWEEP setting (``lr``, ``steps``, ``scope``,
-    ``lora_rank``, ``retain_kl_target``, ``replay_share``, ``retain_draw``, ``retain_prompts``)."""
+    ``lora_rank``, ``retain_kl_target``, ``replay_share``, ``retain_draw``, ``retain_prompts``,
+    ``neg_adv_scale``)."""
     from trainer.config import TrainerConfig
 
     known = {"lr", "steps", "scope", "lora_rank", "retain_kl_target", "replay_share",
-             "retain_draw", "retain_prompts"}
+             "retain_draw", "retain_prompts", "neg_adv_scale"}
     if set(overrides) - known:
         raise ValueError(f"unknown sweep settings {sorted(set(overrides) - known)}")
     cfg = base.model_dump(mode="json")
     cfg["seed"] = seed
     if steps is not None:
         cfg["steps"] = steps
-    for key in ("lr", "steps"):
+    for key in ("lr", "steps", "neg_adv_scale"):
         if key in overrides:
             cfg[key] = overrides[key]
     if "scope" in overrides:

@@ -114,6 +114,11 @@ def test_each_sweep_setting_changes_only_what_it_names():
     by_family = lu.sweep_config(base, dict(lu.SWEEP)["full retain by family 8 prompts"], seed=0)
     assert (by_family.retain.draw, by_family.retain.prompts, by_family.retain.kl_target) == (
         "by_group", 8, 0.01)
+    for name, scale in (("full neg 0.25", 0.25), ("full neg 0", 0.0)):
+        neg = lu.sweep_config(base, lu.setting_overrides(dict(lu.SWEEP)[name]), seed=0)
+        assert (neg.neg_adv_scale, neg.retain.kl_target, neg.lr, neg.steps) == (
+            scale, 0.01, base.lr, base.steps)
+    assert base.neg_adv_scale == 1.0
     named = lu.arms(lu.parse_args(["--tune", "--settings", "full retain by family"]))
     assert [a["name"] for a in named] == ["full retain by family"]  # on the tuning draw
     names = [n for n, _ in lu.SWEEP]
@@ -187,12 +192,12 @@ def test_tuning_dry_run_in_parts_and_the_choice(tmp_path):
     outs = []
     for k in (0, 1):
         out = tmp_path / f"part{k}.json"
-        lu.main(["--tiny", "--tune", "--part", f"{k + 3}/6", "--requests", "4", "--steps", "1",
+        lu.main(["--tiny", "--tune", "--part", f"{k + 3}/7", "--requests", "4", "--steps", "1",
                  "--seeds", "1", "--limit", "2", "--max-new-tokens", "8",
                  "--workdir", str(tmp_path / "w"), "--out", str(out)])
         outs.append(out)
     parts = [json.loads(p.read_text()) for p in outs]
-    assert [a["name"] for a in parts[0]["arms"]] == ["full preset", "full replay 0.5"]
+    assert [a["name"] for a in parts[0]["arms"]] == ["full preset", "full retain by family"]
     scored = tmp_path / "w" / "tiny" / "tuning" / "full-preset" / "seed0"
     assert (scored / lu.TRAIN_METRICS).is_file()
     assert not list(scored.glob("*.safetensors"))  # a scored tuning candidate keeps no weights
