@@ -470,15 +470,21 @@ def choose_local(entries: list[dict]) -> dict:
 
 def merge(paths: list[Path], out: Path) -> dict:
     """Parts of one run (tuning parts, or seeds run side by side) into one result, a tuning run
-    with :func:`choose`'s verdict; every part must be complete and share the champion, rows and
-    kind."""
+    with :func:`choose`'s verdict; every part must be complete and share the rows, the kind and
+    the champion (its pass rate on every side two parts both scored: a part written before a
+    side was added by ``--rescore`` lacks it in ``champion``)."""
     parts = [json.loads(Path(p).read_text()) for p in paths]
     if not all(p.get("complete") for p in parts) or len({bool(p.get("tune"))
                                                          for p in parts}) != 1:
         raise SystemExit("every part must be complete, and all tuning runs or none")
-    keys = ("champion", "rows", "rows_reward_mean", "config")
+    keys = ("rows", "rows_reward_mean", "config")
     if any(p[k] != parts[0][k] for p in parts for k in keys):
         raise SystemExit(f"parts differ in {keys}: not one sweep")
+    first = parts[0]["champion"]
+    for p in parts[1:]:
+        shared = first.keys() & p["champion"].keys()
+        if not shared or any(p["champion"][k] != first[k] for k in shared):
+            raise SystemExit("parts differ in the champion's pass rates: not one sweep")
     result = {**parts[0], "parts": [str(p) for p in paths],
               "arms": [a for p in parts for a in p["arms"]],
               "seconds": sum(p.get("seconds", 0.0) for p in parts),

@@ -3,6 +3,7 @@ figures by hand, and a dry run on a tiny random Mixtral (the figures themselves 
 there: the experiment is bench/results/local_update.json on the real preset)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -207,6 +208,26 @@ def test_tuning_dry_run_in_parts_and_the_choice(tmp_path):
     lu.main(["--choose", *map(str, outs), "--out", str(merged)])
     r = json.loads(merged.read_text())
     assert len(r["arms"]) == 4 and r["choice"]["chosen"] in r["choice"]["settings"]
+
+
+def test_parts_merge_when_one_scored_a_side_the_other_gained_later(tmp_path):
+    def part(name: str, champion: dict) -> Path:
+        out = tmp_path / f"{name}.json"
+        out.write_text(json.dumps({"complete": True, "tune": False, "rows": 64,
+                                   "rows_reward_mean": -0.5, "config": "c", "load": 1.0,
+                                   "commit": "x", "champion": champion,
+                                   "arms": [{"name": name, "seed": 0}]}))
+        return out
+
+    early = part("early", {"trained": 0.5, "guard": 0.9})
+    late = part("late", {"trained": 0.5, "guard": 0.9, "outside": 0.7})
+    merged = lu.merge([early, late], tmp_path / "merged.json")
+    assert [a["name"] for a in merged["arms"]] == ["early", "late"]
+    other = part("other", {"trained": 0.5, "guard": 0.8, "outside": 0.7})
+    with pytest.raises(SystemExit, match="champion"):
+        lu.merge([early, other], tmp_path / "merged.json")
+    with pytest.raises(SystemExit, match="champion"):
+        lu.merge([early, part("apart", {"outside": 0.7})], tmp_path / "merged.json")
 
 
 def test_named_settings_on_the_pools_with_seeds_split_over_processes(tmp_path):
