@@ -1,0 +1,154 @@
+"""How much churn does a move that carries no information cause? The champion with seeded
+Gaussian noise on the weights the preset's update trains (each trained tensor plus ``scale`` x
+its standard deviation x N(0, 1)), saved as a checkpoint and scored as bench/local_update.py
+scores a candidate: greedy, one chat turn, graded by the asserts, compared with the champion
+(change, 95% CI, discordant share, per-family test). Beside each, the trainer's own size of the
+move: KL to the champion on the same traffic rows (``kl_theta_ref_k3_final``, k3 weighted to the
+behaviour policy, as every candidate reports it). A candidate's discordance then reads against
+that of noise at the same KL: what the pool's near-ties give to any move.
+
+    .venv/bin/python -m bench.churn_floor [--scales 0.001,0.003,0.01] [--seeds 1]
+        [--pools guard_fresh,guard] [--rows-seed 2] [--threads 1]
+
+The champion and the rows are bench/local_update.py's (``--workdir``; ``--rows-seed``: which
+cycle's traffic), built or sampled as it does when absent; the champion's verdicts come from its
+cache. ``--tiny`` runs the same code on the tiny random Mixtral (the tests' dry run). Writes
+``--out`` (default bench/results/churn_floor.json), after every scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import shutil
+import time
+from pathlib import Path
+
+from bench import local_update as lu
+
+OUT = lu.ROOT / "bench" / "results" / "churn_floor.json"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.churn_floor",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--scales", type=lambda s: [float(x) for x in s.split(",")],
+                   default=[0.001, 0.003, 0.01],
+                   help="noise scales, each a share of every trained tensor's std")
+    p.add_argument("--seeds", type=int, default=1, help="noise draws per scale")
+    p.add_argument("--pools", default="guard_fresh,guard",
+                   help="comma list of bench/local_update.py pools")
+    p.add_argument("--rows-seed", type=int, default=2)
+    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--limit", type=int, default=0, help="first N tasks of each pool (0 = all)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--config", type=Path, default=lu.CONFIG)
+    p.add_argument("--workdir", type=Path, default=lu.ROOT / ".cache" / "local_update")
+    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--tiny", action="store_true", help="dry run on a tiny random Mixtral")
+    a = p.parse_args(argv)
+    a.pools = a.pools.split(",")
+    if unknown := set(a.pools) - set(lu.POOLS):
+        p.error(f"unknown pools {sorted(unknown)}")
+    if a.seeds < 1 or any(s < 0 for s in a.scales):
+        p.error("--seeds must be >= 1 and every scale >= 0")
+    return a
+
+
+def noise_config(trainer, *, tiny: bool):
+    """The preset's trainer without its retain and replay sets (the recipe only measures here),
+    on the tiny model's one top layer when ``tiny``."""
+    cfg = trainer.model_copy(update={
+        "retain": trainer.retain.model_copy(update={"path": None}),
+        "replay": trainer.replay.model_copy(update={"path": None})})
+    if tiny:
+        cfg = cfg.model_copy(update={"trainable": cfg.trainable.model_copy(
+            update={"top_layers": 1})})
+    return cfg
+
+
+def perturb(params, saved, *, scale: float, seed: int) -> None:
+    """Each of ``params`` set to its ``saved`` value plus ``scale`` x that value's std x N(0, 1)
+    (seeded); a one-element tensor's std is its absolute value."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p, w in zip(params, saved, strict=True):
+            spread = w.float().std() if w.numel() > 1 else w.float().abs().reshape(())
+            noise = torch.randn(w.shape, generator=gen, dtype=torch.float32)
+            p.copy_((w.float() + scale * spread * noise).to(w.dtype))
+
+
+def run(args: argparse.Namespace) -> dict:
+    import pyarrow.parquet as pq
+    import torch
+
+    from ratchet.config import load_config
+    from tasks.pyfuncs import read_jsonl
+    from trainer.recipe import RLRecipe
+
+    t0 = time.perf_counter()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    workdir = args.workdir / ("tiny" if args.tiny else "real")
+    workdir.mkdir(parents=True, exist_ok=True)
+    preset = load_config(args.config, check_paths=not args.tiny)
+    champion = lu.build_champion(args, workdir)
+    cached = lu.rows_cache(workdir, tune=False, requests=args.requests, seed=args.rows_seed)
+    if cached.is_file():
+        rows = pq.read_table(cached)
+    else:
+        lu.say(f"sampling {args.requests} training rows from the champion on the train pool")
+        sim = preset.simulator
+        rows = lu.sample_traffic(champion, read_jsonl(lu.DATA / "pyfuncs_train.jsonl"),
+                                 n=args.requests, temperature=sim.temperature,
+                                 max_new_tokens=sim.max_tokens, seed=args.rows_seed)
+        pq.write_table(rows, cached)
+    pools = {name: read_jsonl(lu.POOLS[name]) for name in args.pools}
+    if args.limit:
+        pools = {k: v[:args.limit] for k, v in pools.items()}
+    base = lu.champion_scores(champion, pools, args, workdir)
+    recipe = RLRecipe(champion, rows, noise_config(preset.trainer, tiny=args.tiny))
+    recipe.setup()
+    params = [p for p in recipe.policy.parameters() if p.requires_grad]
+    saved = [p.detach().clone() for p in params]
+    result = {
+        "date": datetime.date.today().isoformat(), "commit": lu._commit(),
+        "machine": f"{os.cpu_count()} CPU cores", "load": os.getloadavg()[0],
+        "config": str(args.config), "tiny": args.tiny, "rows_seed": args.rows_seed,
+        "rows": rows.num_rows, "trained_parameters": sum(p.numel() for p in params),
+        "champion": {k: sum(v) / len(v) for k, v in base.items()}, "moves": [],
+    }
+    try:
+        for scale in args.scales:
+            for seed in range(args.seeds):
+                perturb(params, saved, scale=scale, seed=seed)
+                kl = recipe.traffic_kl_now()
+                out = workdir / "churn_floor" / f"scale{scale:g}-seed{seed}"
+                recipe.save_checkpoint(out)
+                scores = lu.score(out, pools, args)
+                shutil.rmtree(out)
+                entry = {"scale": scale, "seed": seed, "kl_traffic": kl,
+                         "pools": {k: lu.compare(pools[k], base[k], scores[k]) for k in pools}}
+                result["moves"].append(entry)
+                lu.say(f"scale {scale:g} seed {seed}: KL traffic {kl:.4f}  " + "  ".join(
+                    f"{k} {v['delta']:+.3f} disc {v['discordant_share']:.3f}"
+                    for k, v in entry["pools"].items()))
+                lu.write(result, args.out)
+    finally:
+        recipe.cleanup()
+    result["seconds"] = time.perf_counter() - t0
+    lu.write(result, args.out)
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

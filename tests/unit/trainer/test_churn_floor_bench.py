@@ -1,0 +1,42 @@
+"""bench/churn_floor.py: noise of a given scale on the trained weights, its KL and its churn."""
+
+import json
+
+import pytest
+import torch
+
+from bench import churn_floor as cf
+
+
+def test_noise_is_a_share_of_each_tensors_spread_and_seeded():
+    w = torch.tensor([1.0, 2.0, 3.0])  # std 1
+    one = torch.tensor([-4.0])  # one element: its absolute value
+    params = [torch.zeros(3), torch.zeros(1)]
+    cf.perturb(params, [w, one], scale=0.1, seed=5)
+    gen = torch.Generator().manual_seed(5)
+    expected = [w + 0.1 * torch.randn(3, generator=gen), one + 0.4 * torch.randn(1, generator=gen)]
+    assert all(torch.allclose(p, e) for p, e in zip(params, expected))
+    again = [torch.zeros(3), torch.zeros(1)]
+    cf.perturb(again, [w, one], scale=0.0, seed=5)
+    assert torch.equal(again[0], w) and torch.equal(again[1], one)
+
+
+def test_args_refuse_unknown_pools_and_negative_scales():
+    with pytest.raises(SystemExit):
+        cf.parse_args(["--pools", "guard,nowhere"])
+    with pytest.raises(SystemExit):
+        cf.parse_args(["--scales", "-0.1"])
+
+
+def test_tiny_dry_run_no_noise_changes_nothing_and_noise_moves_the_policy(tmp_path):
+    out = tmp_path / "floor.json"
+    cf.main(["--tiny", "--scales", "0,2", "--pools", "guard_fresh", "--limit", "2",
+             "--requests", "4", "--max-new-tokens", "8", "--workdir", str(tmp_path / "w"),
+             "--out", str(out)])
+    r = json.loads(out.read_text())
+    still, moved = r["moves"]
+    assert still["scale"] == 0.0 and abs(still["kl_traffic"]) < 1e-6
+    assert still["pools"]["guard_fresh"]["discordant_share"] == 0.0
+    assert moved["kl_traffic"] > 1e-4
+    assert r["trained_parameters"] > 0 and r["rows"] == 4
+    assert not (tmp_path / "w" / "tiny" / "churn_floor" / "scale2-seed0").exists()
