@@ -768,13 +768,19 @@ def champion_scores(champion: Path, pools: dict[str, list[dict]], args, workdir:
 
 def _cached(cache: Path, what: str, compute):
     """The champion's verdicts in ``cache``, computed once (``what``: said while scoring) under
-    the workdir's lock, so that parts of a sweep started together score the champion once."""
+    the workdir's lock, so that parts of a sweep started together score the champion once. A
+    cache already written is read without the lock (which a training run may hold for minutes);
+    it is written whole, by a rename."""
+    if cache.is_file():
+        return json.loads(cache.read_text())
     with _exclusive(cache.parent):
         if cache.is_file():
             return json.loads(cache.read_text())
         say(f"scoring the champion on {what}")
         verdicts = compute()
-        cache.write_text(json.dumps(verdicts) + "\n")
+        part = cache.with_suffix(".part")
+        part.write_text(json.dumps(verdicts) + "\n")
+        os.replace(part, cache)
     return verdicts
 
 

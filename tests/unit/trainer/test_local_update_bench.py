@@ -210,6 +210,29 @@ def test_tuning_dry_run_in_parts_and_the_choice(tmp_path):
     assert len(r["arms"]) == 4 and r["choice"]["chosen"] in r["choice"]["settings"]
 
 
+def test_a_written_champion_cache_is_read_while_a_training_run_holds_the_lock(tmp_path):
+    import fcntl
+    import threading
+
+    cache = tmp_path / "champion_scores_x.json"
+    cache.write_text(json.dumps({"guard": [True, False]}))
+    got = []
+    with open(tmp_path / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a training run holds it
+        reader = threading.Thread(target=lambda: got.append(lu._cached(cache, "x", list)),
+                                  daemon=True)
+        reader.start()
+        reader.join(timeout=5)
+        read_while_held = list(got)
+        fcntl.flock(held, fcntl.LOCK_UN)
+    reader.join(timeout=5)
+    assert read_while_held == [{"guard": [True, False]}]
+    fresh = tmp_path / "champion_scores_y.json"
+    assert lu._cached(fresh, "y", lambda: {"guard": [False]}) == {"guard": [False]}
+    assert json.loads(fresh.read_text()) == {"guard": [False]}
+    assert not fresh.with_suffix(".part").exists()
+
+
 def test_parts_merge_when_one_scored_a_side_the_other_gained_later(tmp_path):
     def part(name: str, champion: dict) -> Path:
         out = tmp_path / f"{name}.json"
