@@ -13,13 +13,15 @@ that of noise at the same KL: what the pool's near-ties give to any move.
 The champion and the rows are bench/local_update.py's (``--workdir``; ``--rows-seed``: which
 cycle's traffic), built or sampled as it does when absent; the champion's verdicts come from its
 cache. ``--tiny`` runs the same code on the tiny random Mixtral (the tests' dry run). Writes
-``--out`` (default bench/results/churn_floor.json), after every scale.
+``--out`` (default bench/results/churn_floor.json) after every move; a run on the same champion,
+rows and pools keeps the moves already there (``--scales`` then adds to them).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import shutil
 import time
@@ -123,9 +125,17 @@ def run(args: argparse.Namespace) -> dict:
         "rows": rows.num_rows, "trained_parameters": sum(p.numel() for p in params),
         "champion": {k: sum(v) / len(v) for k, v in base.items()}, "moves": [],
     }
+    if args.out.is_file():  # the same champion, rows and pools: its moves are kept, not redone
+        before = json.loads(args.out.read_text())
+        if all(before.get(k) == result[k] for k in ("champion", "rows", "rows_seed", "tiny")):
+            result["moves"] = before["moves"]
+    done = {(m["scale"], m["seed"]) for m in result["moves"]}
     try:
         for scale in args.scales:
             for seed in range(args.seeds):
+                if (scale, seed) in done:
+                    lu.say(f"scale {scale:g} seed {seed}: in {args.out} already")
+                    continue
                 perturb(params, saved, scale=scale, seed=seed)
                 kl = recipe.traffic_kl_now()
                 out = workdir / "churn_floor" / f"scale{scale:g}-seed{seed}"
@@ -135,6 +145,7 @@ def run(args: argparse.Namespace) -> dict:
                 entry = {"scale": scale, "seed": seed, "kl_traffic": kl,
                          "pools": {k: lu.compare(pools[k], base[k], scores[k]) for k in pools}}
                 result["moves"].append(entry)
+                result["moves"].sort(key=lambda m: (m["scale"], m["seed"]))
                 lu.say(f"scale {scale:g} seed {seed}: KL traffic {kl:.4f}  " + "  ".join(
                     f"{k} {v['delta']:+.3f} disc {v['discordant_share']:.3f}"
                     for k, v in entry["pools"].items()))

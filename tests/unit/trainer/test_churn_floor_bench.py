@@ -40,3 +40,9 @@ def test_tiny_dry_run_no_noise_changes_nothing_and_noise_moves_the_policy(tmp_pa
     assert moved["kl_traffic"] > 1e-4
     assert r["trained_parameters"] > 0 and r["rows"] == 4
     assert not (tmp_path / "w" / "tiny" / "churn_floor" / "scale2-seed0").exists()
+    cf.main(["--tiny", "--scales", "1,2", "--pools", "guard_fresh", "--limit", "2",
+             "--requests", "4", "--max-new-tokens", "8", "--workdir", str(tmp_path / "w"),
+             "--out", str(out)])
+    again = json.loads(out.read_text())["moves"]
+    assert [m["scale"] for m in again] == [0.0, 1.0, 2.0]
+    assert again[2] == moved  # kept, not redone
