@@ -15,6 +15,12 @@ cycle's traffic), built or sampled as it does when absent; the champion's verdic
 cache. ``--tiny`` runs the same code on the tiny random Mixtral (the tests' dry run). Writes
 ``--out`` (default bench/results/churn_floor.json) after every move; a run on the same champion,
 rows and pools keeps the moves already there (``--scales`` then adds to them).
+
+``--against FILE...`` (no model runs) asks whether candidates flip the same tasks noise does: for
+each candidate of those bench/local_update.py result files and each pool a noise move of
+``--out`` also scored, its flipped tasks, how many of them each noise move flips too, and the
+count two independent sets of those sizes would share by chance; written to
+bench/results/churn_floor_overlap.json.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 from bench import local_update as lu
 
 OUT = lu.ROOT / "bench" / "results" / "churn_floor.json"
+OVERLAP = lu.ROOT / "bench" / "results" / "churn_floor_overlap.json"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,6 +58,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", type=Path, default=lu.ROOT / ".cache" / "local_update")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--tiny", action="store_true", help="dry run on a tiny random Mixtral")
+    p.add_argument("--against", type=Path, nargs="+", default=None,
+                   help="bench/local_update.py result files whose candidates' flipped tasks to "
+                   "set beside the noise moves' of --out (no model runs)")
+    p.add_argument("--overlap-out", type=Path, default=OVERLAP)
     a = p.parse_args(argv)
     a.pools = a.pools.split(",")
     if unknown := set(a.pools) - set(lu.POOLS):
@@ -157,8 +168,51 @@ def run(args: argparse.Namespace) -> dict:
     return result
 
 
+def flipped(verdicts: str) -> set[int]:
+    """The tasks whose verdict a comparison's ``verdicts`` string marks as changed (+ or -)."""
+    return {i for i, c in enumerate(verdicts) if c in "+-"}
+
+
+def overlap(moves: list[dict], results: list[dict]) -> list[dict]:
+    """Per candidate of ``results`` (bench/local_update.py files) and pool that a noise move also
+    scored: its flips, the flips it shares with each move, and the chance count of that share
+    (|candidate| x |move| / tasks)."""
+    rows = []
+    for result in results:
+        for arm in result["arms"]:
+            for pool, cmp in arm["pools"].items():
+                noise = [m for m in moves if pool in m["pools"]]
+                if not noise:
+                    continue
+                n = len(cmp["verdicts"])
+                if any(len(m["pools"][pool]["verdicts"]) != n for m in noise):
+                    raise ValueError(f"{pool}: the noise moves scored another task list")
+                mine = flipped(cmp["verdicts"])
+                rows.append({"name": arm["name"], "seed": arm["seed"], "pool": pool,
+                             "tasks": n, "flips": len(mine), "against": [
+                                 {"scale": m["scale"], "seed": m["seed"],
+                                  "kl_traffic": m["kl_traffic"], "flips": len(theirs),
+                                  "shared": len(mine & theirs),
+                                  "chance": len(mine) * len(theirs) / n}
+                                 for m in noise
+                                 for theirs in [flipped(m["pools"][pool]["verdicts"])]]})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
-    run(parse_args(argv))
+    args = parse_args(argv)
+    if args.against is None:
+        run(args)
+        return
+    moves = json.loads(args.out.read_text())["moves"]
+    rows = overlap(moves, [json.loads(p.read_text()) for p in args.against])
+    for r in rows:
+        lu.say(f"{r['name']} seed {r['seed']} {r['pool']}: {r['flips']} flips; shared " + ", ".join(
+            f"{a['shared']} with noise {a['scale']:g} ({a['flips']}, chance {a['chance']:.1f})"
+            for a in r["against"]))
+    lu.write({"date": datetime.date.today().isoformat(), "commit": lu._commit(),
+              "noise": str(args.out.name), "files": [p.name for p in args.against],
+              "candidates": rows}, args.overlap_out)
 
 
 if __name__ == "__main__":

@@ -46,3 +46,24 @@ def test_tiny_dry_run_no_noise_changes_nothing_and_noise_moves_the_policy(tmp_pa
     again = json.loads(out.read_text())["moves"]
     assert [m["scale"] for m in again] == [0.0, 1.0, 2.0]
     assert again[2] == moved  # kept, not redone
+
+
+def test_overlap_counts_the_flips_a_candidate_shares_with_noise_by_hand(tmp_path):
+    noise = tmp_path / "floor.json"
+    noise.write_text(json.dumps({"moves": [
+        {"scale": 0.03, "seed": 0, "kl_traffic": 0.005,
+         "pools": {"guard": {"verdicts": "+-==.."}}}]}))
+    cand = tmp_path / "cand.json"
+    cand.write_text(json.dumps({"arms": [
+        {"name": "a", "seed": 1, "pools": {"guard": {"verdicts": "-=+=.."},
+                                          "sealed": {"verdicts": "++"}}}]}))
+    out = tmp_path / "overlap.json"
+    cf.main(["--out", str(noise), "--against", str(cand), "--overlap-out", str(out)])
+    (row,) = json.loads(out.read_text())["candidates"]  # sealed: no noise move scored it
+    assert (row["pool"], row["tasks"], row["flips"]) == ("guard", 6, 2)
+    assert row["against"] == [{"scale": 0.03, "seed": 0, "kl_traffic": 0.005, "flips": 2,
+                               "shared": 1, "chance": 2 * 2 / 6}]
+    cand.write_text(json.dumps({"arms": [{"name": "a", "seed": 1,
+                                          "pools": {"guard": {"verdicts": "+-"}}}]}))
+    with pytest.raises(ValueError, match="another task list"):
+        cf.main(["--out", str(noise), "--against", str(cand), "--overlap-out", str(out)])
