@@ -97,7 +97,6 @@ def perturb(params, saved, *, scale: float, seed: int) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    import pyarrow.parquet as pq
     import torch
 
     from ratchet.config import load_config
@@ -111,16 +110,8 @@ def run(args: argparse.Namespace) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     preset = load_config(args.config, check_paths=not args.tiny)
     champion = lu.build_champion(args, workdir)
-    cached = lu.rows_cache(workdir, tune=False, requests=args.requests, seed=args.rows_seed)
-    if cached.is_file():
-        rows = pq.read_table(cached)
-    else:
-        lu.say(f"sampling {args.requests} training rows from the champion on the train pool")
-        sim = preset.simulator
-        rows = lu.sample_traffic(champion, read_jsonl(lu.DATA / "pyfuncs_train.jsonl"),
-                                 n=args.requests, temperature=sim.temperature,
-                                 max_new_tokens=sim.max_tokens, seed=args.rows_seed)
-        pq.write_table(rows, cached)
+    rows = lu.cycle_rows(champion, workdir, preset.simulator, draw=None,
+                         requests=args.requests, seed=args.rows_seed)
     pools = {name: read_jsonl(lu.POOLS[name]) for name in args.pools}
     if args.limit:
         pools = {k: v[:args.limit] for k, v in pools.items()}

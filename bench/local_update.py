@@ -557,6 +557,27 @@ def sample_traffic(champion: Path, tasks: list[dict], *, n: int, temperature: fl
     })
 
 
+def cycle_rows(champion: Path, workdir: Path, sim, *, draw: dict | None, requests: int,
+               seed: int):
+    """One cycle's reward rows, kept in :func:`rows_cache`: ``requests`` completions the champion
+    samples (the simulator's temperature and max_tokens) on the tuning draw's traffic when
+    ``draw`` is given, else on the train pool; read back when already sampled."""
+    import pyarrow.parquet as pq
+
+    from tasks.pyfuncs import read_jsonl
+
+    cached = rows_cache(workdir, tune=draw is not None, requests=requests, seed=seed)
+    if cached.is_file():
+        return pq.read_table(cached)
+    source = "the tuning draw's traffic" if draw is not None else "the train pool"
+    say(f"sampling {requests} training rows from the champion on {source}")
+    traffic = draw["traffic"] if draw is not None else read_jsonl(DATA / "pyfuncs_train.jsonl")
+    rows = sample_traffic(champion, traffic, n=requests, temperature=sim.temperature,
+                          max_new_tokens=sim.max_tokens, seed=seed)
+    pq.write_table(rows, cached)
+    return rows
+
+
 def summary(paths: list[Path], pools: tuple[str, ...]) -> str:
     """A markdown table of the candidates of pool result files ``paths``: per pool of ``pools``
     the change [95% CI] and the family surely worse (if any), then the guard discordance, the
@@ -828,18 +849,8 @@ def run(args: argparse.Namespace) -> dict:
     champion = build_champion(args, workdir)
     sim = preset.simulator
     draw = tuning_draw() if args.tune else None
-    cached = rows_cache(workdir, tune=args.tune, requests=args.requests, seed=args.rows_seed)
-    if args.rows is not None:
-        rows = pq.read_table(args.rows)
-    elif cached.is_file():
-        rows = pq.read_table(cached)
-    else:
-        source = "the tuning draw's traffic" if args.tune else "the train pool"
-        say(f"sampling {args.requests} training rows from the champion on {source}")
-        traffic = draw["traffic"] if args.tune else read_jsonl(DATA / "pyfuncs_train.jsonl")
-        rows = sample_traffic(champion, traffic, n=args.requests, temperature=sim.temperature,
-                              max_new_tokens=sim.max_tokens, seed=args.rows_seed)
-        pq.write_table(rows, cached)
+    rows = pq.read_table(args.rows) if args.rows is not None else cycle_rows(
+        champion, workdir, sim, draw=draw, requests=args.requests, seed=args.rows_seed)
     if args.placebo:
         rows = shuffled_rewards(rows, seed=args.rows_seed)
     if args.tune:
