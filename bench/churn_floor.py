@@ -21,6 +21,14 @@ each candidate of those bench/local_update.py result files and each pool a noise
 ``--out`` also scored, its flipped tasks, how many of them each noise move flips too, and the
 count two independent sets of those sizes would share by chance; written to
 bench/results/churn_floor_overlap.json.
+
+``--stable FILE...`` (no model runs) judges those files' candidates on the noise-stable tasks
+only: a pool's tasks whose champion verdict no noise move of ``--stable-scale`` and the seeds
+``--define-seeds`` flips (chosen from noise alone, before any candidate is read). Per candidate
+and pool, the comparison on those tasks (bench/local_update.py ``compare``) and ``stays_local``
+on them; beside them the moves of ``--check-seeds`` (noise not used to choose the tasks) on the
+same tasks, which say how much churn the stable tasks still leave to a move of no meaning.
+Written to bench/results/churn_floor_stable.json.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from bench import local_update as lu
 
 OUT = lu.ROOT / "bench" / "results" / "churn_floor.json"
 OVERLAP = lu.ROOT / "bench" / "results" / "churn_floor_overlap.json"
+STABLE = lu.ROOT / "bench" / "results" / "churn_floor_stable.json"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -62,6 +71,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="bench/local_update.py result files whose candidates' flipped tasks to "
                    "set beside the noise moves' of --out (no model runs)")
     p.add_argument("--overlap-out", type=Path, default=OVERLAP)
+    p.add_argument("--stable", type=Path, nargs="+", default=None,
+                   help="bench/local_update.py result files whose candidates to judge on the "
+                   "tasks the noise moves of --out leave unflipped (no model runs)")
+    p.add_argument("--stable-scale", type=float, default=0.03)
+    p.add_argument("--define-seeds", type=lambda s: [int(x) for x in s.split(",")],
+                   default=[0, 1, 2, 3], help="noise seeds that choose the stable tasks")
+    p.add_argument("--check-seeds", type=lambda s: [int(x) for x in s.split(",")],
+                   default=[4], help="noise seeds scored on the stable tasks as a check")
+    p.add_argument("--stable-out", type=Path, default=STABLE)
     a = p.parse_args(argv)
     a.pools = a.pools.split(",")
     if unknown := set(a.pools) - set(lu.POOLS):
@@ -190,8 +208,88 @@ def overlap(moves: list[dict], results: list[dict]) -> list[dict]:
     return rows
 
 
+def stable_tasks(moves: list[dict], pool: str, *, scale: float, seeds: list[int]) -> list[int]:
+    """The tasks of ``pool`` whose verdict no move of ``scale`` and ``seeds`` flips (raises if
+    one of those moves is missing or did not score the pool)."""
+    chosen = {m["seed"]: m for m in moves if m["scale"] == scale and pool in m["pools"]}
+    if missing := sorted(set(seeds) - set(chosen)):
+        raise ValueError(f"{pool}: no noise move of scale {scale:g} seeds {missing}")
+    verdicts = [chosen[s]["pools"][pool]["verdicts"] for s in seeds]
+    if len({len(v) for v in verdicts}) != 1:
+        raise ValueError(f"{pool}: the noise moves scored different task lists")
+    flips = set().union(*(flipped(v) for v in verdicts))
+    return [i for i in range(len(verdicts[0])) if i not in flips]
+
+
+def judge_stable(noise: dict, results: list[dict], *, scale: float, define: list[int],
+                 check: list[int]) -> dict:
+    """Each candidate of ``results`` judged on the stable tasks (:func:`stable_tasks` of the
+    moves of ``noise``) of every pool both scored; the moves of ``check`` on the same tasks."""
+    from tasks.pyfuncs import read_jsonl
+
+    moves = noise["moves"]
+    pools = sorted({p for m in moves if m["scale"] == scale for p in m["pools"]})
+    keep, tasks, total = {}, {}, {}
+    for pool in pools:
+        keep[pool] = stable_tasks(moves, pool, scale=scale, seeds=define)
+        every = read_jsonl(lu.POOLS[pool])
+        total[pool] = len(every)
+        scored = next(m for m in moves if pool in m["pools"])["pools"][pool]["verdicts"]
+        if len(every) != len(scored):
+            raise ValueError(f"{pool}: the noise moves scored another task list")
+        tasks[pool] = [every[i] for i in keep[pool]]
+
+    def on_stable(pool: str, verdicts: str) -> dict:
+        return lu.compare_again(tasks[pool], "".join(verdicts[i] for i in keep[pool]))
+
+    checks = [{"scale": m["scale"], "seed": m["seed"], "kl_traffic": m["kl_traffic"],
+               "pools": {p: on_stable(p, m["pools"][p]["verdicts"]) for p in pools
+                         if p in m["pools"]}}
+              for m in moves if m["scale"] == scale and m["seed"] in check]
+    candidates = []
+    for result in results:
+        for arm in result["arms"]:
+            mine = {p: on_stable(p, arm["pools"][p]["verdicts"]) for p in pools
+                    if p in arm["pools"]}
+            if not mine:
+                continue
+            entry = {"name": arm["name"], "seed": arm["seed"],
+                     "kl_traffic": arm.get("train", {}).get("kl_theta_ref_k3_final"),
+                     "pools": mine, "whole": {p: arm["pools"][p] for p in mine}}
+            for key, where in (("stays_local_stable", mine), ("stays_local_whole", arm["pools"])):
+                suffixes = [x for x in lu.POOL_SUFFIXES if all(
+                    f"{n}{x}" in mine for n in ("sealed", "transfer", "guard"))]
+                entry[key] = {x or "first": lu.stays_local(where, suffix=x) for x in suffixes}
+            for whole in entry["whole"].values():
+                whole.pop("verdicts", None)
+            candidates.append(entry)
+    return {"scale": scale, "define_seeds": define, "check_seeds": check,
+            "stable": {p: {"tasks": len(keep[p]), "of": total[p], "indices": keep[p]}
+                       for p in pools},
+            "checks": checks, "candidates": candidates}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.stable:
+        noise = json.loads(args.out.read_text())
+        out = judge_stable(noise, [json.loads(p.read_text()) for p in args.stable],
+                           scale=args.stable_scale, define=args.define_seeds,
+                           check=args.check_seeds)
+        for p, st in out["stable"].items():
+            lu.say(f"{p}: {st['tasks']} of {st['of']} tasks stable under noise "
+                   f"{args.stable_scale:g} seeds {args.define_seeds}")
+        for c in out["checks"]:
+            lu.say(f"noise {c['scale']:g} seed {c['seed']} (a check): " + "  ".join(
+                f"{p} disc {v['discordant_share']:.3f}" for p, v in c["pools"].items()))
+        for c in out["candidates"]:
+            lu.say(f"{c['name']} seed {c['seed']}: " + "  ".join(
+                f"{p} {v['delta']:+.3f} disc {v['discordant_share']:.3f}"
+                for p, v in c["pools"].items()) + f"  stays local {c['stays_local_stable']}")
+        lu.write({"date": datetime.date.today().isoformat(), "commit": lu._commit(),
+                  "noise": args.out.name, "files": [p.name for p in args.stable], **out},
+                 args.stable_out)
+        return
     if args.against is None:
         run(args)
         return

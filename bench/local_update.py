@@ -67,7 +67,9 @@ the update did to code outside the pools.
 
 ``--pools sealed_fresh,transfer_fresh,guard_fresh`` scores on the fresh pools
 (tasks.pyfuncs_fresh), which no run before 2026-12-01 scored; each candidate then gains
-``stays_local_fresh``. ``--placebo`` trains on the rows with their rewards shuffled.
+``stays_local_fresh`` (``_fresh2``: their second round). ``--rescore FILE... --add-pools A,B``
+scores a pool file's kept candidates on pools they lack. ``--placebo`` trains on the rows with
+their rewards shuffled.
 ``--choose-local FILE`` applies :func:`choose_local` (the rule that bounds traffic KL) to a tuning
 result; ``--summary FILE... --pools A,B,C`` prints a markdown table of pool result files.
 
@@ -102,9 +104,15 @@ POOLS = {"sealed": DATA / "pyfuncs_sealed.jsonl", "transfer": DATA / "pyfuncs_tr
          "guard": DATA / "pyfuncs_guard.jsonl", "gate": DATA / "pyfuncs_gate.jsonl",
          "sealed_fresh": DATA / "pyfuncs_sealed_fresh.jsonl",
          "transfer_fresh": DATA / "pyfuncs_transfer_fresh.jsonl",
-         "guard_fresh": DATA / "pyfuncs_guard_fresh.jsonl"}
+         "guard_fresh": DATA / "pyfuncs_guard_fresh.jsonl",
+         "sealed_fresh2": DATA / "pyfuncs_sealed_fresh2.jsonl",
+         "transfer_fresh2": DATA / "pyfuncs_transfer_fresh2.jsonl",
+         "guard_fresh2": DATA / "pyfuncs_guard_fresh2.jsonl"}
 """The first pools and the fresh ones (tasks.pyfuncs_fresh: functions no pool, traffic, retain set
-or tuning draw holds, scored by no earlier run)."""
+or tuning draw holds, scored by no earlier run), in two rounds: ``*_fresh`` and ``*_fresh2`` (the
+same families' next constants)."""
+POOL_SUFFIXES = ("", "_fresh", "_fresh2")
+"""The pool sets :func:`stays_local` judges: sealed, transfer and guard with one suffix."""
 CHOICE_LOCAL = ROOT / "bench" / "results" / "local_update_choice_local.json"
 OBJECTIVES = ("token_clip", "cispo", "sequence_gspo")
 
@@ -233,6 +241,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sides", type=_choices(TUNING_SIDES), default=None,
                    help="with --rescore: the tuning-draw sides to add (default: outside, or "
                    "none with --humaneval)")
+    p.add_argument("--add-pools", type=_choices(tuple(POOLS)), default=[],
+                   help="with --rescore: pools of --pools' names to score each kept pool "
+                   "candidate on where it lacks them (each entry's pools)")
     p.add_argument("--humaneval", type=int, default=0,
                    help="with --rescore: score each kept pool candidate and the champion on the "
                    "first N HumanEval problems (chat, greedy, 160 new tokens): each entry's "
@@ -245,7 +256,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if a.humaneval < 0:
         p.error("--humaneval must be >= 0")
     if a.sides is None:
-        a.sides = [] if a.humaneval else ["outside"]
+        a.sides = [] if a.humaneval or a.add_pools else ["outside"]
     if a.rows is not None and not a.rows.is_file():
         p.error(f"--rows {a.rows}: no such file")
     return a
@@ -339,7 +350,8 @@ def stays_local(pools: dict[str, dict], *, suffix: str = "") -> dict[str, bool]:
     (:func:`compare`): a gain on the sealed pool (its CI above 0, no trained family surely
     worse), transfer non-inferior (lower bound >= :data:`TRANSFER_FLOOR`, no family surely
     worse), no guard family surely worse, guard discordance <= :data:`GUARD_CHURN_BAR`; and
-    ``all``. ``suffix="_fresh"`` judges the fresh pools (``sealed_fresh``, ...) instead."""
+    ``all``. ``suffix="_fresh"`` judges the fresh pools (``sealed_fresh``, ...) instead, and
+    ``"_fresh2"`` the second round of them."""
     sealed, transfer, guard = (pools[f"{name}{suffix}"] for name in ("sealed", "transfer",
                                                                      "guard"))
     out = {"sealed": sealed["ci_low"] > 0 and not sealed["family_max_drop"]["surely_worse"],
@@ -578,11 +590,26 @@ def cycle_rows(champion: Path, workdir: Path, sim, *, draw: dict | None, request
     return rows
 
 
+def judge_every_set(entry: dict) -> None:
+    """``entry`` (one candidate of a pool result file) gains ``stays_local{suffix}`` for each
+    pool set of :data:`POOL_SUFFIXES` it was scored on whole."""
+    for suffix in POOL_SUFFIXES:
+        if all(f"{n}{suffix}" in entry["pools"] for n in ("sealed", "transfer", "guard")):
+            entry[f"stays_local{suffix}"] = stays_local(entry["pools"], suffix=suffix)
+
+
+def pool_suffix(pools: tuple[str, ...]) -> str:
+    """The suffix of :data:`POOL_SUFFIXES` that every name of ``pools`` ends with ("" if none
+    other does)."""
+    return next((x for x in sorted(POOL_SUFFIXES, key=len, reverse=True)
+                 if x and all(p.endswith(x) for p in pools)), "")
+
+
 def summary(paths: list[Path], pools: tuple[str, ...]) -> str:
     """A markdown table of the candidates of pool result files ``paths``: per pool of ``pools``
     the change [95% CI] and the family surely worse (if any), then the guard discordance, the
     traffic KL and :func:`stays_local` (fresh pools when they are the ones listed)."""
-    suffix = "_fresh" if all(p.endswith("_fresh") for p in pools) else ""
+    suffix = pool_suffix(pools)
     head = ["setting", "seed", *pools, f"disc. guard{suffix}", "KL traffic", "every criterion"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for path in paths:
@@ -912,10 +939,7 @@ def run(args: argparse.Namespace) -> dict:
                                                   "retain_kl_final", "retain_kl_k3_final",
                                                   "train_seconds") if k in metrics},
                 "pools": {k: compare(pools[k], base_scores[k], scores[k]) for k in pools}})
-            for suffix in ("", "_fresh"):
-                if all(f"{n}{suffix}" in pools for n in ("sealed", "transfer", "guard")):
-                    result["arms"][-1][f"stays_local{suffix}"] = stays_local(
-                        result["arms"][-1]["pools"], suffix=suffix)
+            judge_every_set(result["arms"][-1])
             write(result, args.out)
             if args.tune and not args.keep_weights:
                 drop_weights(out)
@@ -939,9 +963,11 @@ def rescore(args: argparse.Namespace) -> dict[str, list[str]]:
     ``args.sides`` it lacks, and a pool candidate on ``args.humaneval`` HumanEval problems when
     its entry has no ``humaneval``, where its weights are still kept; every file is written back
     after each candidate (a tuning file's entries gain the sides in ``pools`` and its choice is
-    made again once every entry has them; a pool file's in ``tuning_draw``). Returns, per file,
-    the entries left without them (weights gone)."""
-    from tasks.pyfuncs import tuning_draw
+    made again once every entry has them; a pool file's in ``tuning_draw``), and a pool file's
+    candidate on the pools ``args.add_pools`` it lacks (in ``pools``, the champion's pass rate
+    in ``champion``, :func:`judge_every_set` again). Returns, per file, the entries left without
+    them (weights gone)."""
+    from tasks.pyfuncs import read_jsonl, tuning_draw
 
     if args.threads:
         import torch
@@ -953,6 +979,8 @@ def rescore(args: argparse.Namespace) -> dict[str, list[str]]:
     base = champion_scores(workdir / "champion", sides, args, workdir) if sides else {}
     base_humaneval = (champion_humaneval(workdir / "champion", args.humaneval, workdir)
                       if args.humaneval else None)
+    added = {name: read_jsonl(POOLS[name])[:args.limit or None] for name in args.add_pools}
+    base_added = champion_scores(workdir / "champion", added, args, workdir) if added else {}
     left: dict[str, list[str]] = {}
     for path in args.rescore:
         result = json.loads(path.read_text())
@@ -961,7 +989,8 @@ def rescore(args: argparse.Namespace) -> dict[str, list[str]]:
             missing = [side for side in sides
                        if side not in (entry["pools"] if tune else entry.get("tuning_draw", {}))]
             humaneval = base_humaneval is not None and not tune and "humaneval" not in entry
-            if not missing and not humaneval:
+            pools = [] if tune else [name for name in added if name not in entry["pools"]]
+            if not missing and not humaneval and not pools:
                 continue
             out = candidate_dir(workdir, entry["name"], entry["seed"], tune=tune,
                                 rows_seed=result.get("rows_seed"))
@@ -969,7 +998,14 @@ def rescore(args: argparse.Namespace) -> dict[str, list[str]]:
                 left.setdefault(str(path), []).append(f"{entry['name']} seed {entry['seed']}")
                 continue
             say(f"{path.name}: {entry['name']} seed {entry['seed']} on "
-                f"{', '.join(missing + (['HumanEval'] if humaneval else []))}")
+                f"{', '.join(missing + pools + (['HumanEval'] if humaneval else []))}")
+            if pools:
+                scores = score(out, {name: added[name] for name in pools}, args)
+                entry["pools"].update({name: compare(added[name], base_added[name], scores[name])
+                                       for name in pools})
+                result["champion"].update({name: sum(base_added[name]) / len(base_added[name])
+                                           for name in pools})
+                judge_every_set(entry)
             if humaneval:
                 entry["humaneval"] = compare(humaneval_tasks(args.humaneval), base_humaneval,
                                              score_humaneval(out, args.humaneval))

@@ -258,6 +258,22 @@ FRESH_FILES = {"sealed_fresh": "pyfuncs_sealed_fresh.jsonl",
                "transfer_fresh": "pyfuncs_transfer_fresh.jsonl",
                "guard_fresh": "pyfuncs_guard_fresh.jsonl"}
 MANIFEST = "pools_fresh.json"
+ROUNDS = 2
+"""Round 1 is the fresh pools; round 2 (``*_fresh2``) asks the same families with the constants
+after the ones round 1 took from the same shuffles, its prompts drawn with seed ``SEED + 1``; a
+family with no constant left is left out of that round."""
+
+
+def round_files(round_: int) -> dict[str, str]:
+    """Pool name -> file of fresh round ``round_`` (1: :data:`FRESH_FILES`)."""
+    if round_ == 1:
+        return dict(FRESH_FILES)
+    return {f"{k}{round_}": v.replace(".jsonl", f"{round_}.jsonl") for k, v in FRESH_FILES.items()}
+
+
+def round_manifest(round_: int) -> str:
+    return MANIFEST if round_ == 1 else MANIFEST.replace(".json", f"{round_}.json")
+
 CALIBRATION = DATA.parents[1] / "bench" / "results" / "pyfuncs_calibration_4.json"
 
 
@@ -275,45 +291,60 @@ def guard_fresh_families(record: dict) -> list[str]:
             and t.family in fams and fams[t.family]["pass1_greedy"] >= GUARD_MIN_GREEDY]
 
 
-def fresh_pools(record: dict, *, seed: int = SEED) -> dict[str, list]:
-    """The three fresh pools (tasks) from the TEMPLATES_4 calibration ``record``. Prompts of
-    every first pool and of the calibration draw are skipped, and the sealed side's constants
-    are checked to lie outside their family's own domain."""
+def fresh_pools(record: dict, *, seed: int = SEED, round_: int = 1,
+                out_dir: Path = DATA) -> dict[str, list]:
+    """The three fresh pools (tasks) of round ``round_`` from the TEMPLATES_4 calibration
+    ``record``. Prompts of every first pool, of earlier rounds' files under ``out_dir`` and of
+    the calibration draw are skipped, and the sealed side's constants are checked to lie outside
+    their family's own domain."""
     skip = {t["prompt"] for f in POOL_FILES.values() for t in read_jsonl(DATA / f)}
+    skip |= {t["prompt"] for r in range(1, round_) for f in round_files(r).values()
+             for t in read_jsonl(Path(out_dir) / f)}
     skip |= {t["prompt"] for t in record.get("tasks", [])}
+    names = list(round_files(round_))
+    prompts_seed = seed + round_ - 1
 
     def shuffled(t: Template, tag: str) -> list[dict]:
         ks = constants(t)
         random.Random(f"{seed}/fresh/{tag}/{t.family}").shuffle(ks)
         return ks
 
+    def taken(ks: list[dict], n: int) -> list[dict]:
+        return ks[(round_ - 1) * n:round_ * n]
+
     sealed = []
     for fam in FRESH_CONSTANTS:
         t = fresh_sealed_template(fam)
         own = {function_id(fam, k) for k in constants(BY_FAMILY[fam])}
         ks = [k for k in shuffled(t, "sealed") if function_id(fam, k) not in own]
-        sealed += function_tasks(t, ks[:SEALED_FUNCTIONS], "sealed", seed=seed, skip=skip)
+        sealed += function_tasks(t, taken(ks, SEALED_FUNCTIONS), "sealed", seed=prompts_seed,
+                                 skip=skip)
     guard = []
     for fam in guard_fresh_families(record):
         t = BY_FRESH[fam]
-        guard += function_tasks(t, shuffled(t, "guard")[:GUARD_FUNCTIONS], "guard", seed=seed,
-                                skip=skip, min_tasks=GUARD_TASKS)
+        guard += function_tasks(t, taken(shuffled(t, "guard"), GUARD_FUNCTIONS), "guard",
+                                seed=prompts_seed, skip=skip, min_tasks=GUARD_TASKS)
     transfer = []
     for fam in FRESH_TRANSFER:
         t = BY_FRESH[fam]
-        transfer += function_tasks(t, shuffled(t, "transfer")[:TRANSFER_FUNCTIONS], "transfer",
-                                   seed=seed, skip=skip)
-    return {"sealed_fresh": sealed, "transfer_fresh": transfer, "guard_fresh": guard}
+        transfer += function_tasks(t, taken(shuffled(t, "transfer"), TRANSFER_FUNCTIONS),
+                                   "transfer", seed=prompts_seed, skip=skip)
+    return dict(zip(names, (sealed, transfer, guard), strict=True))
 
 
-def check_disjoint(pools: dict[str, list], out_dir: Path = DATA) -> None:
+def check_disjoint(pools: dict[str, list], out_dir: Path = DATA, *,
+                   earlier: dict[str, Path] | None = None) -> None:
     """Raises unless the fresh pools share no independent function with one another, with any
-    first pool (retain included) or with the tuning draw."""
+    first pool (retain included), with the tuning draw or with the files ``earlier`` (pool name
+    -> path: an earlier round's pools)."""
     from tasks.jsonl_suite import cluster_key
 
     seen: dict[str, str] = {}
     for name, file in POOL_FILES.items():
         for t in read_jsonl(Path(out_dir) / file):
+            seen[cluster_key(t)] = name
+    for name, path in (earlier or {}).items():
+        for t in read_jsonl(path):
             seen[cluster_key(t)] = name
     for side, tasks in tuning_draw(out_dir).items():
         for t in tasks:
@@ -326,18 +357,24 @@ def check_disjoint(pools: dict[str, list], out_dir: Path = DATA) -> None:
             seen[key] = name
 
 
-def write_fresh_pools(calibration: Path = CALIBRATION, out_dir: Path = DATA) -> dict:
-    """The fresh pool files and their manifest under ``out_dir``, checked against the first pools
-    under tasks/data; deterministic. Returns the manifest."""
+def write_fresh_pools(calibration: Path = CALIBRATION, out_dir: Path = DATA, *,
+                      round_: int = 1) -> dict:
+    """The fresh pool files of round ``round_`` and their manifest under ``out_dir``, checked
+    against the first pools under tasks/data and the earlier rounds' files under ``out_dir``;
+    deterministic. Returns the manifest."""
+    if not 1 <= round_ <= ROUNDS:
+        raise ValueError(f"round {round_}: the rounds are 1..{ROUNDS}")
     record = json.loads(Path(calibration).read_text())
-    pools = fresh_pools(record)
-    check_disjoint(pools)
+    pools = fresh_pools(record, round_=round_, out_dir=out_dir)
+    check_disjoint(pools, earlier={name: Path(out_dir) / f for r in range(1, round_)
+                                   for name, f in round_files(r).items()})
+    files = round_files(round_)
     stats = {}
     for name, tasks in pools.items():
         tasks = list(tasks)
         random.Random(f"{SEED}/order/{name}").shuffle(tasks)
-        write_jsonl(tasks, Path(out_dir) / FRESH_FILES[name])
-        stats[name] = {"file": FRESH_FILES[name], **pool_stats(tasks), "per_family": {
+        write_jsonl(tasks, Path(out_dir) / files[name])
+        stats[name] = {"file": files[name], **pool_stats(tasks), "per_family": {
             f: pool_stats([t for t in tasks if t.family == f])["functions"]
             for f in sorted({t.family for t in tasks})}}
     manifest = {"command": "python -m tasks.pyfuncs_fresh", "seed": SEED,
@@ -347,7 +384,14 @@ def write_fresh_pools(calibration: Path = CALIBRATION, out_dir: Path = DATA) -> 
                 "rule": "no independent function shared with each other, any first pool, the "
                         "retain set or the tuning draw; sealed_fresh: trained families' constants "
                         "outside their own domain, in the sealed name alias"}
-    (Path(out_dir) / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    if round_ > 1:
+        manifest.update({
+            "command": f"python -m tasks.pyfuncs_fresh --round {round_}", "round": round_,
+            "guard_families": sorted({t.family for t in pools[f"guard_fresh{round_}"]}),
+            "transfer_families": sorted({t.family for t in pools[f"transfer_fresh{round_}"]}),
+            "rule": manifest["rule"] + f"; nor with the files of rounds 1..{round_ - 1}"})
+    (Path(out_dir) / round_manifest(round_)).write_text(
+        json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
 
 
@@ -358,8 +402,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                                 "calibration and print their sizes.")
     p.add_argument("--calibration", type=Path, default=CALIBRATION)
     p.add_argument("--out", type=Path, default=DATA)
+    p.add_argument("--round", type=int, default=1, choices=range(1, ROUNDS + 1),
+                   help="1: the fresh pools; 2: the same families' next constants (*_fresh2)")
     args = p.parse_args(argv)
-    manifest = write_fresh_pools(args.calibration, args.out)
+    manifest = write_fresh_pools(args.calibration, args.out, round_=args.round)
     for name, st in manifest["pools"].items():
         print(f"{name:<15} {st['tasks']:>5} tasks {st['functions']:>4} functions "
               f"{st['families']:>3} families")
