@@ -90,3 +90,34 @@ def test_the_shipped_fresh_pools_are_what_the_generator_writes(tmp_path):
         assert (tmp_path / f).read_bytes() == (pyfuncs.DATA / f).read_bytes(), f
     assert manifest["pools"]["guard_fresh"]["families"] >= 8
     assert manifest["pools"]["sealed_fresh"]["functions"] >= 120
+
+
+def test_the_second_round_asks_the_next_constants_and_no_function_of_the_first(tmp_path):
+    record = _record({"is_less", "long_enough", "is_equal"})
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(record))
+    fresh.write_fresh_pools(path, tmp_path)
+    manifest = fresh.write_fresh_pools(path, tmp_path, round_=2)
+    first = {n: pyfuncs.read_jsonl(tmp_path / f) for n, f in fresh.round_files(1).items()}
+    second = {n: pyfuncs.read_jsonl(tmp_path / f) for n, f in fresh.round_files(2).items()}
+    assert list(second) == ["sealed_fresh2", "transfer_fresh2", "guard_fresh2"]
+    assert (tmp_path / "pools_fresh2.json").is_file() and manifest["round"] == 2
+    keys = {n: {cluster_key(t) for t in ts} for n, ts in first.items()}
+    for name, tasks in second.items():
+        mine = {cluster_key(t) for t in tasks}
+        assert mine and not any(mine & k for k in keys.values()), name
+        assert {t["family"] for t in tasks} <= {t["family"] for t in first[name[:-1]]}
+    # long_enough has 7 constants, all taken by round 1: it is left out of round 2
+    assert {t["family"] for t in second["guard_fresh2"]} == {"is_less", "is_equal"}
+    assert manifest["guard_families"] == ["is_equal", "is_less"]
+    prompts = {t["prompt"] for ts in first.values() for t in ts}
+    assert not prompts & {t["prompt"] for ts in second.values() for t in ts}
+    with pytest.raises(ValueError, match="rounds"):
+        fresh.write_fresh_pools(path, tmp_path, round_=3)
+
+
+def test_the_shipped_second_round_is_what_the_generator_writes(tmp_path):
+    fresh.write_fresh_pools(fresh.CALIBRATION, tmp_path)
+    fresh.write_fresh_pools(fresh.CALIBRATION, tmp_path, round_=2)
+    for f in [*fresh.round_files(2).values(), fresh.round_manifest(2)]:
+        assert (tmp_path / f).read_bytes() == (pyfuncs.DATA / f).read_bytes(), f

@@ -67,3 +67,48 @@ def test_overlap_counts_the_flips_a_candidate_shares_with_noise_by_hand(tmp_path
                                           "pools": {"guard": {"verdicts": "+-"}}}]}))
     with pytest.raises(ValueError, match="another task list"):
         cf.main(["--out", str(noise), "--against", str(cand), "--overlap-out", str(out)])
+
+
+def test_stable_tasks_are_the_ones_no_defining_noise_move_flips():
+    moves = [{"scale": 0.03, "seed": s, "pools": {"p": {"verdicts": v}}}
+             for s, v in enumerate(["-===..", "=+==..", "====.+"])]
+    assert cf.stable_tasks(moves, "p", scale=0.03, seeds=[0, 1]) == [2, 3, 4, 5]
+    assert cf.stable_tasks(moves, "p", scale=0.03, seeds=[0, 1, 2]) == [2, 3, 4]
+    with pytest.raises(ValueError, match="seeds \\[7\\]"):
+        cf.stable_tasks(moves, "p", scale=0.03, seeds=[0, 7])
+
+
+def test_candidates_judged_on_the_stable_tasks_by_hand():
+    """Every champion verdict a pass; noise seeds 0-1 flip guard tasks 0-9, the check seed task
+    10; a candidate that loses guard tasks 0-9 churns 10/72 of the whole pool and none of the
+    62 stable tasks, and the check move churns 1/62 of them."""
+    from bench import local_update as lu
+    from tasks.pyfuncs import read_jsonl
+
+    n = {p: len(read_jsonl(lu.POOLS[p])) for p in ("sealed_fresh2", "transfer_fresh2",
+                                                    "guard_fresh2")}
+    assert n["guard_fresh2"] == 72
+
+    def verdicts(pool, lost=()):
+        return "".join("-" if i in lost else "=" for i in range(n[pool]))
+
+    def move(seed, lost):
+        return {"scale": 0.03, "seed": seed, "kl_traffic": 0.005, "pools": {
+            p: {"verdicts": verdicts(p, lost if p == "guard_fresh2" else ())} for p in n}}
+
+    noise = {"moves": [move(0, range(5)), move(1, range(5, 10)), move(2, [10])]}
+    cand = {"arms": [{"name": "a", "seed": 0, "train": {"kl_theta_ref_k3_final": 0.02},
+                      "pools": {p: lu.compare(read_jsonl(lu.POOLS[p]), [True] * n[p],
+                                              [v == "=" for v in verdicts(
+                                                  p, range(10) if p == "guard_fresh2" else ())])
+                                for p in n}}]}
+    out = cf.judge_stable(noise, [cand], scale=0.03, define=[0, 1], check=[2])
+    assert out["stable"]["guard_fresh2"]["tasks"] == 62
+    assert out["stable"]["sealed_fresh2"]["tasks"] == n["sealed_fresh2"]
+    assert out["checks"][0]["pools"]["guard_fresh2"]["discordant_share"] == pytest.approx(1 / 62)
+    (c,) = out["candidates"]
+    assert c["pools"]["guard_fresh2"]["discordant_share"] == 0.0
+    assert c["whole"]["guard_fresh2"]["discordant_share"] == pytest.approx(10 / 72)
+    assert c["stays_local_stable"]["_fresh2"]["churn"]
+    assert not c["stays_local_whole"]["_fresh2"]["churn"]
+    assert not c["stays_local_stable"]["_fresh2"]["sealed"]  # no gain is no gain

@@ -497,3 +497,37 @@ def test_summary_tables_the_fresh_pools_and_names_the_failed_criteria(tmp_path):
     row = table.splitlines()[2]
     assert "+0.100 [+0.050, +0.150]" in row and "`f` -3 (p = 0.010)" in row
     assert row.endswith("| 0.100 | 0.020 | no: guard, churn |")
+
+
+def test_rescore_adds_pools_to_the_kept_pool_candidates_once(tmp_path, capsys):
+    out, work = tmp_path / "pools.json", tmp_path / "w"
+    lu.main(["--tiny", "--settings", "full 8 steps", "--requests", "4", "--steps", "1",
+             "--seeds", "1", "--pools", "guard", "--limit", "2", "--max-new-tokens", "8",
+             "--workdir", str(work), "--out", str(out)])
+    rescore = ["--tiny", "--rescore", str(out), "--add-pools", "guard_fresh2", "--limit", "2",
+               "--max-new-tokens", "8", "--workdir", str(work)]
+    assert lu.parse_args(rescore).sides == []  # no tuning side unless asked
+    lu.main(rescore)
+    r = json.loads(out.read_text())
+    entry = r["arms"][0]
+    assert set(entry["pools"]) == {"guard", "guard_fresh2"} and "tuning_draw" not in entry
+    assert len(entry["pools"]["guard_fresh2"]["verdicts"]) == 2
+    assert set(r["champion"]) == {"guard", "guard_fresh2"}
+    capsys.readouterr()
+    lu.main(rescore)  # scored already: nothing to do
+    assert "guard_fresh2" not in capsys.readouterr().out.replace("rescored", "")
+
+
+def test_every_whole_pool_set_is_judged_and_named_by_its_suffix():
+    def pool(ci_low, churn=0.0):
+        return {"ci_low": ci_low, "discordant_share": churn,
+                "family_max_drop": {"surely_worse": False}}
+
+    entry = {"pools": {"sealed_fresh2": pool(0.1), "transfer_fresh2": pool(0.0),
+                       "guard_fresh2": pool(0.0, churn=0.06), "guard": pool(0.0)}}
+    lu.judge_every_set(entry)
+    assert entry["stays_local_fresh2"]["all"] and "stays_local" not in entry
+    assert "stays_local_fresh" not in entry
+    assert lu.pool_suffix(("sealed_fresh2", "guard_fresh2")) == "_fresh2"
+    assert lu.pool_suffix(("sealed_fresh", "guard_fresh")) == "_fresh"
+    assert lu.pool_suffix(("sealed", "guard_fresh2")) == ""
