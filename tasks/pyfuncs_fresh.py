@@ -19,7 +19,9 @@ and the tuning draw:
 
 None of these families or constants appears in traffic, the retain set or the tuning draw.
 ``python -m tasks.pyfuncs_fresh`` writes the files and their manifest (``pools_fresh.json``)
-under tasks/data, deterministically.
+under tasks/data, deterministically. ``--round 2`` writes a second round (``sealed_fresh2``, ...,
+``pools_fresh2.json``): the same families asked with the next constants of the same shuffles, for
+a judgement after the first round has been seen.
 
 Left out: a fresh gate pool (the gate keeps its own); retain functions of the new families (an
 anchor on them would make their guard pool a trained one).
@@ -258,6 +260,7 @@ FRESH_FILES = {"sealed_fresh": "pyfuncs_sealed_fresh.jsonl",
                "transfer_fresh": "pyfuncs_transfer_fresh.jsonl",
                "guard_fresh": "pyfuncs_guard_fresh.jsonl"}
 MANIFEST = "pools_fresh.json"
+CALIBRATION = DATA.parents[1] / "bench" / "results" / "pyfuncs_calibration_4.json"
 ROUNDS = 2
 """Round 1 is the fresh pools; round 2 (``*_fresh2``) asks the same families with the constants
 after the ones round 1 took from the same shuffles, its prompts drawn with seed ``SEED + 1``; a
@@ -272,9 +275,8 @@ def round_files(round_: int) -> dict[str, str]:
 
 
 def round_manifest(round_: int) -> str:
+    """The manifest file of fresh round ``round_``."""
     return MANIFEST if round_ == 1 else MANIFEST.replace(".json", f"{round_}.json")
-
-CALIBRATION = DATA.parents[1] / "bench" / "results" / "pyfuncs_calibration_4.json"
 
 
 def fresh_sealed_template(family: str) -> Template:
