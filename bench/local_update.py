@@ -70,6 +70,8 @@ the update did to code outside the pools.
 ``stays_local_fresh`` (``_fresh2``: their second round). ``--rescore FILE... --add-pools A,B``
 scores a pool file's kept candidates on pools they lack. ``--placebo`` trains on the rows with
 their rewards shuffled.
+``--versus REAL PLACEBO --pools A,B`` compares each real candidate with its placebo, paired by
+function, from the stored verdicts.
 ``--choose-local FILE`` applies :func:`choose_local` (the rule that bounds traffic KL) to a tuning
 result; ``--summary FILE... --pools A,B,C`` prints a markdown table of pool result files.
 
@@ -98,6 +100,7 @@ RESULTS = ROOT / "bench" / "results" / "local_update.json"
 TUNING = ROOT / "bench" / "results" / "local_update_tuning.json"
 RETEST = ROOT / "bench" / "results" / "local_update_retest.json"
 VALIDITY = ROOT / "bench" / "results" / "local_update_validity.json"
+VERSUS = ROOT / "bench" / "results" / "local_update_placebo_versus.json"
 CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 DATA = ROOT / "tasks" / "data"
 POOLS = {"sealed": DATA / "pyfuncs_sealed.jsonl", "transfer": DATA / "pyfuncs_transfer.jsonl",
@@ -238,6 +241,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="pool result files whose candidates were also scored on the tuning "
                    "draw: does its discordance rank them as the guard pool's does (written to "
                    "--out, default bench/results/local_update_validity.json)")
+    p.add_argument("--versus", type=Path, nargs=2, default=None, metavar=("REAL", "PLACEBO"),
+                   help="two pool result files: each real candidate against its placebo on "
+                   "--pools (written to --out, default "
+                   "bench/results/local_update_placebo_versus.json; no model runs)")
     p.add_argument("--sides", type=_choices(TUNING_SIDES), default=None,
                    help="with --rescore: the tuning-draw sides to add (default: outside, or "
                    "none with --humaneval)")
@@ -628,6 +635,32 @@ def summary(paths: list[Path], pools: tuple[str, ...]) -> str:
                       "yes" if crit["all"] else "no: " + ", ".join(failed)]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def versus(real: dict, placebo: dict, pools: list[str]) -> list[dict]:
+    """Each candidate of the pool result ``real`` against the placebo of its setting and seed in
+    ``placebo`` (the arm named as it is plus " placebo"), on every pool of ``pools`` both were
+    scored on: the pass rates and the paired change real - placebo over functions with its 95%
+    bootstrap CI, from their stored verdicts. No model runs."""
+    from bench.loop_real import by_cluster, clusters, paired_delta
+    from tasks.pyfuncs import read_jsonl
+
+    placebos = {(a["name"], a["seed"]): a for a in placebo["arms"]}
+    out = []
+    for arm in real["arms"]:
+        twin = placebos.get((f"{arm['name']} placebo", arm["seed"]))
+        for pool in pools if twin else []:
+            if pool not in arm["pools"] or pool not in twin["pools"]:
+                continue
+            keys = clusters(read_jsonl(POOLS[pool]))
+            mine, theirs = ([v in "=+" for v in a["pools"][pool]["verdicts"]]
+                            for a in (arm, twin))
+            delta, lo, hi = paired_delta(by_cluster(keys, theirs), by_cluster(keys, mine))
+            out.append({"name": arm["name"], "seed": arm["seed"], "pool": pool,
+                        "pass_real": sum(mine) / len(mine),
+                        "pass_placebo": sum(theirs) / len(theirs),
+                        "delta": delta, "ci_low": lo, "ci_high": hi})
+    return out
 
 
 def shuffled_rewards(rows, *, seed: int):
@@ -1046,6 +1079,21 @@ def main(argv: list[str] | None = None) -> None:
             say(f"{c['file']}: {c['name']} seed {c['seed']}: guard max-drop {drop['family']} "
                 f"p = {drop['p']:.3f} ({drop['unit']}); stays local {was['all']} -> {now['all']}")
         write(result, out)
+        say(f"wrote {out}")
+        return
+    if args.versus:
+        out = VERSUS if args.out == RESULTS else args.out
+        real, placebo = (json.loads(p.read_text()) for p in args.versus)
+        rows = versus(real, placebo, args.pools)
+        for r in rows:
+            say(f"{r['name']} seed {r['seed']} {r['pool']}: real {r['pass_real']:.3f} placebo "
+                f"{r['pass_placebo']:.3f}: {r['delta']:+.3f} [{r['ci_low']:+.3f}, "
+                f"{r['ci_high']:+.3f}]")
+        before = json.loads(out.read_text())["comparisons"] if out.is_file() else []
+        files = [p.name for p in args.versus]
+        kept = [r for r in before if r.get("files") != files]
+        write({"date": datetime.date.today().isoformat(), "commit": _commit(),
+               "comparisons": kept + [{**r, "files": files} for r in rows]}, out)
         say(f"wrote {out}")
         return
     if args.validity:

@@ -531,3 +531,29 @@ def test_every_whole_pool_set_is_judged_and_named_by_its_suffix():
     assert lu.pool_suffix(("sealed_fresh2", "guard_fresh2")) == "_fresh2"
     assert lu.pool_suffix(("sealed_fresh", "guard_fresh")) == "_fresh"
     assert lu.pool_suffix(("sealed", "guard_fresh2")) == ""
+
+
+def test_each_candidate_is_set_against_its_own_placebo_by_hand(tmp_path):
+    n = 72  # guard_fresh2
+    real = {"arms": [
+        {"name": "a", "seed": 0, "pools": {"guard_fresh2": {"verdicts": "+" * n},
+                                           "sealed": {"verdicts": "="}}},
+        {"name": "a", "seed": 1, "pools": {"guard_fresh2": {"verdicts": "=" * 36 + "-" * 36}}},
+        {"name": "b", "seed": 0, "pools": {"guard_fresh2": {"verdicts": "=" * n}}}]}
+    placebo = {"arms": [
+        {"name": "a placebo", "seed": 0, "pools": {"guard_fresh2": {"verdicts": "." * n}}},
+        {"name": "a placebo", "seed": 1, "pools": {"guard_fresh2": {"verdicts": "=" * n}}}]}
+    rows = lu.versus(real, placebo, ["guard_fresh2", "sealed"])
+    assert [(r["name"], r["seed"], r["pool"]) for r in rows] == [
+        ("a", 0, "guard_fresh2"), ("a", 1, "guard_fresh2")]  # b has no placebo; sealed: one side
+    first, second = rows
+    assert (first["delta"], first["ci_low"], first["ci_high"]) == (1.0, 1.0, 1.0)
+    assert (first["pass_real"], first["pass_placebo"]) == (1.0, 0.0)
+    assert second["pass_real"] == 0.5 and second["delta"] < 0 and second["ci_high"] < 0
+    r, p = tmp_path / "real.json", tmp_path / "placebo.json"
+    r.write_text(json.dumps(real))
+    p.write_text(json.dumps(placebo))
+    out = tmp_path / "versus.json"
+    for _ in range(2):  # a second run replaces the pair's rows, it does not add them again
+        lu.main(["--versus", str(r), str(p), "--pools", "guard_fresh2", "--out", str(out)])
+    assert len(json.loads(out.read_text())["comparisons"]) == 2
