@@ -255,13 +255,13 @@ def judge_stable(noise: dict, results: list[dict], *, scale: float, define: list
                 continue
             entry = {"name": arm["name"], "seed": arm["seed"],
                      "kl_traffic": arm.get("train", {}).get("kl_theta_ref_k3_final"),
-                     "pools": mine, "whole": {p: arm["pools"][p] for p in mine}}
+                     "pools": mine, "whole": {
+                         p: {k: v for k, v in arm["pools"][p].items() if k != "verdicts"}
+                         for p in mine}}
             for key, where in (("stays_local_stable", mine), ("stays_local_whole", arm["pools"])):
                 suffixes = [x for x in lu.POOL_SUFFIXES if all(
                     f"{n}{x}" in mine for n in ("sealed", "transfer", "guard"))]
                 entry[key] = {x or "first": lu.stays_local(where, suffix=x) for x in suffixes}
-            for whole in entry["whole"].values():
-                whole.pop("verdicts", None)
             candidates.append(entry)
     return {"scale": scale, "define_seeds": define, "check_seeds": check,
             "stable": {p: {"tasks": len(keep[p]), "of": total[p], "indices": keep[p]}
