@@ -48,6 +48,10 @@ OVERLAP = lu.ROOT / "bench" / "results" / "churn_floor_overlap.json"
 STABLE = lu.ROOT / "bench" / "results" / "churn_floor_stable.json"
 
 
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.churn_floor",
                                 description=__doc__.splitlines()[0])
@@ -75,10 +79,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="bench/local_update.py result files whose candidates to judge on the "
                    "tasks the noise moves of --out leave unflipped (no model runs)")
     p.add_argument("--stable-scale", type=float, default=0.03)
-    p.add_argument("--define-seeds", type=lambda s: [int(x) for x in s.split(",")],
-                   default=[0, 1, 2, 3], help="noise seeds that choose the stable tasks")
-    p.add_argument("--check-seeds", type=lambda s: [int(x) for x in s.split(",")],
-                   default=[4], help="noise seeds scored on the stable tasks as a check")
+    p.add_argument("--define-seeds", type=_ints, default=[0, 1, 2, 3],
+                   help="noise seeds that choose the stable tasks")
+    p.add_argument("--check-seeds", type=_ints, default=[4],
+                   help="noise seeds scored on the stable tasks as a check")
     p.add_argument("--stable-out", type=Path, default=STABLE)
     a = p.parse_args(argv)
     a.pools = a.pools.split(",")
@@ -258,9 +262,9 @@ def judge_stable(noise: dict, results: list[dict], *, scale: float, define: list
                      "pools": mine, "whole": {
                          p: {k: v for k, v in arm["pools"][p].items() if k != "verdicts"}
                          for p in mine}}
+            suffixes = [x for x in lu.POOL_SUFFIXES
+                        if all(f"{n}{x}" in mine for n in ("sealed", "transfer", "guard"))]
             for key, where in (("stays_local_stable", mine), ("stays_local_whole", arm["pools"])):
-                suffixes = [x for x in lu.POOL_SUFFIXES if all(
-                    f"{n}{x}" in mine for n in ("sealed", "transfer", "guard"))]
                 entry[key] = {x or "first": lu.stays_local(where, suffix=x) for x in suffixes}
             candidates.append(entry)
     return {"scale": scale, "define_seeds": define, "check_seeds": check,
