@@ -67,7 +67,7 @@ the update did to code outside the pools.
 
 ``--pools sealed_fresh,transfer_fresh,guard_fresh`` scores on the fresh pools
 (tasks.pyfuncs_fresh), which no run before 2026-12-01 scored; each candidate then gains
-``stays_local_fresh`` (``_fresh2``: their second round). ``--rescore FILE... --add-pools A,B``
+``stays_local_fresh`` (``_fresh2``, ``_fresh3``: their later rounds). ``--rescore FILE... --add-pools A,B``
 scores a pool file's kept candidates on pools they lack. ``--placebo`` trains on the rows with
 their rewards shuffled.
 ``--versus REAL PLACEBO --pools A,B`` compares each real candidate with its placebo, paired by
@@ -110,11 +110,14 @@ POOLS = {"sealed": DATA / "pyfuncs_sealed.jsonl", "transfer": DATA / "pyfuncs_tr
          "guard_fresh": DATA / "pyfuncs_guard_fresh.jsonl",
          "sealed_fresh2": DATA / "pyfuncs_sealed_fresh2.jsonl",
          "transfer_fresh2": DATA / "pyfuncs_transfer_fresh2.jsonl",
-         "guard_fresh2": DATA / "pyfuncs_guard_fresh2.jsonl"}
+         "guard_fresh2": DATA / "pyfuncs_guard_fresh2.jsonl",
+         "sealed_fresh3": DATA / "pyfuncs_sealed_fresh3.jsonl",
+         "transfer_fresh3": DATA / "pyfuncs_transfer_fresh3.jsonl",
+         "guard_fresh3": DATA / "pyfuncs_guard_fresh3.jsonl"}
 """The first pools and the fresh ones (tasks.pyfuncs_fresh: functions no pool, traffic, retain set
-or tuning draw holds, scored by no earlier run), in two rounds: ``*_fresh`` and ``*_fresh2`` (the
-same families' next constants)."""
-POOL_SUFFIXES = ("", "_fresh", "_fresh2")
+or tuning draw holds, scored by no earlier run), in three rounds: ``*_fresh``, ``*_fresh2`` and
+``*_fresh3`` (the same families' next constants)."""
+POOL_SUFFIXES = ("", "_fresh", "_fresh2", "_fresh3")
 """The pool sets :func:`stays_local` judges: sealed, transfer and guard with one suffix."""
 CHOICE_LOCAL = ROOT / "bench" / "results" / "local_update_choice_local.json"
 OBJECTIVES = ("token_clip", "cispo", "sequence_gspo")
@@ -358,7 +361,7 @@ def stays_local(pools: dict[str, dict], *, suffix: str = "") -> dict[str, bool]:
     worse), transfer non-inferior (lower bound >= :data:`TRANSFER_FLOOR`, no family surely
     worse), no guard family surely worse, guard discordance <= :data:`GUARD_CHURN_BAR`; and
     ``all``. ``suffix="_fresh"`` judges the fresh pools (``sealed_fresh``, ...) instead, and
-    ``"_fresh2"`` the second round of them."""
+    ``"_fresh2"`` / ``"_fresh3"`` their later rounds."""
     sealed, transfer, guard = (pools[f"{name}{suffix}"] for name in ("sealed", "transfer",
                                                                      "guard"))
     out = {"sealed": sealed["ci_low"] > 0 and not sealed["family_max_drop"]["surely_worse"],

@@ -21,7 +21,9 @@ None of these families or constants appears in traffic, the retain set or the tu
 ``python -m tasks.pyfuncs_fresh`` writes the files and their manifest (``pools_fresh.json``)
 under tasks/data, deterministically. ``--round 2`` writes a second round (``sealed_fresh2``, ...,
 ``pools_fresh2.json``): the same families asked with the next constants of the same shuffles, for
-a judgement after the first round has been seen.
+a judgement after the first round has been seen. ``--round 3`` (``*_fresh3``) asks them once more,
+after both earlier rounds have been seen; the trained families those two rounds exhausted draw
+from the further domains of :data:`FRESH_CONSTANTS_3`.
 
 Left out: a fresh gate pool (the gate keeps its own); retain functions of the new families (an
 anchor on them would make their guard pool a trained one).
@@ -249,6 +251,9 @@ FRESH_CONSTANTS = {
 """Constant domains of trained families beyond every value their templates draw (so every
 function is new); the test inputs are drawn around the constant where the template's own inputs
 would all fall on one side of it."""
+FRESH_CONSTANTS_3 = {"at_least": _k(91, 140), "at_most": _k(91, 140), "all_above": _k(41, 64)}
+"""Round 3's domains for the trained families whose :data:`FRESH_CONSTANTS` rounds 1 and 2 took
+whole: further beyond every value their templates and those rounds draw."""
 FRESH_INPUTS = {"at_least": _near_k, "at_most": _near_k, "all_above": lambda rng, k: (
     [rng.randint(k["k"] - 6, k["k"] + 6) for _ in range(rng.randint(1, 6))],)}
 SEALED_FUNCTIONS = 24
@@ -261,10 +266,11 @@ FRESH_FILES = {"sealed_fresh": "pyfuncs_sealed_fresh.jsonl",
                "guard_fresh": "pyfuncs_guard_fresh.jsonl"}
 MANIFEST = "pools_fresh.json"
 CALIBRATION = DATA.parents[1] / "bench" / "results" / "pyfuncs_calibration_4.json"
-ROUNDS = 2
-"""Round 1 is the fresh pools; round 2 (``*_fresh2``) asks the same families with the constants
-after the ones round 1 took from the same shuffles, its prompts drawn with seed ``SEED + 1``; a
-family with no constant left is left out of that round."""
+ROUNDS = 3
+"""Round 1 is the fresh pools; round r (``*_fresh2``, ``*_fresh3``) asks the same families with
+the constants after the ones the earlier rounds took from the same shuffles, its prompts drawn
+with seed ``SEED + r - 1``; a family with no constant left is left out of that round, except the
+trained families of :data:`FRESH_CONSTANTS_3`, which round 3 asks from their further domains."""
 
 
 def round_files(round_: int) -> dict[str, str]:
@@ -279,10 +285,16 @@ def round_manifest(round_: int) -> str:
     return MANIFEST if round_ == 1 else MANIFEST.replace(".json", f"{round_}.json")
 
 
-def fresh_sealed_template(family: str) -> Template:
-    """The trained family ``family`` drawing only its fresh constants."""
+def _first_round(family: str, round_: int) -> int:
+    """The first round that draws from the sealed domain ``family`` has in round ``round_``."""
+    return 3 if round_ >= 3 and family in FRESH_CONSTANTS_3 else 1
+
+
+def fresh_sealed_template(family: str, round_: int = 1) -> Template:
+    """The trained family ``family`` drawing only its fresh constants of round ``round_``."""
     t = BY_FAMILY[family]
-    return replace(t, draw=FRESH_CONSTANTS[family], inputs=FRESH_INPUTS.get(family, t.inputs))
+    draw = (FRESH_CONSTANTS_3 if _first_round(family, round_) == 3 else FRESH_CONSTANTS)[family]
+    return replace(t, draw=draw, inputs=FRESH_INPUTS.get(family, t.inputs))
 
 
 def guard_fresh_families(record: dict) -> list[str]:
@@ -311,16 +323,16 @@ def fresh_pools(record: dict, *, seed: int = SEED, round_: int = 1,
         random.Random(f"{seed}/fresh/{tag}/{t.family}").shuffle(ks)
         return ks
 
-    def taken(ks: list[dict], n: int) -> list[dict]:
-        return ks[(round_ - 1) * n:round_ * n]
+    def taken(ks: list[dict], n: int, first: int = 1) -> list[dict]:
+        return ks[(round_ - first) * n:(round_ - first + 1) * n]
 
     sealed = []
     for fam in FRESH_CONSTANTS:
-        t = fresh_sealed_template(fam)
+        t = fresh_sealed_template(fam, round_)
         own = {function_id(fam, k) for k in constants(BY_FAMILY[fam])}
         ks = [k for k in shuffled(t, "sealed") if function_id(fam, k) not in own]
-        sealed += function_tasks(t, taken(ks, SEALED_FUNCTIONS), "sealed", seed=prompts_seed,
-                                 skip=skip)
+        sealed += function_tasks(t, taken(ks, SEALED_FUNCTIONS, _first_round(fam, round_)),
+                                 "sealed", seed=prompts_seed, skip=skip)
     guard = []
     for fam in guard_fresh_families(record):
         t = BY_FRESH[fam]
@@ -405,7 +417,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--calibration", type=Path, default=CALIBRATION)
     p.add_argument("--out", type=Path, default=DATA)
     p.add_argument("--round", type=int, default=1, choices=range(1, ROUNDS + 1),
-                   help="1: the fresh pools; 2: the same families' next constants (*_fresh2)")
+                   help="1: the fresh pools; 2, 3: the same families' next constants "
+                   "(*_fresh2, *_fresh3)")
     args = p.parse_args(argv)
     manifest = write_fresh_pools(args.calibration, args.out, round_=args.round)
     for name, st in manifest["pools"].items():

@@ -1,6 +1,7 @@
 """The fresh pools: new functions only, the guard from the calibration's rule, twins declared."""
 
 import json
+import random
 
 import pytest
 
@@ -113,11 +114,33 @@ def test_the_second_round_asks_the_next_constants_and_no_function_of_the_first(t
     prompts = {t["prompt"] for ts in first.values() for t in ts}
     assert not prompts & {t["prompt"] for ts in second.values() for t in ts}
     with pytest.raises(ValueError, match="rounds"):
-        fresh.write_fresh_pools(path, tmp_path, round_=3)
+        fresh.write_fresh_pools(path, tmp_path, round_=4)
 
 
-def test_the_shipped_second_round_is_what_the_generator_writes(tmp_path):
-    fresh.write_fresh_pools(fresh.CALIBRATION, tmp_path)
-    fresh.write_fresh_pools(fresh.CALIBRATION, tmp_path, round_=2)
-    for f in [*fresh.round_files(2).values(), fresh.round_manifest(2)]:
-        assert (tmp_path / f).read_bytes() == (pyfuncs.DATA / f).read_bytes(), f
+def test_the_third_round_asks_the_exhausted_trained_families_from_further_domains(tmp_path):
+    record = _record({"is_less", "is_equal"})
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(record))
+    for r in (1, 2):
+        fresh.write_fresh_pools(path, tmp_path, round_=r)
+    fresh.write_fresh_pools(path, tmp_path, round_=3)
+    earlier = {cluster_key(t): n for r in (1, 2) for n, f in fresh.round_files(r).items()
+               for t in pyfuncs.read_jsonl(tmp_path / f)}
+    third = {n: pyfuncs.read_jsonl(tmp_path / f) for n, f in fresh.round_files(3).items()}
+    assert not {cluster_key(t) for ts in third.values() for t in ts} & set(earlier)
+    sealed = third["sealed_fresh3"]
+    # all_above has 25 fresh constants: round 1 took 24 and round 2 the last one
+    assert {t["family"] for t in sealed} == set(fresh.FRESH_CONSTANTS)
+    for fam in fresh.FRESH_CONSTANTS_3:
+        ks = {int(t["function"].split("=")[1]) for t in sealed if t["family"] == fam}
+        assert len(ks) == fresh.SEALED_FUNCTIONS, fam
+        assert min(ks) > max(fresh.FRESH_CONSTANTS[fam](random.Random(i))["k"]
+                             for i in range(500)), fam
+
+
+def test_the_shipped_later_rounds_are_what_the_generator_writes(tmp_path):
+    for r in (1, 2, 3):
+        fresh.write_fresh_pools(fresh.CALIBRATION, tmp_path, round_=r)
+    for r in (2, 3):
+        for f in [*fresh.round_files(r).values(), fresh.round_manifest(r)]:
+            assert (tmp_path / f).read_bytes() == (pyfuncs.DATA / f).read_bytes(), f
