@@ -27,8 +27,9 @@ only: a pool's tasks whose champion verdict no noise move of ``--stable-scale`` 
 ``--define-seeds`` flips (chosen from noise alone, before any candidate is read). Per candidate
 and pool, the comparison on those tasks (bench/local_update.py ``compare``) and ``stays_local``
 on them; beside them the moves of ``--check-seeds`` (noise not used to choose the tasks) on the
-same tasks, which say how much churn the stable tasks still leave to a move of no meaning.
-Written to bench/results/churn_floor_stable.json.
+same tasks, which say how much churn the stable tasks still leave to a move of no meaning; and
+(``losses_only_stable``) the same criteria with churn counted as guard losses only, a rule
+proposed beside them. Written to bench/results/churn_floor_stable.json.
 """
 
 from __future__ import annotations
@@ -266,6 +267,9 @@ def judge_stable(noise: dict, results: list[dict], *, scale: float, define: list
                         if all(f"{n}{x}" in mine for n in ("sealed", "transfer", "guard"))]
             for key, where in (("stays_local_stable", mine), ("stays_local_whole", arm["pools"])):
                 entry[key] = {x or "first": lu.stays_local(where, suffix=x) for x in suffixes}
+            entry["losses_only_stable"] = {x or "first": lu.stays_local(mine, suffix=x,
+                                                                         losses_only=True)
+                                           for x in suffixes}
             candidates.append(entry)
     return {"scale": scale, "define_seeds": define, "check_seeds": check,
             "stable": {p: {"tasks": len(keep[p]), "of": total[p], "indices": keep[p]}

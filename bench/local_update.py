@@ -355,20 +355,25 @@ GUARD_CHURN_BAR = 0.0635
 0.127 of the real loop's 2026-11-26 v2."""
 
 
-def stays_local(pools: dict[str, dict], *, suffix: str = "") -> dict[str, bool]:
+def stays_local(pools: dict[str, dict], *, suffix: str = "", losses_only: bool = False
+                ) -> dict[str, bool]:
     """The criteria of an update that stays local, on one candidate's pool comparisons
     (:func:`compare`): a gain on the sealed pool (its CI above 0, no trained family surely
     worse), transfer non-inferior (lower bound >= :data:`TRANSFER_FLOOR`, no family surely
     worse), no guard family surely worse, guard discordance <= :data:`GUARD_CHURN_BAR`; and
     ``all``. ``suffix="_fresh"`` judges the fresh pools (``sealed_fresh``, ...) instead, and
-    ``"_fresh2"`` / ``"_fresh3"`` their later rounds."""
+    ``"_fresh2"`` / ``"_fresh3"`` their later rounds. ``losses_only`` counts as churn only the
+    guard tasks the champion passes and the candidate fails (a rule proposed beside the
+    criteria, not one of them)."""
     sealed, transfer, guard = (pools[f"{name}{suffix}"] for name in ("sealed", "transfer",
                                                                      "guard"))
+    churn = (guard["verdicts"].count("-") / len(guard["verdicts"]) if losses_only
+             else guard["discordant_share"])
     out = {"sealed": sealed["ci_low"] > 0 and not sealed["family_max_drop"]["surely_worse"],
            "transfer": (transfer["ci_low"] >= TRANSFER_FLOOR
                         and not transfer["family_max_drop"]["surely_worse"]),
            "guard": not guard["family_max_drop"]["surely_worse"],
-           "churn": guard["discordant_share"] <= GUARD_CHURN_BAR}
+           "churn": churn <= GUARD_CHURN_BAR}
     return {**out, "all": all(out.values())}
 
 

@@ -112,3 +112,5 @@ def test_candidates_judged_on_the_stable_tasks_by_hand():
     assert c["stays_local_stable"]["_fresh2"]["churn"]
     assert not c["stays_local_whole"]["_fresh2"]["churn"]
     assert not c["stays_local_stable"]["_fresh2"]["sealed"]  # no gain is no gain
+    assert c["losses_only_stable"]["_fresh2"]["churn"]
+    assert not c["losses_only_stable"]["_fresh2"]["all"]

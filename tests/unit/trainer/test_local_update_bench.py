@@ -467,6 +467,21 @@ def test_stays_local_judges_the_fresh_pools_with_the_same_criteria():
                               suffix="_fresh")["churn"]
 
 
+def test_churn_counted_as_losses_only_leaves_the_gains_out():
+    """40 guard tasks: 3 gained and 1 lost is a discordance of 4/40 = 0.1 (above the bar 0.0635)
+    but 1/40 = 0.025 of losses; 3 lost is 0.075 either way."""
+    def pool(verdicts, ci_low=0.0):
+        return {"ci_low": ci_low, "discordant_share": sum(v in "+-" for v in verdicts) / 40,
+                "family_max_drop": {"surely_worse": False}, "verdicts": verdicts}
+
+    pools = {"sealed_fresh3": pool("=" * 40, 0.1), "transfer_fresh3": pool("=" * 40),
+             "guard_fresh3": pool("+++-" + "=" * 36)}
+    assert not lu.stays_local(pools, suffix="_fresh3")["churn"]
+    assert lu.stays_local(pools, suffix="_fresh3", losses_only=True)["all"]
+    pools["guard_fresh3"] = pool("---" + "=" * 37)
+    assert not lu.stays_local(pools, suffix="_fresh3", losses_only=True)["churn"]
+
+
 def test_the_placebo_shuffles_rewards_only_and_names_its_arms():
     import pyarrow as pa
 
