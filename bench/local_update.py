@@ -67,9 +67,9 @@ the update did to code outside the pools.
 
 ``--pools sealed_fresh,transfer_fresh,guard_fresh`` scores on the fresh pools
 (tasks.pyfuncs_fresh), which no run before 2026-12-01 scored; each candidate then gains
-``stays_local_fresh`` (``_fresh2``, ``_fresh3``: their later rounds). ``--rescore FILE... --add-pools A,B``
-scores a pool file's kept candidates on pools they lack. ``--placebo`` trains on the rows with
-their rewards shuffled.
+``stays_local_fresh`` (``_fresh2``, ``_fresh3``: their later rounds). ``--rescore FILE...
+--add-pools A,B`` scores a pool file's kept candidates on pools they lack. ``--placebo`` trains
+on the rows with their rewards shuffled.
 ``--versus REAL PLACEBO --pools A,B`` compares each real candidate with its placebo, paired by
 function, from the stored verdicts.
 ``--choose-local FILE`` applies :func:`choose_local` (the rule that bounds traffic KL) to a tuning
