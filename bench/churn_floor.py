@@ -27,9 +27,10 @@ only: a pool's tasks whose champion verdict no noise move of ``--stable-scale`` 
 ``--define-seeds`` flips (chosen from noise alone, before any candidate is read). Per candidate
 and pool, the comparison on those tasks (bench/local_update.py ``compare``) and ``stays_local``
 on them; beside them the moves of ``--check-seeds`` (noise not used to choose the tasks) on the
-same tasks, which say how much churn the stable tasks still leave to a move of no meaning; and
+same tasks, which say how much churn the stable tasks still leave to a move of no meaning;
 (``losses_only_stable``) the same criteria with churn counted as guard losses only, a rule
-proposed beside them. Written to bench/results/churn_floor_stable.json.
+proposed beside them; and (``noise_whole``) each noise move judged by the criteria on the whole
+pools, as a candidate is. Written to bench/results/churn_floor_stable.json.
 """
 
 from __future__ import annotations
@@ -229,15 +230,17 @@ def stable_tasks(moves: list[dict], pool: str, *, scale: float, seeds: list[int]
 def judge_stable(noise: dict, results: list[dict], *, scale: float, define: list[int],
                  check: list[int]) -> dict:
     """Each candidate of ``results`` judged on the stable tasks (:func:`stable_tasks` of the
-    moves of ``noise``) of every pool both scored; the moves of ``check`` on the same tasks."""
+    moves of ``noise``) of every pool both scored; the moves of ``check`` on the same tasks; and
+    (``noise_whole``) every move of ``scale`` judged by ``stays_local`` on the whole pools, as a
+    candidate is: what the criteria say of a move that learned nothing."""
     from tasks.pyfuncs import read_jsonl
 
     moves = noise["moves"]
     pools = sorted({p for m in moves if m["scale"] == scale for p in m["pools"]})
-    keep, tasks, total = {}, {}, {}
+    keep, tasks, total, whole = {}, {}, {}, {}
     for pool in pools:
         keep[pool] = stable_tasks(moves, pool, scale=scale, seeds=define)
-        every = read_jsonl(lu.POOLS[pool])
+        every = whole[pool] = read_jsonl(lu.POOLS[pool])
         total[pool] = len(every)
         scored = next(m for m in moves if pool in m["pools"])["pools"][pool]["verdicts"]
         if len(every) != len(scored):
@@ -251,6 +254,12 @@ def judge_stable(noise: dict, results: list[dict], *, scale: float, define: list
                "pools": {p: on_stable(p, m["pools"][p]["verdicts"]) for p in pools
                          if p in m["pools"]}}
               for m in moves if m["scale"] == scale and m["seed"] in check]
+    noise_whole = [{"scale": m["scale"], "seed": m["seed"], "kl_traffic": m["kl_traffic"],
+                    "stays_local": judged}
+                   for m in moves if m["scale"] == scale
+                   for judged in [_judged_whole({p: lu.compare_again(whole[p], v["verdicts"])
+                                                 for p, v in m["pools"].items() if p in whole})]
+                   if judged]
     candidates = []
     for result in results:
         for arm in result["arms"]:
@@ -274,7 +283,14 @@ def judge_stable(noise: dict, results: list[dict], *, scale: float, define: list
     return {"scale": scale, "define_seeds": define, "check_seeds": check,
             "stable": {p: {"tasks": len(keep[p]), "of": total[p], "indices": keep[p]}
                        for p in pools},
-            "checks": checks, "candidates": candidates}
+            "checks": checks, "noise_whole": noise_whole, "candidates": candidates}
+
+
+def _judged_whole(pools: dict[str, dict]) -> dict[str, dict]:
+    """``stays_local`` of every pool set of ``pools`` scored whole, by suffix ("first" for the
+    first pools)."""
+    return {x or "first": lu.stays_local(pools, suffix=x) for x in lu.POOL_SUFFIXES
+            if all(f"{n}{x}" in pools for n in ("sealed", "transfer", "guard"))}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -290,6 +306,10 @@ def main(argv: list[str] | None = None) -> None:
         for c in out["checks"]:
             lu.say(f"noise {c['scale']:g} seed {c['seed']} (a check): " + "  ".join(
                 f"{p} disc {v['discordant_share']:.3f}" for p, v in c["pools"].items()))
+        for m in out["noise_whole"]:
+            lu.say(f"noise {m['scale']:g} seed {m['seed']} on the whole pools: " + "  ".join(
+                f"{x} {'meets every criterion' if v['all'] else 'fails'}"
+                for x, v in m["stays_local"].items()))
         for c in out["candidates"]:
             lu.say(f"{c['name']} seed {c['seed']}: " + "  ".join(
                 f"{p} {v['delta']:+.3f} disc {v['discordant_share']:.3f}"

@@ -114,3 +114,7 @@ def test_candidates_judged_on_the_stable_tasks_by_hand():
     assert not c["stays_local_stable"]["_fresh2"]["sealed"]  # no gain is no gain
     assert c["losses_only_stable"]["_fresh2"]["churn"]
     assert not c["losses_only_stable"]["_fresh2"]["all"]
+    # a move that loses 5 of 72 guard tasks and gains nothing is judged as a candidate would be
+    assert [m["seed"] for m in out["noise_whole"]] == [0, 1, 2]
+    (first,) = [m["stays_local"]["_fresh2"] for m in out["noise_whole"] if m["seed"] == 0]
+    assert not first["sealed"] and not first["churn"] and first["transfer"]
