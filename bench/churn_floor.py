@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import os
 import shutil
@@ -48,6 +49,7 @@ from bench import local_update as lu
 OUT = lu.ROOT / "bench" / "results" / "churn_floor.json"
 OVERLAP = lu.ROOT / "bench" / "results" / "churn_floor_overlap.json"
 STABLE = lu.ROOT / "bench" / "results" / "churn_floor_stable.json"
+NULL_PAIRS = lu.ROOT / "bench" / "results" / "churn_floor_null_pairs.json"
 
 
 def _ints(text: str) -> list[int]:
@@ -86,6 +88,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--check-seeds", type=_ints, default=[4],
                    help="noise seeds scored on the stable tasks as a check")
     p.add_argument("--stable-out", type=Path, default=STABLE)
+    p.add_argument("--null-pairs", type=Path, nargs="+", default=None,
+                   help="noise result files (as --out writes) whose moves of --stable-scale to set "
+                   "against each other, pair by pair (no model runs)")
+    p.add_argument("--null-pairs-out", type=Path, default=NULL_PAIRS)
     a = p.parse_args(argv)
     a.pools = a.pools.split(",")
     if unknown := set(a.pools) - set(lu.POOLS):
@@ -214,6 +220,19 @@ def overlap(moves: list[dict], results: list[dict]) -> list[dict]:
     return rows
 
 
+def null_pairs(moves: list[dict], *, scale: float) -> list[dict]:
+    """Every ordered pair of the noise moves of ``scale`` set against each other on every pool
+    both scored, as ``bench.local_update.versus`` sets a candidate against its placebo (paired
+    change by function, 95% CI): how often two moves that learned nothing look different."""
+    chosen = sorted((m for m in moves if m["scale"] == scale), key=lambda m: m["seed"])
+    return [{"pool": pool, "seed": a["seed"], "against": b["seed"],
+             **{k: v for k, v in lu.versus_verdicts(pool, a["pools"][pool]["verdicts"],
+                                                     b["pools"][pool]["verdicts"]).items()
+                if k in ("delta", "ci_low", "ci_high")}}
+            for a, b in itertools.permutations(chosen, 2)
+            for pool in sorted(set(a["pools"]) & set(b["pools"]))]
+
+
 def stable_tasks(moves: list[dict], pool: str, *, scale: float, seeds: list[int]) -> list[int]:
     """The tasks of ``pool`` whose verdict no move of ``scale`` and ``seeds`` flips (raises if
     one of those moves is missing or did not score the pool)."""
@@ -295,6 +314,19 @@ def _judged_whole(pools: dict[str, dict]) -> dict[str, dict]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.null_pairs:
+        files = []
+        for path in args.null_pairs:
+            rows = null_pairs(json.loads(path.read_text())["moves"], scale=args.stable_scale)
+            for pool in dict.fromkeys(r["pool"] for r in rows):
+                mine = [r for r in rows if r["pool"] == pool]
+                lu.say(f"{path.name} {pool}: {sum(r['ci_low'] > 0 for r in mine)} of "
+                       f"{len(mine)} ordered pairs of noise moves with the CI above 0; largest "
+                       f"change {max(r['delta'] for r in mine):+.3f}")
+            files.append({"file": path.name, "pairs": rows})
+        lu.write({"date": datetime.date.today().isoformat(), "commit": lu._commit(),
+                  "scale": args.stable_scale, "files": files}, args.null_pairs_out)
+        return
     if args.stable:
         noise = json.loads(args.out.read_text())
         out = judge_stable(noise, [json.loads(p.read_text()) for p in args.stable],

@@ -71,7 +71,8 @@ the update did to code outside the pools.
 --add-pools A,B`` scores a pool file's kept candidates on pools they lack. ``--placebo`` trains
 on the rows with their rewards shuffled.
 ``--versus REAL PLACEBO --pools A,B`` compares each real candidate with its placebo, paired by
-function, from the stored verdicts.
+function, from the stored verdicts, and each setting's seeds with its placebo's seeds
+(``by_seeds``: an exact permutation test over training runs).
 ``--choose-local FILE`` applies :func:`choose_local` (the rule that bounds traffic KL) to a tuning
 result; ``--summary FILE... --pools A,B,C`` prints a markdown table of pool result files.
 
@@ -650,9 +651,6 @@ def versus(real: dict, placebo: dict, pools: list[str]) -> list[dict]:
     ``placebo`` (the arm named as it is plus " placebo"), on every pool of ``pools`` both were
     scored on: the pass rates and the paired change real - placebo over functions with its 95%
     bootstrap CI, from their stored verdicts. No model runs."""
-    from bench.loop_real import by_cluster, clusters, paired_delta
-    from tasks.pyfuncs import read_jsonl
-
     placebos = {(a["name"], a["seed"]): a for a in placebo["arms"]}
     out = []
     for arm in real["arms"]:
@@ -660,15 +658,63 @@ def versus(real: dict, placebo: dict, pools: list[str]) -> list[dict]:
         for pool in pools if twin else []:
             if pool not in arm["pools"] or pool not in twin["pools"]:
                 continue
-            keys = clusters(read_jsonl(POOLS[pool]))
-            mine, theirs = ([v in "=+" for v in a["pools"][pool]["verdicts"]]
-                            for a in (arm, twin))
-            delta, lo, hi = paired_delta(by_cluster(keys, theirs), by_cluster(keys, mine))
             out.append({"name": arm["name"], "seed": arm["seed"], "pool": pool,
-                        "pass_real": sum(mine) / len(mine),
-                        "pass_placebo": sum(theirs) / len(theirs),
-                        "delta": delta, "ci_low": lo, "ci_high": hi})
+                        **versus_verdicts(pool, arm["pools"][pool]["verdicts"],
+                                          twin["pools"][pool]["verdicts"])})
     return out
+
+
+def versus_verdicts(pool: str, mine: str, theirs: str) -> dict:
+    """Two candidates' stored verdicts on ``pool`` (their ``verdicts`` strings against the
+    champion) set against each other: pass rates and the paired change mine - theirs over
+    functions with its 95% bootstrap CI."""
+    from bench.loop_real import by_cluster, clusters, paired_delta
+    from tasks.pyfuncs import read_jsonl
+
+    keys = clusters(read_jsonl(POOLS[pool]))
+    a, b = ([v in "=+" for v in x] for x in (mine, theirs))
+    delta, lo, hi = paired_delta(by_cluster(keys, b), by_cluster(keys, a))
+    return {"pass_real": sum(a) / len(a), "pass_placebo": sum(b) / len(b),
+            "delta": delta, "ci_low": lo, "ci_high": hi}
+
+
+def versus_by_seeds(real: dict, placebo: dict, pools: list[str]) -> list[dict]:
+    """Per setting of ``real`` with placebo seeds in ``placebo`` and per pool of ``pools``: each
+    seed's change over the champion, real and placebo, and the exact one-sided permutation p of
+    the difference of their means (the share of the ways to split the pooled seeds into groups
+    of those sizes whose difference is at least the observed one). The training run is the unit
+    here, so a move's own flips count as its noise, not as evidence."""
+    out = []
+    for name in dict.fromkeys(a["name"] for a in real["arms"]):
+        for pool in pools:
+            mine = [a["pools"][pool]["delta"] for a in real["arms"]
+                    if a["name"] == name and pool in a["pools"]]
+            theirs = [a["pools"][pool]["delta"] for a in placebo["arms"]
+                      if a["name"] == f"{name} placebo" and pool in a["pools"]]
+            if mine and theirs:
+                out.append({"name": name, "pool": pool, "real": mine, "placebo": theirs,
+                            "difference": _mean(mine) - _mean(theirs),
+                            "p": permutation_p(mine, theirs)})
+    return out
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def permutation_p(mine: list[float], theirs: list[float]) -> float:
+    """The exact one-sided permutation p that ``mine`` has the larger mean: the share of the
+    splits of the pooled values into groups of ``len(mine)`` and ``len(theirs)`` whose mean
+    difference is at least the observed one (3 against 3: at least 1/20)."""
+    pooled = mine + theirs
+    observed = _mean(mine) - _mean(theirs)
+    splits = list(itertools.combinations(range(len(pooled)), len(mine)))
+    at_least = 0
+    for chosen in splits:
+        a = [pooled[i] for i in chosen]
+        b = [pooled[i] for i in range(len(pooled)) if i not in chosen]
+        at_least += _mean(a) - _mean(b) >= observed - 1e-12
+    return at_least / len(splits)
 
 
 def shuffled_rewards(rows, *, seed: int):
@@ -1093,15 +1139,23 @@ def main(argv: list[str] | None = None) -> None:
         out = VERSUS if args.out == RESULTS else args.out
         real, placebo = (json.loads(p.read_text()) for p in args.versus)
         rows = versus(real, placebo, args.pools)
+        seeds = versus_by_seeds(real, placebo, args.pools)
         for r in rows:
             say(f"{r['name']} seed {r['seed']} {r['pool']}: real {r['pass_real']:.3f} placebo "
                 f"{r['pass_placebo']:.3f}: {r['delta']:+.3f} [{r['ci_low']:+.3f}, "
                 f"{r['ci_high']:+.3f}]")
-        before = json.loads(out.read_text())["comparisons"] if out.is_file() else []
+        for r in seeds:
+            say(f"{r['name']} {r['pool']} by seeds: real {len(r['real'])}, placebo "
+                f"{len(r['placebo'])}: {r['difference']:+.3f} (permutation p = {r['p']:.3f})")
+        before = json.loads(out.read_text()) if out.is_file() else {}
         files = [p.name for p in args.versus]
-        kept = [r for r in before if r.get("files") != files]
+
+        def kept(key: str) -> list[dict]:
+            return [r for r in before.get(key, []) if r.get("files") != files]
+
         write({"date": datetime.date.today().isoformat(), "commit": _commit(),
-               "comparisons": kept + [{**r, "files": files} for r in rows]}, out)
+               "comparisons": kept("comparisons") + [{**r, "files": files} for r in rows],
+               "by_seeds": kept("by_seeds") + [{**r, "files": files} for r in seeds]}, out)
         say(f"wrote {out}")
         return
     if args.validity:

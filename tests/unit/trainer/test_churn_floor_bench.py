@@ -118,3 +118,18 @@ def test_candidates_judged_on_the_stable_tasks_by_hand():
     assert [m["seed"] for m in out["noise_whole"]] == [0, 1, 2]
     (first,) = [m["stays_local"]["_fresh2"] for m in out["noise_whole"] if m["seed"] == 0]
     assert not first["sealed"] and not first["churn"] and first["transfer"]
+
+
+def test_noise_moves_are_set_against_each_other_pair_by_pair():
+    """Move 0 keeps every one of the 72 guard_fresh2 verdicts, move 1 loses the first 36: the
+    pair (0, 1) is a gain with its CI above 0, (1, 0) a loss; a move of another scale is left
+    out."""
+    def move(seed, lost, scale=0.03):
+        return {"scale": scale, "seed": seed, "pools": {
+            "guard_fresh2": {"verdicts": "-" * lost + "=" * (72 - lost)}}}
+
+    rows = cf.null_pairs([move(1, 36), move(0, 0), move(2, 5, scale=0.01)], scale=0.03)
+    assert [(r["seed"], r["against"]) for r in rows] == [(0, 1), (1, 0)]
+    first, second = rows
+    assert first["delta"] > 0 and first["ci_low"] > 0
+    assert second["delta"] == pytest.approx(-first["delta"]) and second["ci_high"] < 0

@@ -551,13 +551,16 @@ def test_every_whole_pool_set_is_judged_and_named_by_its_suffix():
 def test_each_candidate_is_set_against_its_own_placebo_by_hand(tmp_path):
     n = 72  # guard_fresh2
     real = {"arms": [
-        {"name": "a", "seed": 0, "pools": {"guard_fresh2": {"verdicts": "+" * n},
-                                           "sealed": {"verdicts": "="}}},
-        {"name": "a", "seed": 1, "pools": {"guard_fresh2": {"verdicts": "=" * 36 + "-" * 36}}},
-        {"name": "b", "seed": 0, "pools": {"guard_fresh2": {"verdicts": "=" * n}}}]}
+        {"name": "a", "seed": 0, "pools": {"guard_fresh2": {"verdicts": "+" * n, "delta": 1.0},
+                                           "sealed": {"verdicts": "=", "delta": 0.0}}},
+        {"name": "a", "seed": 1, "pools": {"guard_fresh2": {"verdicts": "=" * 36 + "-" * 36,
+                                                            "delta": -0.5}}},
+        {"name": "b", "seed": 0, "pools": {"guard_fresh2": {"verdicts": "=" * n, "delta": 0.0}}}]}
     placebo = {"arms": [
-        {"name": "a placebo", "seed": 0, "pools": {"guard_fresh2": {"verdicts": "." * n}}},
-        {"name": "a placebo", "seed": 1, "pools": {"guard_fresh2": {"verdicts": "=" * n}}}]}
+        {"name": "a placebo", "seed": 0, "pools": {"guard_fresh2": {"verdicts": "." * n,
+                                                                    "delta": 0.0}}},
+        {"name": "a placebo", "seed": 1, "pools": {"guard_fresh2": {"verdicts": "=" * n,
+                                                                    "delta": 0.0}}}]}
     rows = lu.versus(real, placebo, ["guard_fresh2", "sealed"])
     assert [(r["name"], r["seed"], r["pool"]) for r in rows] == [
         ("a", 0, "guard_fresh2"), ("a", 1, "guard_fresh2")]  # b has no placebo; sealed: one side
@@ -572,3 +575,23 @@ def test_each_candidate_is_set_against_its_own_placebo_by_hand(tmp_path):
     for _ in range(2):  # a second run replaces the pair's rows, it does not add them again
         lu.main(["--versus", str(r), str(p), "--pools", "guard_fresh2", "--out", str(out)])
     assert len(json.loads(out.read_text())["comparisons"]) == 2
+    (seeds,) = json.loads(out.read_text())["by_seeds"]
+    assert (seeds["real"], seeds["placebo"]) == ([1.0, -0.5], [0.0, 0.0])
+
+
+def test_seeds_set_against_placebo_seeds_by_an_exact_permutation_test():
+    assert lu.permutation_p([0.3, 0.4, 0.5], [0.0, 0.1, 0.2]) == pytest.approx(1 / 20)
+    assert lu.permutation_p([0.0, 0.1, 0.2], [0.3, 0.4, 0.5]) == 1.0
+    # 0.5 and 0.4 above, 0.1 below the placebo's 0.2 and 0.3: splits at least as far apart as
+    # {0.5, 0.4, 0.1} against {0.3, 0.2, 0.0}... of 20, by counting: 4
+    assert lu.permutation_p([0.5, 0.4, 0.1], [0.3, 0.2, 0.0]) == pytest.approx(4 / 20)
+
+    def arm(name, seed, delta):
+        return {"name": name, "seed": seed, "pools": {"sealed": {"delta": delta}}}
+
+    real = {"arms": [arm("a", s, d) for s, d in enumerate((0.3, 0.4, 0.5))]
+            + [arm("b", 0, 0.1)]}
+    placebo = {"arms": [arm("a placebo", s, d) for s, d in enumerate((0.0, 0.1, 0.2))]}
+    (row,) = lu.versus_by_seeds(real, placebo, ["sealed", "guard"])  # b has no placebo
+    assert (row["name"], row["pool"]) == ("a", "sealed")
+    assert row["difference"] == pytest.approx(0.3) and row["p"] == pytest.approx(1 / 20)
