@@ -245,10 +245,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="pool result files whose candidates were also scored on the tuning "
                    "draw: does its discordance rank them as the guard pool's does (written to "
                    "--out, default bench/results/local_update_validity.json)")
-    p.add_argument("--versus", type=Path, nargs=2, default=None, metavar=("REAL", "PLACEBO"),
-                   help="two pool result files: each real candidate against its placebo on "
-                   "--pools (written to --out, default "
-                   "bench/results/local_update_placebo_versus.json; no model runs)")
+    p.add_argument("--versus", type=Path, nargs="+", default=None, metavar="FILE",
+                   help="pool result files, the real candidates' then one or more of their "
+                   "placebos': each real candidate against its placebo on --pools (written to "
+                   "--out, default bench/results/local_update_placebo_versus.json; no model "
+                   "runs)")
     p.add_argument("--sides", type=_choices(TUNING_SIDES), default=None,
                    help="with --rescore: the tuning-draw sides to add (default: outside, or "
                    "none with --humaneval)")
@@ -262,6 +263,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.rows_seed < 0:
         p.error("--rows-seed must be >= 0")
+    if a.versus is not None and len(a.versus) < 2:
+        p.error("--versus needs the real candidates' file and at least one placebo file")
     if a.seeds < 1 or a.requests < 1 or a.limit < 0 or (a.steps is not None and a.steps < 1):
         p.error("--seeds, --requests, --steps must be >= 1 and --limit >= 0")
     if a.humaneval < 0:
@@ -1137,7 +1140,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.versus:
         out = VERSUS if args.out == RESULTS else args.out
-        real, placebo = (json.loads(p.read_text()) for p in args.versus)
+        real, *placebos = (json.loads(p.read_text()) for p in args.versus)
+        placebo = {"arms": [a for f in placebos for a in f["arms"]]}
         rows = versus(real, placebo, args.pools)
         seeds = versus_by_seeds(real, placebo, args.pools)
         for r in rows:

@@ -577,6 +577,17 @@ def test_each_candidate_is_set_against_its_own_placebo_by_hand(tmp_path):
     assert len(json.loads(out.read_text())["comparisons"]) == 2
     (seeds,) = json.loads(out.read_text())["by_seeds"]
     assert (seeds["real"], seeds["placebo"]) == ([1.0, -0.5], [0.0, 0.0])
+    # the placebo's seeds may come in several files
+    first_seed, second_seed = tmp_path / "placebo0.json", tmp_path / "placebo1.json"
+    for path, arm in zip((first_seed, second_seed), placebo["arms"], strict=True):
+        path.write_text(json.dumps({"arms": [arm]}))
+    lu.main(["--versus", str(r), str(first_seed), str(second_seed), "--pools", "guard_fresh2",
+             "--out", str(out)])
+    both = json.loads(out.read_text())
+    assert [x["placebo"] for x in both["by_seeds"]] == [[0.0, 0.0], [0.0, 0.0]]
+    assert len(both["comparisons"]) == 4  # another file set: kept beside the first
+    with pytest.raises(SystemExit):
+        lu.parse_args(["--versus", str(r)])
 
 
 def test_seeds_set_against_placebo_seeds_by_an_exact_permutation_test():
