@@ -291,8 +291,7 @@ def judge_stable(noise: dict, results: list[dict], *, scale: float, define: list
                      "pools": mine, "whole": {
                          p: {k: v for k, v in arm["pools"][p].items() if k != "verdicts"}
                          for p in mine}}
-            suffixes = [x for x in lu.POOL_SUFFIXES
-                        if all(f"{n}{x}" in mine for n in ("sealed", "transfer", "guard"))]
+            suffixes = lu.judged_suffixes(mine)
             for key, where in (("stays_local_stable", mine), ("stays_local_whole", arm["pools"])):
                 entry[key] = {x or "first": lu.stays_local(where, suffix=x) for x in suffixes}
             entry["losses_only_stable"] = {x or "first": lu.stays_local(mine, suffix=x,
@@ -308,8 +307,7 @@ def judge_stable(noise: dict, results: list[dict], *, scale: float, define: list
 def _judged_whole(pools: dict[str, dict]) -> dict[str, dict]:
     """``stays_local`` of every pool set of ``pools`` scored whole, by suffix ("first" for the
     first pools)."""
-    return {x or "first": lu.stays_local(pools, suffix=x) for x in lu.POOL_SUFFIXES
-            if all(f"{n}{x}" in pools for n in ("sealed", "transfer", "guard"))}
+    return {x or "first": lu.stays_local(pools, suffix=x) for x in lu.judged_suffixes(pools)}
 
 
 def main(argv: list[str] | None = None) -> None:

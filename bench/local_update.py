@@ -609,12 +609,18 @@ def cycle_rows(champion: Path, workdir: Path, sim, *, draw: dict | None, request
     return rows
 
 
+def judged_suffixes(pools: dict) -> list[str]:
+    """The suffixes of :data:`POOL_SUFFIXES` whose sealed, transfer and guard pools are all
+    keys of ``pools``: the pool sets :func:`stays_local` can judge there."""
+    return [x for x in POOL_SUFFIXES
+            if all(f"{n}{x}" in pools for n in ("sealed", "transfer", "guard"))]
+
+
 def judge_every_set(entry: dict) -> None:
     """``entry`` (one candidate of a pool result file) gains ``stays_local{suffix}`` for each
     pool set of :data:`POOL_SUFFIXES` it was scored on whole."""
-    for suffix in POOL_SUFFIXES:
-        if all(f"{n}{suffix}" in entry["pools"] for n in ("sealed", "transfer", "guard")):
-            entry[f"stays_local{suffix}"] = stays_local(entry["pools"], suffix=suffix)
+    for suffix in judged_suffixes(entry["pools"]):
+        entry[f"stays_local{suffix}"] = stays_local(entry["pools"], suffix=suffix)
 
 
 def pool_suffix(pools: tuple[str, ...]) -> str:
