@@ -70,7 +70,7 @@ the update did to code outside the pools.
 ``stays_local_fresh`` (``_fresh2``, ``_fresh3``: their later rounds). ``--rescore FILE...
 --add-pools A,B`` scores a pool file's kept candidates on pools they lack. ``--placebo`` trains
 on the rows with their rewards shuffled.
-``--versus REAL PLACEBO --pools A,B`` compares each real candidate with its placebo, paired by
+``--versus REAL PLACEBO... --pools A,B`` compares each real candidate with its placebo, paired by
 function, from the stored verdicts, and each setting's seeds with its placebo's seeds
 (``by_seeds``: an exact permutation test over training runs).
 ``--choose-local FILE`` applies :func:`choose_local` (the rule that bounds traffic KL) to a tuning
@@ -84,6 +84,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import itertools
 import json
 import os
@@ -93,6 +94,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from statistics import fmean
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -673,14 +675,22 @@ def versus(real: dict, placebo: dict, pools: list[str]) -> list[dict]:
     return out
 
 
+@functools.cache
+def _pool_clusters(pool: str) -> tuple[str, ...]:
+    """Each task's function of the pool ``pool``, read once per process."""
+    from bench.loop_real import clusters
+    from tasks.pyfuncs import read_jsonl
+
+    return tuple(clusters(read_jsonl(POOLS[pool])))
+
+
 def versus_verdicts(pool: str, mine: str, theirs: str) -> dict:
     """Two candidates' stored verdicts on ``pool`` (their ``verdicts`` strings against the
     champion) set against each other: pass rates and the paired change mine - theirs over
     functions with its 95% bootstrap CI."""
-    from bench.loop_real import by_cluster, clusters, paired_delta
-    from tasks.pyfuncs import read_jsonl
+    from bench.loop_real import by_cluster, paired_delta
 
-    keys = clusters(read_jsonl(POOLS[pool]))
+    keys = list(_pool_clusters(pool))
     a, b = ([v in "=+" for v in x] for x in (mine, theirs))
     delta, lo, hi = paired_delta(by_cluster(keys, b), by_cluster(keys, a))
     return {"pass_real": sum(a) / len(a), "pass_placebo": sum(b) / len(b),
@@ -702,28 +712,19 @@ def versus_by_seeds(real: dict, placebo: dict, pools: list[str]) -> list[dict]:
                       if a["name"] == f"{name} placebo" and pool in a["pools"]]
             if mine and theirs:
                 out.append({"name": name, "pool": pool, "real": mine, "placebo": theirs,
-                            "difference": _mean(mine) - _mean(theirs),
+                            "difference": fmean(mine) - fmean(theirs),
                             "p": permutation_p(mine, theirs)})
     return out
-
-
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
 
 
 def permutation_p(mine: list[float], theirs: list[float]) -> float:
     """The exact one-sided permutation p that ``mine`` has the larger mean: the share of the
     splits of the pooled values into groups of ``len(mine)`` and ``len(theirs)`` whose mean
-    difference is at least the observed one (3 against 3: at least 1/20)."""
+    difference is at least the observed one (3 against 3: at least 1/20). With the total fixed,
+    that difference grows with the first group's sum, so the sums are compared."""
     pooled = mine + theirs
-    observed = _mean(mine) - _mean(theirs)
-    splits = list(itertools.combinations(range(len(pooled)), len(mine)))
-    at_least = 0
-    for chosen in splits:
-        a = [pooled[i] for i in chosen]
-        b = [pooled[i] for i in range(len(pooled)) if i not in chosen]
-        at_least += _mean(a) - _mean(b) >= observed - 1e-12
-    return at_least / len(splits)
+    splits = [sum(c) for c in itertools.combinations(pooled, len(mine))]
+    return sum(x >= sum(mine) - 1e-12 for x in splits) / len(splits)
 
 
 def shuffled_rewards(rows, *, seed: int):

@@ -593,8 +593,8 @@ def test_each_candidate_is_set_against_its_own_placebo_by_hand(tmp_path):
 def test_seeds_set_against_placebo_seeds_by_an_exact_permutation_test():
     assert lu.permutation_p([0.3, 0.4, 0.5], [0.0, 0.1, 0.2]) == pytest.approx(1 / 20)
     assert lu.permutation_p([0.0, 0.1, 0.2], [0.3, 0.4, 0.5]) == 1.0
-    # 0.5 and 0.4 above, 0.1 below the placebo's 0.2 and 0.3: splits at least as far apart as
-    # {0.5, 0.4, 0.1} against {0.3, 0.2, 0.0}... of 20, by counting: 4
+    # the 20 splits of the six values into threes whose sum is at least the real 1.0:
+    # {.5, .4, .3}, {.5, .4, .2}, {.5, .4, .1} and {.5, .3, .2}
     assert lu.permutation_p([0.5, 0.4, 0.1], [0.3, 0.2, 0.0]) == pytest.approx(4 / 20)
 
     def arm(name, seed, delta):
