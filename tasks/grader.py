@@ -2,12 +2,13 @@
 from evidence, never from an exit code.
 
 :func:`grade_asserts` and :func:`grade_check` run the harness (tasks/harness.py) in the sandbox
-with the answer's code; the tests and a fresh nonce (``secrets.token_hex``) go in on stdin, which
-the harness reads only after it has forked off the process that runs the answer. The harness
-compares each call of the answer with the expected value itself (type-strict ``==``) and writes
-one line ``<nonce> <json record>``. :func:`read_verdict` passes the task iff exactly one line
-carries the nonce and its record says every test passed; a missing, duplicated or garbled
-verdict fails with the reason. An exit status means nothing here: an answer that exits 0, kills
+with the answer's code; the tests and a fresh nonce (``secrets.token_hex``) go in on the
+sandbox's private channel (never stdin: the box's pid 1 holds stdio, which any process of the
+box may open when the caller is not root), which the harness reads only after it has forked off
+the process that runs the answer. The harness compares each call of the answer with the expected
+value itself (type-strict ``==``) and writes one line ``<nonce> <json record>`` on the channel.
+:func:`read_verdict` passes the task iff exactly one line carries the nonce and its record says
+every test passed; a missing, duplicated or garbled verdict fails with the reason. An exit status means nothing here: an answer that exits 0, kills
 the harness or prints a verdict of its own has no record to show.
 
 What this guarantees and what it does not: docs/GATE.md, "What the grader guarantees".
@@ -65,7 +66,7 @@ def program(answer: str, timeout_s: float, preload: list[str] | tuple[str, ...] 
 
 def read_verdict(stdout: str, nonce: str, *, sandbox_status: str = "passed",
                  stderr: str = "") -> Verdict:
-    """The verdict in the harness's stdout: exactly one line carrying ``nonce``, a record whose
+    """The verdict in the harness's output: exactly one line carrying ``nonce``, a record whose
     ``passed`` is True and whose tests all ran."""
     lines = [line for line in stdout.splitlines() if nonce in line]
     if len(lines) != 1:
@@ -96,8 +97,9 @@ def run(answer: str, spec: dict, *, timeout_s: float) -> Verdict:
     preload = imported_modules(spec.get("prelude", ""), spec.get("test", ""),
                                "\n".join(spec.get("tests", ())))
     result = run_sandboxed(program(answer, timeout_s, preload), timeout_s=timeout_s,
-                           stdin=payload)
-    return read_verdict(result.stdout, nonce, sandbox_status=result.status, stderr=result.stderr)
+                           channel=payload)
+    return read_verdict(result.channel, nonce,
+                        sandbox_status=result.status, stderr=result.stderr)
 
 
 def grade_asserts(answer: str, tests: list[str] | tuple[str, ...], *, timeout_s: float

@@ -6,20 +6,22 @@ It is also importable, so the same comparison code is unit-tested in-process.
 
 Two processes, forked first thing:
 
-- the **child** closes stdin, leaves stdout (its fd 1 becomes stderr), moves to its own process
+- the **child** closes the private channel (tasks/sandbox.py) and stdin, leaves stdout (its fd 1
+  becomes stderr), moves to its own process
   group, drops every capability when it runs as root, and only then runs the answer's code inside
   ``try/except BaseException``. It then serves calls: ``(name, args, kwargs)`` in, the answer's
   return value out, encoded by :func:`encode` (exact plain types only: an int subclass, an
   always-equal object, a generator is an error, not a value).
 - the **parent** never runs answer code. It makes itself non-dumpable (the child cannot read its
   memory or file descriptors through /proc or ptrace) and a child subreaper, reads the run's nonce
-  and the test spec from stdin only after the fork (so neither is in the child's memory), and
+  and the test spec from the channel only after the fork (so neither is in the child's memory), and
   runs the trusted test code itself with the answer's functions bound to proxies that call into
   the child. Every ``==`` in that test code is :func:`strict_eq`. Then it kills the child and
-  everything it spawned and writes ONE line, ``<nonce> <json record>``, to stdout.
+  everything it spawned and writes ONE line, ``<nonce> <json record>``, to the channel. Never
+  stdin or stdout: the box's pid 1 holds those, and any process of the box may open them.
 
 Specs (made ready by :func:`prepare` outside the box, so the harness never imports ``ast``; JSON
-on stdin after the nonce line):
+on the channel after the nonce line):
 
 - ``{"kind": "asserts", "tests": [...]}``: assert statements run one by one in one namespace; a
   free name (not a builtin, not bound by the tests) is a function of the answer.
@@ -533,11 +535,16 @@ def _main(answer, deadline_s, preload=()):
             pass
     _prctl(libc, PR_SET_DUMPABLE, 0)
     _prctl(libc, PR_SET_CHILD_SUBREAPER, 1)
+    # The private channel (tasks/sandbox.py): the nonce and the spec come in on one descriptor,
+    # the verdict goes out on the other; stdio is open to every process of the box.
+    chan_in, chan_out = (int(a) for a in sys.argv[1:3])
     req_r, req_w = os.pipe()
     res_r, res_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
+            os.close(chan_in)
+            os.close(chan_out)
             os.close(0)
             os.open(os.devnull, os.O_RDONLY)  # fd 0 again, now empty
             os.dup2(2, 1)  # the answer's prints go to stderr: stdout is the parent's alone
@@ -557,7 +564,8 @@ def _main(answer, deadline_s, preload=()):
         os.setpgid(pid, pid)
     except OSError:
         pass
-    raw = sys.stdin.buffer.read()  # only now: the nonce and the tests were never in the child
+    raw = _read_all(chan_in)  # only now: the nonce and the tests were never in the child
+    os.close(chan_in)
     nonce, _, spec_text = raw.partition(b"\n")
     channel = _Channel(req_w, res_r, deadline)
     try:
@@ -571,5 +579,16 @@ def _main(answer, deadline_s, preload=()):
     record["timeout"] = bool(channel.gone and channel.gone.startswith("timeout"))
     _reap_all(pid)
     if nonce:
-        os.write(1, nonce + b" " + json.dumps(record).encode() + b"\n")
+        line = nonce + b" " + json.dumps(record).encode() + b"\n"
+        while line:
+            line = line[os.write(chan_out, line):]
     os._exit(0)
+
+
+def _read_all(fd):
+    chunks = []
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)

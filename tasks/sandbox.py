@@ -30,6 +30,13 @@ unboxed.
 - **Output**: ``stdout`` keeps its last 64 KiB and ``stderr`` its last 2,000 characters, both
   scrubbed (:func:`scrub`) of the caller's environment values and of key material before they
   leave this module.
+- **A private channel** (``channel=``): two pipes beside stdio, one in and one out, whose numbers
+  the program gets as its two arguments. Secrets travel there, never on stdio: the box's pid 1
+  (bwrap's init) keeps the program's stdin, stdout and stderr open for its whole life, and when
+  the caller is not root those pipes belong to the box's own user, so any process of the box can
+  open ``/proc/1/fd/0`` or ``/proc/1/fd/1``. bwrap's init closes every other descriptor, so the
+  channel is held by the program alone; a program that forks untrusted code closes it in the
+  child and makes itself non-dumpable (tasks/harness.py does both).
 
 A program that hangs, crashes, runs out of memory or exits non-zero is a failure; nothing the
 program does can hang, crash or signal the caller.
@@ -89,6 +96,9 @@ class SandboxResult:
     stdout: str
     stderr: str
     isolated_network: bool
+    channel: str = ""
+    """What the program wrote on its private output descriptor (the last 64 KiB), unscrubbed:
+    only the program's own code can write there."""
 
     @property
     def passed(self) -> bool:
@@ -221,7 +231,7 @@ for what, n in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, cpu),
                 (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_CORE, 0),
                 (resource.RLIMIT_NPROC, nproc)):
     resource.setrlimit(what, (n, n))
-os.execv(sys.executable, [sys.executable, "-I", "-S", sys.argv[5]])
+os.execv(sys.executable, [sys.executable, "-I", "-S", *sys.argv[5:]])
 """
 
 
@@ -294,12 +304,33 @@ class _Run:
     stdout: bytes
     stderr: bytes
     bwrap_rc: int | None
+    channel: bytes = b""
+
+
+class _Writer:
+    """Bytes still to be written to a non-blocking pipe (the program's stdin or its channel)."""
+
+    def __init__(self, f, data: bytes) -> None:
+        self.f = f
+        self.pending = memoryview(data)
+
+    def write(self) -> bool:
+        """Write what the pipe takes now; True once all is written or the reader has gone."""
+        try:
+            self.pending = self.pending[os.write(self.f.fileno(), self.pending[:65536]):]
+        except BlockingIOError:
+            pass
+        except BrokenPipeError:  # it stopped reading: the rest is dropped
+            self.pending = self.pending[:0]
+        return not self.pending
 
 
 def _box(argv: list[str], fds: tuple[int, ...], status_r: int, stdin: bytes | None,
-         timeout_s: float) -> _Run:
-    """Start bwrap and see it through. Owns ``fds`` (closed once bwrap has them) and
-    ``status_r``."""
+         timeout_s: float, channel: tuple[int, int, bytes] | None = None) -> _Run:
+    """Start bwrap and see it through. Owns ``fds`` (closed once bwrap has them), ``status_r``
+    and the caller's ends of the ``channel`` (write end, read end, bytes to write)."""
+    chan_w = os.fdopen(channel[0], "wb", buffering=0) if channel else None
+    chan_r = os.fdopen(channel[1], "rb", buffering=0) if channel else None
     root = os.geteuid() == 0
     held = _HeldSignals()
     try:
@@ -311,6 +342,8 @@ def _box(argv: list[str], fds: tuple[int, ...], status_r: int, stdin: bytes | No
         )
     except BaseException:
         os.close(status_r)
+        for f in (chan_w, chan_r):
+            _close(f)
         held.release()
         raise
     finally:
@@ -323,17 +356,21 @@ def _box(argv: list[str], fds: tuple[int, ...], status_r: int, stdin: bytes | No
     try:
         held.release()  # a stop that came while bwrap started unwinds here, where it is killed
         out, err, status = _Tail(STDOUT_KEEP), _Tail(8 * STDERR_KEEP), bytearray()
+        private = _Tail(STDOUT_KEEP)
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ, out)
         sel.register(proc.stderr, selectors.EVENT_READ, err)
         sel.register(status_r, selectors.EVENT_READ, status)
-        pending = memoryview(stdin or b"")
-        if proc.stdin is not None:
-            os.set_blocking(proc.stdin.fileno(), False)
-            if pending:
-                sel.register(proc.stdin, selectors.EVENT_WRITE, None)
+        if chan_r is not None:
+            sel.register(chan_r, selectors.EVENT_READ, private)
+        for f, data in ((proc.stdin, stdin), (chan_w, channel[2] if channel else None)):
+            if f is None:
+                continue
+            os.set_blocking(f.fileno(), False)
+            if data:
+                sel.register(f, selectors.EVENT_WRITE, _Writer(f, data))
             else:
-                _close(proc.stdin)
+                _close(f)
         deadline = time.monotonic() + timeout_s
         while sel.get_map():
             now = time.monotonic()
@@ -344,16 +381,10 @@ def _box(argv: list[str], fds: tuple[int, ...], status_r: int, stdin: bytes | No
                 break
             limit = (killed_at + _KILL_GRACE_S if killed_at is not None else deadline) - now
             for key, _ in sel.select(timeout=max(0.0, limit)):
-                if key.data is None:  # the program's stdin
-                    try:
-                        pending = pending[os.write(key.fd, pending[:65536]):]
-                    except BlockingIOError:
-                        pass
-                    except BrokenPipeError:  # it stopped reading: the rest is dropped
-                        pending = pending[:0]
-                    if not pending:
+                if isinstance(key.data, _Writer):  # the program's stdin or channel
+                    if key.data.write():
                         sel.unregister(key.fileobj)
-                        _close(proc.stdin)
+                        _close(key.fileobj)
                     continue
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
@@ -372,7 +403,7 @@ def _box(argv: list[str], fds: tuple[int, ...], status_r: int, stdin: bytes | No
             sel.close()
         if killed_at is None:
             _kill(proc, pidfd)
-        for f in (proc.stdin, proc.stdout, proc.stderr):
+        for f in (proc.stdin, proc.stdout, proc.stderr, chan_w, chan_r):
             _close(f)
         os.close(status_r)
         try:
@@ -385,7 +416,8 @@ def _box(argv: list[str], fds: tuple[int, ...], status_r: int, stdin: bytes | No
     docs = _status_docs(bytes(status))
     exit_code = next((d["exit-code"] for d in docs if "exit-code" in d), None)
     child_pid = next((d["child-pid"] for d in docs if "child-pid" in d), None)
-    return _Run(exit_code, child_pid, timed_out, out.bytes(), err.bytes(), proc.returncode)
+    return _Run(exit_code, child_pid, timed_out, out.bytes(), err.bytes(), proc.returncode,
+                private.bytes() if channel else b"")
 
 
 class _HeldSignals:
@@ -592,13 +624,17 @@ def run_sandboxed(
     stdin: bytes | None = None,
     scratch_mb: int = 32,
     max_procs: int = 32,
+    channel: bytes | None = None,
 ) -> SandboxResult:
     """Run ``code`` as a Python program in the box and report how it ended.
 
     ``stdin``: bytes written to the program's standard input, which is then closed (``None``:
     an empty input). ``scratch_root``: where the scratch folder's name is made (its contents live
     in the box's own tmpfs of ``scratch_mb``; the folder is removed afterwards). ``max_procs``:
-    processes and threads the program may have at once (itself included).
+    processes and threads the program may have at once (itself included). ``channel``: open the
+    private channel (module docstring) and write these bytes into it; the program gets the
+    numbers of its in and out descriptors as ``sys.argv[1]`` and ``sys.argv[2]``, and what it
+    writes out comes back as :attr:`SandboxResult.channel`.
     Raises :class:`SandboxUnavailable` when a layer of the box does not hold here."""
     if timeout_s <= 0 or memory_mb < 32:
         raise ValueError(f"need timeout_s > 0 and memory_mb >= 32, got {timeout_s}, {memory_mb}")
@@ -608,17 +644,18 @@ def run_sandboxed(
     _require_layers()
     return _run_box(code, timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=cpu_s,
                     file_mb=file_mb, scratch_mb=scratch_mb, max_procs=max_procs,
-                    scratch_root=scratch_root, stdin=stdin)
+                    scratch_root=scratch_root, stdin=stdin, channel=channel)
 
 
 def _run_box(code: str, *, timeout_s: float, memory_mb: int, cpu_s: int | None, file_mb: int,
              scratch_mb: int, max_procs: int, scratch_root: Path | None,
-             stdin: bytes | None) -> SandboxResult:
+             stdin: bytes | None, channel: bytes | None = None) -> SandboxResult:
     interp = _interpreter()
     cpu = cpu_s if cpu_s is not None else max(1, int(timeout_s) + 1)
     scratch = tempfile.mkdtemp(prefix="sandbox-", dir=scratch_root)
     start = time.perf_counter()
     fds: list[int] = []
+    host_ends: list[int] = []
     try:
         fds.append(_memfd("seccomp", seccomp.filter_program()))
         fds.append(_memfd("program", code.encode("utf-8", errors="surrogatepass")))
@@ -629,10 +666,20 @@ def _run_box(code: str, *, timeout_s: float, memory_mb: int, cpu_s: int | None, 
         argv[argv.index("--json-status-fd") + 1] = str(status_w)
         argv += [str(memory_mb * 2**20), str(cpu), str(file_mb * 2**20), str(max_procs),
                  f"{scratch}/program.py"]
-        owned, fds = tuple(fds), []
-        run = _box(argv, owned, status_r, stdin, timeout_s)
+        private = None
+        if channel is not None:  # the box's ends go to bwrap; the caller keeps the others
+            in_r, in_w = os.pipe()
+            host_ends.append(in_w)
+            fds.append(in_r)
+            out_r, out_w = os.pipe()
+            host_ends.append(out_r)
+            fds.append(out_w)
+            argv += [str(in_r), str(out_w)]
+            private = (in_w, out_r, channel)
+        owned, fds, host_ends = tuple(fds), [], []
+        run = _box(argv, owned, status_r, stdin, timeout_s, private)
     finally:
-        for fd in fds:
+        for fd in fds + host_ends:
             os.close(fd)
         shutil.rmtree(scratch, ignore_errors=True)
     if run.exit_code is None and not run.timed_out:
@@ -648,7 +695,7 @@ def _run_box(code: str, *, timeout_s: float, memory_mb: int, cpu_s: int | None, 
         status=status, returncode=returncode, seconds=time.perf_counter() - start,
         stdout=scrub(run.stdout.decode(errors="replace")),
         stderr=scrub(run.stderr.decode(errors="replace"))[-STDERR_KEEP:],
-        isolated_network=True,
+        isolated_network=True, channel=run.channel.decode(errors="replace"),
     )
 
 

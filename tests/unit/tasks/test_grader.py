@@ -182,17 +182,27 @@ def _in_bubblewrap(tmp_path, answer: str, tests: list[str]) -> tuple[float, obje
     os.chmod(box, 0o755)
     nonce = secrets.token_hex(16)
     payload = (nonce + "\n" + json.dumps(prepare({"kind": "asserts", "tests": tests}))).encode()
+    in_r, in_w = os.pipe()  # the private channel: spec in, verdict out
+    out_r, out_w = os.pipe()
+    os.write(in_w, payload)
+    os.close(in_w)
     start = time.perf_counter()
-    r = subprocess.run(
-        ["bwrap", "--unshare-all", "--die-with-parent", "--uid", "65534", "--gid", "65534",
-         "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-         "--ro-bind", str(box), "/tmp/box", "--chdir", "/tmp/box",
-         sys.executable, "-I", "-S", "/tmp/box/program.py"],
-        input=payload, capture_output=True, timeout=30)
+    try:
+        r = subprocess.run(
+            ["bwrap", "--unshare-all", "--die-with-parent", "--uid", "65534", "--gid", "65534",
+             "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+             "--ro-bind", str(box), "/tmp/box", "--chdir", "/tmp/box",
+             sys.executable, "-I", "-S", "/tmp/box/program.py", str(in_r), str(out_w)],
+            capture_output=True, timeout=30, pass_fds=(in_r, out_w))
+    finally:
+        os.close(in_r)
+        os.close(out_w)
+    with os.fdopen(out_r, "rb") as f:
+        verdict = f.read().decode()
     if b"No permissions to create new namespace" in r.stderr or (
-            r.returncode and not r.stdout and b"bwrap:" in r.stderr):
+            r.returncode and not verdict and b"bwrap:" in r.stderr):
         pytest.skip(f"bubblewrap cannot make a box here: {r.stderr[-200:]!r}")
-    return time.perf_counter() - start, read_verdict(r.stdout.decode(), nonce)
+    return time.perf_counter() - start, read_verdict(verdict, nonce)
 
 
 def test_the_harness_works_in_a_bubblewrap_box(tmp_path):
