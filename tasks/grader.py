@@ -8,8 +8,9 @@ box may open when the caller is not root), which the harness reads only after it
 the process that runs the answer. The harness compares each call of the answer with the expected
 value itself (type-strict ``==``) and writes one line ``<nonce> <json record>`` on the channel.
 :func:`read_verdict` passes the task iff exactly one line carries the nonce and its record says
-every test passed; a missing, duplicated or garbled verdict fails with the reason. An exit status means nothing here: an answer that exits 0, kills
-the harness or prints a verdict of its own has no record to show.
+every test passed; a missing, duplicated or garbled verdict fails with the reason. An exit status
+means nothing here: an answer that exits 0, kills the harness or prints a verdict of its own has
+no record to show.
 
 What this guarantees and what it does not: docs/GATE.md, "What the grader guarantees".
 """
