@@ -133,12 +133,16 @@ class BootstrapConfig(_Config):
         0.95, gt=0.5, lt=1.0, description="Two-sided confidence level of the percentile CI."
     )
     seed: int = Field(0, ge=0, description="Seed of the resampling (reproducible CIs).")
-    cluster: Literal["prompt", "row"] = Field(
+    cluster: Literal["prompt", "family", "row"] = Field(
         "prompt",
         description=(
-            "What the bootstrap resamples: 'prompt' resamples distinct prompts (greedy answers "
-            "to a repeated prompt are identical, so its rows are one observation); 'row' treats "
-            "rows as independent (understates the variance when prompts repeat)."
+            "The independent unit every test, interval and power figure of the gate uses: "
+            "'prompt' resamples distinct prompts (the function a task asks for; greedy answers "
+            "to a repeated prompt are identical, so its rows are one observation); 'family' "
+            "resamples task families (a task's ``family``, its ``kind``): the unit of pools "
+            "whose functions of one family flip together under a small weight change, so a "
+            "family that flips counts once; 'row' treats rows as independent (understates the "
+            "variance when prompts repeat)."
         ),
     )
     max_pass_rate_drop: float = Field(
@@ -438,6 +442,27 @@ class GateConfig(_Config):
     """Everything the promotion gate needs: the suite and each gate's threshold."""
 
     suite: SuiteConfig = Field(default_factory=SuiteConfig, description="The benchmark suite.")
+    primary_metric: Literal["greedy", "sampled"] = Field(
+        "greedy",
+        description=(
+            "What the primary and the pass-rate gates decide on: 'greedy' (the greedy answer "
+            "passed) or 'sampled' (the share of ``suite.samples`` answers at "
+            "``suite.temperature`` that passed: what users served at that temperature get; "
+            "needs ``suite.samples`` >= 1, and the greedy pass rate becomes a guardrail, "
+            "``greedy_pass_rate_no_regression``, failing only when surely worse). Both models "
+            "draw their samples with the same seeds (common random numbers)."
+        ),
+    )
+    champion_temperatures: list[float] = Field(
+        default_factory=list, max_length=4,
+        description=(
+            "Temperatures (each in (0, 2]) at which the champion's sampled pass rate is also "
+            "measured and recorded (``champion.sampled_pass_rate@T``) beside the greedy one and "
+            "the suite's temperature, with ``suite.samples`` samples: a candidate that only "
+            "learned a lower temperature shows as no better than the champion at its best. "
+            "Cached per champion version."
+        ),
+    )
     min_pass_rate: float = Field(
         0.2, ge=0.0, le=1.0, description="Absolute gate: candidate pass rate must be >= this."
     )
@@ -514,4 +539,17 @@ class GateConfig(_Config):
         names = [g.name for g in self.guards]
         if len(names) != len(set(names)):
             raise ValueError(f"gate.guards names must be unique, got {names}")
+        return self
+
+    @model_validator(mode="after")
+    def _sampled_primary_samples(self) -> GateConfig:
+        if self.primary_metric == "sampled" and self.suite.samples < 1:
+            raise ValueError(
+                f"gate.primary_metric 'sampled' needs gate.suite.samples >= 1, got "
+                f"{self.suite.samples}")
+        bad = [t for t in self.champion_temperatures if not 0.0 < t <= 2.0]
+        if bad:
+            raise ValueError(f"gate.champion_temperatures must lie in (0, 2], got {bad}")
+        if self.champion_temperatures and self.suite.samples < 1:
+            raise ValueError("gate.champion_temperatures needs gate.suite.samples >= 1")
         return self

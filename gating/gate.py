@@ -156,6 +156,8 @@ class GateRunner:
         clock.lap("seconds.gates")
         extras.update(hack_figures(tasks, cand, champ))  # answer monitors: recorded, not gated
         extras.update(sampled_figures(cand, champ, self.config.bootstrap))  # recorded, not gated
+        if champ is not None:
+            extras.update(self._champion_at_its_best(tasks, checker, cand, champ))
         if self.config.guards_skip_on_fail and not all(g.passed for g in gates):
             extras["guards.skipped"] = 1.0  # rejected already: the guards cannot change it
         else:
@@ -168,6 +170,32 @@ class GateRunner:
         clock.lap("seconds.optional")
         extras.update(clock.laps)
         return self._record(cand, champ, gates, extras)
+
+    def _champion_at_its_best(self, tasks, checker, cand: SuiteResult, champ: SuiteResult
+                              ) -> dict[str, float]:
+        """The champion's pass rate greedily, at the suite's temperature and at each of
+        ``champion_temperatures`` (sampled, cached per version), its best of them, and the
+        candidate at the serving temperature against that best: a candidate that only learned
+        a lower temperature is no better than the champion at its best. Recorded, not gated."""
+        s = self.config.suite
+        rates = {0.0: champ.pass_rate}
+        if champ.sampled_pass_rate is not None:
+            rates[s.temperature] = champ.sampled_pass_rate
+        for t in self.config.champion_temperatures:
+            if t in rates:
+                continue
+            swept = s.model_copy(update={"temperature": t})
+            result = self._cached_suite(self.champion_dir, self.champion, tasks, checker,
+                                        f"t{t:g}", suite=swept)
+            rates[t] = result.sampled_pass_rate if result.sampled_pass_rate is not None else 0.0
+        out = {f"champion.pass_rate@{t:g}": r for t, r in sorted(rates.items())}
+        best_t = max(rates, key=lambda t: (rates[t], -t))
+        out["champion.best_temperature"] = best_t
+        out["champion.best_pass_rate"] = rates[best_t]
+        served = cand.sampled_pass_rate
+        if served is not None:
+            out["candidate.served_minus_champion_best"] = served - rates[best_t]
+        return out
 
     def _two_looks(self, tasks, checker, alpha_k: float, extras: dict[str, float]):
         """O'Brien-Fleming two-look suite: returns the tasks, both results and the level of the
@@ -192,9 +220,11 @@ class GateRunner:
         c1, c2 = obrien_fleming_bounds(primary, t1) if t1 < 1.0 else (math.inf, 0.0)
         cand = self._cached_suite(self.candidate_dir, self.candidate, first, checker, "look1")
         champ = self._cached_suite(self.champion_dir, self.champion, first, checker, "look1")
-        d = (np.asarray([t.passed for t in cand.tasks], dtype=float)
-             - np.asarray([t.passed for t in champ.tasks], dtype=float))
-        z1 = mcnemar_z(*cluster_signs(d, cluster_ids(cand.clusters)))
+        metric, unit = self.config.primary_metric, self.config.bootstrap.cluster
+        d = (np.asarray(cand.primary_values(metric), dtype=float)
+             - np.asarray(champ.primary_values(metric), dtype=float))
+        z1 = mcnemar_z(*cluster_signs(d, None if unit == "row"
+                                      else cluster_ids(cand.cluster_keys(unit))))
         extras.update({"sequential.t1": t1, "sequential.z1": z1, "sequential.c1": c1,
                        "sequential.c2": c2})
         if abs(z1) >= c1:  # a clear win or a clear loss: stop at the first look

@@ -303,7 +303,8 @@ def _health_gates(
 
 
 def _clusters(candidate: SuiteResult, b: BootstrapConfig) -> np.ndarray | None:
-    return cluster_ids(candidate.clusters) if b.cluster == "prompt" else None
+    """Cluster ids of the independent unit (``bootstrap.cluster``); None: rows."""
+    return None if b.cluster == "row" else cluster_ids(candidate.cluster_keys(b.cluster))
 
 
 def _paired_ci(candidate: list, champion: list, b: BootstrapConfig,
@@ -325,8 +326,8 @@ def _evidence(candidate: SuiteResult, champion: SuiteResult, config: GateConfig,
     b = config.bootstrap
     share = 0.0 if config.improvement is None else config.improvement.shorter_route_share
     a_primary, a_shorter = route_levels(alpha, config.error_control.rule, share)
-    cp = [t.passed for t in candidate.tasks]
-    hp = [t.passed for t in champion.tasks]
+    cp = candidate.primary_values(config.primary_metric)
+    hp = champion.primary_values(config.primary_metric)
     d = np.asarray(cp, dtype=np.float64) - np.asarray(hp, dtype=np.float64)
     better, worse = cluster_signs(d, clusters)
     tail_shorter = a_shorter if a_shorter > 0.0 else a_primary
@@ -364,8 +365,9 @@ def _champion_gates(
     clusters = _clusters(candidate, b)
     cand_tokens = [t.completion_tokens for t in candidate.tasks]
     champ_tokens = [t.completion_tokens for t in champion.tasks]
-    passed_ci = _paired_ci([t.passed for t in candidate.tasks],
-                           [t.passed for t in champion.tasks], b, clusters)
+    metric = config.primary_metric
+    passed_ci = _paired_ci(candidate.primary_values(metric), champion.primary_values(metric),
+                           b, clusters)
     tokens_ci = _paired_ci(cand_tokens, champ_tokens, b, clusters)
     evidence = ([] if config.improvement is None else [improvement_gate(
         _evidence(candidate, champion, config, clusters, alpha), config.improvement)])
@@ -373,9 +375,15 @@ def _champion_gates(
     tokens = non_inferiority_gate(
         "tokens_non_inferior", _paired_ci(cand_tokens, champ_tokens, b, clusters, tail=g.alpha),
         margin=token_margin, worse_is_lower=False, alpha=g.alpha, unit=" tokens")
+    greedy = []
+    if metric != "greedy":  # the greedy answer stays a guardrail: never surely worse
+        greedy = [no_regression_gate(
+            "greedy_pass_rate_no_regression",
+            _paired_ci([t.passed for t in candidate.tasks], [t.passed for t in champion.tasks],
+                       b, clusters), worse_is_lower=True, tolerance=b.max_pass_rate_drop)]
     return evidence + [
-        change_gate("pass_rate_change", candidate.pass_rate, champion.pass_rate,
-                    config.pass_rate_change, passed_ci),
+        change_gate("pass_rate_change", _primary_rate(candidate, metric),
+                    _primary_rate(champion, metric), config.pass_rate_change, passed_ci),
         token_budget_gate(candidate.mean_completion_tokens, champion.mean_completion_tokens,
                           config.token_budget, tokens_ci),
         no_regression_gate("pass_rate_no_regression", passed_ci, worse_is_lower=True,
@@ -389,7 +397,12 @@ def _champion_gates(
         _rate_gate("malformed_rate", [t.malformed for t in candidate.tasks],
                    [t.malformed for t in champion.tasks], config.hack.max_malformed_increase,
                    config, clusters),
-    ]
+    ] + greedy
+
+
+def _primary_rate(result: SuiteResult, metric: str) -> float:
+    values = result.primary_values(metric)
+    return float(np.mean(values)) if values else 0.0
 
 
 def guard_gate(guard: GuardSuite, candidate: SuiteResult, champion: SuiteResult,
@@ -467,10 +480,10 @@ def power_figures(candidate: SuiteResult, champion: SuiteResult, config: GateCon
     route's level (docs/STATISTICS.md)."""
     b = config.bootstrap
     clusters = _clusters(candidate, b)
-    d = (np.asarray([t.passed for t in candidate.tasks], dtype=np.float64)
-         - np.asarray([t.passed for t in champion.tasks], dtype=np.float64))
+    d = (np.asarray(candidate.primary_values(config.primary_metric), dtype=np.float64)
+         - np.asarray(champion.primary_values(config.primary_metric), dtype=np.float64))
     better, worse = cluster_signs(d, clusters)
-    n_c = len(set(candidate.clusters)) if clusters is not None else len(candidate.tasks)
+    n_c = int(np.unique(clusters).size) if clusters is not None else len(candidate.tasks)
     share = 0.0 if config.improvement is None else config.improvement.shorter_route_share
     a_primary, _ = route_levels(alpha, config.error_control.rule, share)
     q = (better + worse) / n_c if n_c else 0.0
@@ -513,7 +526,8 @@ def evaluate_gates(
     """
     if alpha is None:
         alpha = config.error_control.alpha
-    gates = [absolute_gate("pass_rate", candidate.pass_rate, config.min_pass_rate, at_least=True)]
+    gates = [absolute_gate("pass_rate", _primary_rate(candidate, config.primary_metric),
+                           config.min_pass_rate, at_least=True)]
     if champion is not None:
         gates += _champion_gates(candidate, champion, config, alpha)
     gates += _health_gates(candidate, health, config)

@@ -73,6 +73,36 @@ class SuiteResult(BaseModel):
         return [t.prompt_key or t.task_id for t in self.tasks]
 
     @property
+    def families(self) -> list[str]:
+        """Family of each task (its ``kind``): the independent unit of a pool whose functions of
+        one family flip together."""
+        return [t.kind for t in self.tasks]
+
+    def cluster_keys(self, unit: str) -> list[str]:
+        """Cluster key of each task for an independence ``unit``: ``prompt`` (:attr:`clusters`),
+        ``family`` (:attr:`families`) or ``row`` (each task its own)."""
+        if unit == "prompt":
+            return self.clusters
+        if unit == "family":
+            return self.families
+        if unit == "row":
+            return [str(i) for i in range(len(self.tasks))]
+        raise ValueError(f"unknown independence unit {unit!r} (prompt, family or row)")
+
+    def primary_values(self, metric: str) -> list[float]:
+        """Per task, the value the gate's primary decides on: ``greedy`` (1.0 when the greedy
+        answer passed) or ``sampled`` (the share of samples at the serving temperature that
+        passed)."""
+        if metric == "greedy":
+            return [float(t.passed) for t in self.tasks]
+        if metric == "sampled":
+            if any(t.sampled_pass is None for t in self.tasks):
+                raise ValueError("primary metric 'sampled' needs suite.samples >= 1: a task "
+                                 "has no sampled pass")
+            return [float(t.sampled_pass) for t in self.tasks]  # type: ignore[arg-type]
+        raise ValueError(f"unknown primary metric {metric!r} (greedy or sampled)")
+
+    @property
     def pass_rate(self) -> float:
         return self._mean([float(t.passed) for t in self.tasks])
 
