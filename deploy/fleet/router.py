@@ -11,8 +11,14 @@ Within a group, requests go round-robin. Every routed request is written to a ``
 
 Signals (``/v1/feedback``, ``/v1/edits``, ``/v1/followups``) go to the replica that served the
 response they name: the router remembers ``response id -> replica`` from each completion it
-routes (bounded), and for an id it does not know (served before a router restart, or streamed)
-it asks each replica in turn until one does not answer 404.
+routes (bounded). For an id it does not know (served before a router restart, or forgotten) it
+asks each replica in turn and remembers only one whose answer proves it holds the response for
+the caller's key: a 2xx, or an answer carrying ``X-Ratchet-Response-Known`` (e.g. a 409
+duplicate). Replicas check the key and the body before they look the response up (the lookup is
+per key, so ids cannot be probed), so a 401, a 403 or a validation 422 proves nothing: it is not
+remembered, the other replicas are still asked, and when none proves ownership the client gets
+the first such error (else the 404). A corrected or authenticated retry then still reaches the
+owner.
 
 Slow or large requests are cut off as at a replica (deploy/replica/http_limits.py): a body size
 limit
@@ -55,6 +61,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.background import BackgroundTask
 
 from deploy.fleet.judge import ArmSamples
+from deploy.replica.api import RESPONSE_KNOWN_HEADER
 from deploy.replica.errors import validation_error
 from deploy.replica.http_limits import RequestLimits, header_timeout_protocol
 from deploy.replica.settings import DEFAULT_ADMIN_TOKEN, is_loopback, weak_token_reason
@@ -338,23 +345,33 @@ async def route_signal(request: Request, state: StateDep) -> Response:
         headers["authorization"] = auth
     owner = state.owners.get(response_id)
     candidates = [owner] if owner else state.groups["stable"] + state.groups["canary"]
-    upstream = None
+    upstream = None  # the answer the client gets
     for url in candidates:
         try:
-            upstream = await request.app.state.client.post(
+            answer = await request.app.state.client.post(
                 f"{url}{request.url.path}", content=body, headers=headers
             )
         except httpx.TransportError:
             continue
-        if upstream.status_code != 404:
+        if owner is not None:
+            upstream = answer
+        elif _proves_owner(answer):
             state.owners.record(response_id, url)
+            upstream = answer
             break
+        elif upstream is None or (upstream.status_code == 404 and answer.status_code != 404):
+            upstream = answer  # the first error that is not a 404, else a 404
     if upstream is None:
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, "no replica reachable")
     return Response(
         upstream.content, upstream.status_code, media_type=upstream.headers.get("content-type"),
         headers={k: v for k, v in upstream.headers.items() if k.lower() == "www-authenticate"},
     )
+
+
+def _proves_owner(answer: httpx.Response) -> bool:
+    """Whether a replica's answer to a signal shows it served the response to this caller."""
+    return answer.is_success or answer.headers.get(RESPONSE_KNOWN_HEADER) == "1"
 
 
 @public.get("/healthz")

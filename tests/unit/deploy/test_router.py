@@ -165,3 +165,73 @@ def test_router_settings_refuse_bad_urls_and_weights(monkeypatch, name, value):
     field = name.removeprefix("RATCHET_ROUTER_").lower()
     with pytest.raises(ValidationError, match=field):
         RouterSettings()
+
+
+# -- signals for responses the router does not know (served before it restarted) -------------
+
+REPLICA_TOKEN = "router-unit-replica-admin"
+
+
+@pytest.fixture
+def fleet(tmp_path, live):
+    """A stable and a canary replica (no model; one key file) behind a router that has routed
+    nothing, as after a restart. The canary served ``cmpl-canary`` to the client ``key``."""
+    import httpx
+
+    from deploy.replica.server import create_app
+    from deploy.replica.settings import ServerSettings
+
+    def replica(name):
+        return create_app(ServerSettings(
+            tracking_uri="http://127.0.0.1:9", model_name="m", admin_token=REPLICA_TOKEN,
+            replica_id=name, spool_dir=tmp_path / name / "spool",
+            cache_dir=tmp_path / name / "cache", api_keys_path=tmp_path / "keys.json",
+        ))
+
+    stable, canary = replica("stable-0"), replica("canary-0")
+    with live(stable) as stable_url, live(canary) as canary_url:
+        r = httpx.post(f"{stable_url}/admin/keys", json={"name": "ide"},
+                       headers={"Authorization": f"Bearer {REPLICA_TOKEN}"})
+        key = r.json()["key"]
+        canary.state.responses.remember(
+            "cmpl-canary", text="x = 1\n", created=datetime.now(UTC) - timedelta(seconds=1),
+            conversation_id="c", owner=canary.state.api_keys.verify(key),
+        )
+        router = create_router_app(
+            stable_urls=[stable_url], canary_urls=[canary_url], admin_token="router-token"
+        )
+        with TestClient(router) as client:
+            yield client, {"Authorization": f"Bearer {key}"}
+
+
+def test_a_signal_without_a_key_does_not_make_the_first_replica_its_owner(fleet):
+    router, auth = fleet
+    feedback = {"response_id": "cmpl-canary", "label": "accept"}
+    r = router.post("/v1/feedback", json=feedback)
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    r = router.post("/v1/feedback", json=feedback, headers=auth)
+    assert r.status_code == 202, r.text  # the canary, which served it, took it
+    assert r.json()["response_id"] == "cmpl-canary"
+    r = router.post("/v1/feedback", json=feedback, headers=auth)
+    assert r.status_code == 409  # and is now remembered as its owner
+
+
+def test_a_corrected_signal_reaches_the_owner_after_a_422(fleet):
+    router, auth = fleet
+    r = router.post("/v1/edits", json={"response_id": "cmpl-canary", "window_s": 45, "score": 1},
+                    headers=auth)
+    assert r.status_code == 422 and r.json()["error"]["param"] == "window_s"
+    r = router.post("/v1/edits", json={"response_id": "cmpl-canary", "window_s": 30, "score": 1},
+                    headers=auth)
+    assert r.status_code == 202, r.text
+    assert r.json()["kind"] == "edit_persistence"
+
+
+def test_a_signal_no_replica_holds_is_404(fleet):
+    router, auth = fleet
+    r = router.post("/v1/followups", json={"response_id": "cmpl-nope", "text": "hm"},
+                    headers=auth)
+    assert r.status_code == 404
+    r = router.post("/v1/followups", json={"response_id": "cmpl-canary", "text": "hm"},
+                    headers=auth)
+    assert r.status_code == 202, r.text
