@@ -11,12 +11,23 @@ Within a group, requests go round-robin. Every routed request is written to a ``
 
 Signals (``/v1/feedback``, ``/v1/edits``, ``/v1/followups``) go to the replica that served the
 response they name: the router remembers ``response id -> replica`` from each completion it
-routes (bounded), and for an id it does not know (served before a router restart, or streamed)
-it asks each replica in turn until one does not answer 404.
+routes (bounded). For an id it does not know (served before a router restart, or forgotten) it
+asks each replica in turn and remembers only one whose answer proves it holds the response for
+the caller's key: a 2xx, or an answer carrying ``X-Ratchet-Response-Known`` (e.g. a 409
+duplicate). Replicas check the key and the body before they look the response up (the lookup is
+per key, so ids cannot be probed), so a 401, a 403 or a validation 422 proves nothing: it is not
+remembered, the other replicas are still asked, and when none proves ownership the client gets
+the first such error (else the 404). A corrected or authenticated retry then still reaches the
+owner.
 
 Slow or large requests are cut off as at a replica (deploy/replica/http_limits.py): a body size
 limit
 (413), a body deadline (408) and a header deadline (the connection closes).
+
+The admin API (``/admin/weights``, ``/admin/groups``, bearer token) and ``RouterSettings`` check
+what they are given: the canary weight is a finite number in [0, 1], and every replica URL is
+``http``/``https`` with a host and a valid port (``replica_url``). Anything else is a 422 in
+OpenAI's error shape whose ``param`` names the field (``stable_urls.0``), and nothing is changed.
 
 ``create_router_app(...)`` builds the app; ``RouterSettings`` + ``python -m deploy.fleet.router``
 run it;
@@ -29,23 +40,29 @@ point for the judge, not something to hide), and the judging itself (deploy/flee
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
+import re
 import threading
 import time
 import uuid
 from collections import deque
 from datetime import UTC, datetime
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 import httpx
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, Response, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.background import BackgroundTask
 
 from deploy.fleet.judge import ArmSamples
+from deploy.replica.api import RESPONSE_KNOWN_HEADER
+from deploy.replica.errors import validation_error
 from deploy.replica.http_limits import RequestLimits, header_timeout_protocol
 from deploy.replica.settings import DEFAULT_ADMIN_TOKEN, is_loopback, weak_token_reason
 
@@ -88,17 +105,65 @@ class RequestLedger:
         return out
 
 
+_HOSTNAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def replica_url(url: str) -> str:
+    """``url`` as a replica's base URL, without a trailing slash (the router appends ``/v1/...``).
+
+    It must be ``http`` or ``https`` with a host (a name, an IPv4 address or a bracketed IPv6
+    one; an international name in its ``xn--`` form), an optional port in 1..65535 and an
+    optional path prefix; credentials, a query or a fragment are refused. Raises ValueError
+    saying what is wrong."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+        host = parts.hostname
+    except ValueError as exc:  # unclosed "[", a port that is not a number or out of range
+        raise ValueError(f"{url!r} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{url!r}: the scheme must be http or https")
+    if not host:
+        raise ValueError(f"{url!r} has no host")
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{url!r}: {host!r} is not an IPv6 address") from None
+    elif not _HOSTNAME.fullmatch(host):
+        raise ValueError(f"{url!r}: {host!r} is not a host name or address")
+    if port == 0:
+        raise ValueError(f"{url!r}: the port must be in 1..65535")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"{url!r}: credentials do not belong in a replica URL")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise ValueError(f"{url!r}: a replica URL has no query or fragment")
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"{url!r} is not a URL ({exc})") from None
+    return url.rstrip("/")
+
+
+ReplicaUrl = Annotated[str, AfterValidator(replica_url)]
+CanaryWeight = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+
 class WeightsBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    canary_weight: float = Field(ge=0.0, le=1.0, description="Share of conversations on canary.")
+    canary_weight: CanaryWeight = Field(description="Share of conversations on canary.")
 
 
 class GroupsBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    stable_urls: list[str] = Field(min_length=1, description="Replica URLs of the stable group.")
-    canary_urls: list[str] = Field(default_factory=list, description="Replica URLs of the canary.")
+    stable_urls: list[ReplicaUrl] = Field(
+        min_length=1, description="Replica URLs of the stable group."
+    )
+    canary_urls: list[ReplicaUrl] = Field(
+        default_factory=list, description="Replica URLs of the canary."
+    )
 
 
 class _ResponseOwners:
@@ -280,23 +345,33 @@ async def route_signal(request: Request, state: StateDep) -> Response:
         headers["authorization"] = auth
     owner = state.owners.get(response_id)
     candidates = [owner] if owner else state.groups["stable"] + state.groups["canary"]
-    upstream = None
+    upstream = None  # the answer the client gets
     for url in candidates:
         try:
-            upstream = await request.app.state.client.post(
+            answer = await request.app.state.client.post(
                 f"{url}{request.url.path}", content=body, headers=headers
             )
         except httpx.TransportError:
             continue
-        if upstream.status_code != 404:
+        if owner is not None:
+            upstream = answer
+        elif _proves_owner(answer):
             state.owners.record(response_id, url)
+            upstream = answer
             break
+        elif upstream is None or (upstream.status_code == 404 and answer.status_code != 404):
+            upstream = answer  # the first error that is not a 404, else a 404
     if upstream is None:
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, "no replica reachable")
     return Response(
         upstream.content, upstream.status_code, media_type=upstream.headers.get("content-type"),
         headers={k: v for k, v in upstream.headers.items() if k.lower() == "www-authenticate"},
     )
+
+
+def _proves_owner(answer: httpx.Response) -> bool:
+    """Whether a replica's answer to a signal shows it served the response to this caller."""
+    return answer.is_success or answer.headers.get(RESPONSE_KNOWN_HEADER) == "1"
 
 
 @public.get("/healthz")
@@ -347,6 +422,12 @@ def stats(start: datetime, end: datetime, state: StateDep, _: AdminDep) -> dict:
     }
 
 
+async def _on_validation(request: Request, exc: RequestValidationError) -> Response:
+    """A 422 in OpenAI's error shape, ``param`` naming the field; the input is not echoed (it may
+    be NaN, which JSON cannot carry)."""
+    return validation_error(exc, status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
 def create_router_app(
     *,
     stable_urls: list[str],
@@ -373,6 +454,7 @@ def create_router_app(
     app.add_middleware(
         RequestLimits, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s
     )
+    app.add_exception_handler(RequestValidationError, _on_validation)
     app.state.router = _State(stable_urls, canary_urls, canary_weight, admin_token)
     app.include_router(public)
     app.include_router(admin)
@@ -384,9 +466,13 @@ class RouterSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="RATCHET_ROUTER_", extra="forbid", frozen=True)
 
-    stable_urls: list[str] = Field(min_length=1, description="Replica URLs of the stable group.")
-    canary_urls: list[str] = Field(default_factory=list, description="Replica URLs of the canary.")
-    canary_weight: float = Field(default=0.0, ge=0.0, le=1.0, description="Initial canary share.")
+    stable_urls: list[ReplicaUrl] = Field(
+        min_length=1, description="Replica URLs of the stable group."
+    )
+    canary_urls: list[ReplicaUrl] = Field(
+        default_factory=list, description="Replica URLs of the canary."
+    )
+    canary_weight: CanaryWeight = Field(default=0.0, description="Initial canary share.")
     admin_token: SecretStr = Field(
         default=SecretStr(DEFAULT_ADMIN_TOKEN), description="Bearer token for /admin/*."
     )

@@ -607,6 +607,13 @@ class ReadyResponse(BaseModel):
 # -- signals API (routes/signals.py) and client keys (routes/keys.py) ---------------------------
 
 
+RESPONSE_KNOWN_HEADER = "X-Ratchet-Response-Known"
+"""Set (to ``1``) on a signal's answer once the replica has found the response for the caller's
+key: a 202, and a 409, 422 or 503 given after that lookup. A router looking for the replica that
+served a response (deploy/fleet/router.py) takes this header, or a 2xx, as proof; a 401 or a
+validation 422 comes before the lookup and proves nothing."""
+
+
 def _no_lone_surrogates(value: str | None) -> str | None:
     if value is not None:
         try:

@@ -11,6 +11,14 @@ to another client), 409 (this signal was already given: one feedback and one fol
 response, one edit per window), 413 (body over the replica's limit), 422 (a field out of bounds,
 named in ``error.param``), 503 (logging off or its queue full). Every error is in OpenAI's shape.
 
+The key and the body are checked *before* the response is looked up, because the lookup is per
+key: a response is found only for a key that may signal about it, and any other key gets the 404
+an unknown id gets, so no one can probe which ids a replica holds. A 401 or a validation 422
+therefore says nothing about where a response lives. Every answer given after the lookup found
+the response (202, 409, a 422 about ``created`` or an empty response, 503 queue full) carries
+``X-Ratchet-Response-Known: 1`` (``api.RESPONSE_KNOWN_HEADER``): that, or a 2xx, is how the
+router (deploy/fleet/router.py) learns which replica owns a response it does not know.
+
 Edit persistence is ``1 - normalised Levenshtein distance`` between the code served and the code
 as it stands now (rapidfuzz, ``rewards.answers.persistence``: the fenced blocks of a chat reply,
 or the whole text without a fence, so prose around the code earns nothing), or a precomputed
@@ -25,11 +33,12 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
 from deploy.replica.api import (
+    RESPONSE_KNOWN_HEADER,
     EditRequest,
     FeedbackRequest,
     FollowupRequest,
@@ -101,10 +110,11 @@ def _event_time(body: _SignalRequest, served: ServedResponse, max_skew_s: float)
 
 
 def _accept(
-    body, signal_key: str, build, client: ApiClient, responses, logger, metrics, settings
+    body, signal_key: str, build, client: ApiClient, responses, logger, metrics, settings,
+    response: Response,
 ) -> SignalAccepted:
-    """Look the response up (as ``client`` sees it), claim the signal, build and queue the event
-    (in that order)."""
+    """Look the response up (as ``client`` sees it), then claim the signal, build and queue the
+    event; every answer after a successful lookup carries ``RESPONSE_KNOWN_HEADER``."""
     kind = signal_key.split(":")[0]
     if logger is None:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "behaviour logging is off")
@@ -116,6 +126,20 @@ def _accept(
             f"response_id: {body.response_id!r} was not served by this replica "
             f"in the last {settings.signal_max_age_s:g}s",
         )
+    response.headers[RESPONSE_KNOWN_HEADER] = "1"
+    try:
+        return _accept_known(body, signal_key, kind, served, build, responses, logger, metrics,
+                             settings)
+    except HTTPException as exc:
+        exc.headers = {**(exc.headers or {}), RESPONSE_KNOWN_HEADER: "1"}
+        raise
+
+
+def _accept_known(
+    body, signal_key: str, kind: str, served: ServedResponse, build, responses, logger, metrics,
+    settings,
+) -> SignalAccepted:
+    """Claim the signal about a response found for its client, build and queue the event."""
     event_time = _event_time(body, served, settings.signal_max_skew_s)
     if not responses.claim(body.response_id, signal_key):
         metrics.signals.labels(kind, "duplicate").inc()
@@ -143,18 +167,20 @@ def _accept(
 @router.post("/feedback", status_code=status.HTTP_202_ACCEPTED, response_model=SignalAccepted)
 def post_feedback(
     body: FeedbackRequest, client: ClientDep, responses: ResponsesDep, logger: LoggerDep,
-    metrics: MetricsDep, settings: SettingsDep,
+    metrics: MetricsDep, settings: SettingsDep, response: Response,
 ) -> SignalAccepted:
     def build(served, common):
         return Feedback(**common, label=body.label, rating=body.rating, comment=body.comment)
 
-    return _accept(body, "feedback", build, client, responses, logger, metrics, settings)
+    return _accept(
+        body, "feedback", build, client, responses, logger, metrics, settings, response
+    )
 
 
 @router.post("/edits", status_code=status.HTTP_202_ACCEPTED, response_model=SignalAccepted)
 def post_edit(
     body: EditRequest, client: ClientDep, responses: ResponsesDep, logger: LoggerDep,
-    metrics: MetricsDep, settings: SettingsDep,
+    metrics: MetricsDep, settings: SettingsDep, response: Response,
 ) -> SignalAccepted:
     def build(served, common):
         from rewards.answers import code_of
@@ -170,16 +196,19 @@ def post_edit(
         return EditPersistence(**common, window_s=body.window_s, score=score)
 
     return _accept(
-        body, f"edit:{body.window_s}", build, client, responses, logger, metrics, settings
+        body, f"edit:{body.window_s}", build, client, responses, logger, metrics, settings,
+        response,
     )
 
 
 @router.post("/followups", status_code=status.HTTP_202_ACCEPTED, response_model=SignalAccepted)
 def post_followup(
     body: FollowupRequest, client: ClientDep, responses: ResponsesDep, logger: LoggerDep,
-    metrics: MetricsDep, settings: SettingsDep,
+    metrics: MetricsDep, settings: SettingsDep, response: Response,
 ) -> SignalAccepted:
     def build(served, common):
         return Followup(**common, text=body.text, dissatisfied=body.dissatisfied)
 
-    return _accept(body, "followup", build, client, responses, logger, metrics, settings)
+    return _accept(
+        body, "followup", build, client, responses, logger, metrics, settings, response
+    )

@@ -1,3 +1,4 @@
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -83,3 +84,154 @@ def test_router_settings_refuse_default_token(monkeypatch):
         RouterSettings()
     monkeypatch.setenv("RATCHET_ROUTER_ADMIN_TOKEN", "t0ken")
     assert RouterSettings().stable_urls == ["http://127.0.0.1:1"]
+
+
+ADMIN = {"Authorization": "Bearer router-token"}
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1.5", "-0.1", '"half"'])
+def test_a_weight_that_is_not_a_share_is_422_naming_the_field(client, value):
+    ok = {**ADMIN, "content-type": "application/json"}
+    assert client.put("/admin/weights", json={"canary_weight": 0.25}, headers=ok).status_code == 200
+    r = client.put("/admin/weights", content=f'{{"canary_weight": {value}}}', headers=ok)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["param"] == "canary_weight"
+    assert client.get("/admin/weights", headers=ADMIN).json() == {"canary_weight": 0.25}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[::1",  # unclosed IPv6 literal
+        "127.0.0.1:8000",  # no scheme
+        "ftp://127.0.0.1:8000",
+        "http://:8000",  # no host
+        "http://a b:8000",
+        "http://\ud800:8000",
+        "http://127.0.0.1:99999",
+        "http://127.0.0.1:0",
+        "http://127.0.0.1:-1",
+        "http://127.0.0.1:8000:1",
+        "http://127.0.0.1:8000/?q=1",
+        "http://127.0.0.1:8000/#top",
+        "http://user:pw@127.0.0.1:8000",
+        "",
+    ],
+)
+@pytest.mark.parametrize("field", ["stable_urls", "canary_urls"])
+def test_groups_with_a_bad_url_are_422_naming_the_field_and_change_nothing(client, url, field):
+    body = {"stable_urls": ["http://127.0.0.1:9"], "canary_urls": []}
+    body[field] = [url] if field == "stable_urls" else ["http://127.0.0.1:9", url]
+    raw = json.dumps(body)  # ASCII, so a lone surrogate travels as its JSON escape
+    json_admin = {**ADMIN, "content-type": "application/json"}
+    r = client.put("/admin/groups", content=raw, headers=json_admin)
+    assert r.status_code == 422, r.text
+    expected = "stable_urls.0" if field == "stable_urls" else "canary_urls.1"
+    assert r.json()["error"]["param"] == expected
+    got = client.get("/admin/groups", headers=ADMIN).json()
+    assert got == {"stable_urls": ["http://127.0.0.1:9"], "canary_urls": []}
+    r = client.post("/v1/completions", json={"prompt": "x"}, headers={"X-Conversation-Id": "c"})
+    assert r.status_code == 502  # still routed to the stored replica (nothing listens there)
+
+
+def test_groups_take_http_and_https_urls_by_name_ipv4_or_ipv6(client):
+    body = {
+        "stable_urls": ["http://127.0.0.1:9", "https://replica-1.example.internal"],
+        "canary_urls": ["http://[::1]:8001/", "http://localhost:8002/prefix"],
+    }
+    r = client.put("/admin/groups", json=body, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    stored = {
+        "stable_urls": ["http://127.0.0.1:9", "https://replica-1.example.internal"],
+        "canary_urls": ["http://[::1]:8001", "http://localhost:8002/prefix"],
+    }
+    assert r.json() == stored  # without a trailing slash: the router appends /v1/...
+    assert client.get("/admin/groups", headers=ADMIN).json() == stored
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("RATCHET_ROUTER_STABLE_URLS", '["http://[::1"]'),
+        ("RATCHET_ROUTER_CANARY_URLS", '["127.0.0.1:8001"]'),
+        ("RATCHET_ROUTER_CANARY_WEIGHT", "nan"),
+        ("RATCHET_ROUTER_CANARY_WEIGHT", "inf"),
+    ],
+)
+def test_router_settings_refuse_bad_urls_and_weights(monkeypatch, name, value):
+    monkeypatch.setenv("RATCHET_ROUTER_STABLE_URLS", '["http://127.0.0.1:1"]')
+    monkeypatch.setenv("RATCHET_ROUTER_ADMIN_TOKEN", "t0ken")
+    monkeypatch.setenv(name, value)
+    field = name.removeprefix("RATCHET_ROUTER_").lower()
+    with pytest.raises(ValidationError, match=field):
+        RouterSettings()
+
+
+# -- signals for responses the router does not know (served before it restarted) -------------
+
+REPLICA_TOKEN = "router-unit-replica-admin"
+
+
+@pytest.fixture
+def fleet(tmp_path, live):
+    """A stable and a canary replica (no model; one key file) behind a router that has routed
+    nothing, as after a restart. The canary served ``cmpl-canary`` to the client ``key``."""
+    import httpx
+
+    from deploy.replica.server import create_app
+    from deploy.replica.settings import ServerSettings
+
+    def replica(name):
+        return create_app(ServerSettings(
+            tracking_uri="http://127.0.0.1:9", model_name="m", admin_token=REPLICA_TOKEN,
+            replica_id=name, spool_dir=tmp_path / name / "spool",
+            cache_dir=tmp_path / name / "cache", api_keys_path=tmp_path / "keys.json",
+        ))
+
+    stable, canary = replica("stable-0"), replica("canary-0")
+    with live(stable) as stable_url, live(canary) as canary_url:
+        r = httpx.post(f"{stable_url}/admin/keys", json={"name": "ide"},
+                       headers={"Authorization": f"Bearer {REPLICA_TOKEN}"})
+        key = r.json()["key"]
+        canary.state.responses.remember(
+            "cmpl-canary", text="x = 1\n", created=datetime.now(UTC) - timedelta(seconds=1),
+            conversation_id="c", owner=canary.state.api_keys.verify(key),
+        )
+        router = create_router_app(
+            stable_urls=[stable_url], canary_urls=[canary_url], admin_token="router-token"
+        )
+        with TestClient(router) as client:
+            yield client, {"Authorization": f"Bearer {key}"}
+
+
+def test_a_signal_without_a_key_does_not_make_the_first_replica_its_owner(fleet):
+    router, auth = fleet
+    feedback = {"response_id": "cmpl-canary", "label": "accept"}
+    r = router.post("/v1/feedback", json=feedback)
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    r = router.post("/v1/feedback", json=feedback, headers=auth)
+    assert r.status_code == 202, r.text  # the canary, which served it, took it
+    assert r.json()["response_id"] == "cmpl-canary"
+    r = router.post("/v1/feedback", json=feedback, headers=auth)
+    assert r.status_code == 409  # and is now remembered as its owner
+
+
+def test_a_corrected_signal_reaches_the_owner_after_a_422(fleet):
+    router, auth = fleet
+    r = router.post("/v1/edits", json={"response_id": "cmpl-canary", "window_s": 45, "score": 1},
+                    headers=auth)
+    assert r.status_code == 422 and r.json()["error"]["param"] == "window_s"
+    r = router.post("/v1/edits", json={"response_id": "cmpl-canary", "window_s": 30, "score": 1},
+                    headers=auth)
+    assert r.status_code == 202, r.text
+    assert r.json()["kind"] == "edit_persistence"
+
+
+def test_a_signal_no_replica_holds_is_404(fleet):
+    router, auth = fleet
+    r = router.post("/v1/followups", json={"response_id": "cmpl-nope", "text": "hm"},
+                    headers=auth)
+    assert r.status_code == 404
+    r = router.post("/v1/followups", json={"response_id": "cmpl-canary", "text": "hm"},
+                    headers=auth)
+    assert r.status_code == 202, r.text

@@ -229,3 +229,30 @@ def test_an_answer_without_code_has_no_persistence_to_report(client, app, key):
         r = client.post("/v1/edits", json={"response_id": "cmpl-empty", "window_s": 30, **body},
                         headers=_auth(key))
         assert r.status_code == 422 and "holds no code" in r.text  # not a 409: claim released
+
+
+def test_only_answers_after_the_lookup_say_the_response_is_known(client, app, key):
+    admin = {"Authorization": f"Bearer {TOKEN}"}
+    other = client.post("/admin/keys", json={"name": "someone else"}, headers=admin).json()["key"]
+    created = datetime.now(UTC) - timedelta(seconds=1)
+    app.state.responses.remember("cmpl-1", text=SERVED, created=created, conversation_id="c",
+                                 owner=app.state.api_keys.verify(key))
+    feedback = {"response_id": "cmpl-1", "label": "accept"}
+    far = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    before_lookup = [
+        client.post("/v1/feedback", json=feedback),
+        client.post("/v1/feedback", json={**feedback, "label": "meh"}, headers=_auth(key)),
+        client.post("/v1/feedback", json={**feedback, "response_id": "cmpl-2"},
+                    headers=_auth(key)),
+        client.post("/v1/feedback", json=feedback, headers=_auth(other)),  # not theirs
+    ]
+    assert [r.status_code for r in before_lookup] == [401, 422, 404, 404]
+    assert all("x-ratchet-response-known" not in r.headers for r in before_lookup)
+    after_lookup = [
+        client.post("/v1/followups", json={"response_id": "cmpl-1", "text": "hm", "created": far},
+                    headers=_auth(key)),
+        client.post("/v1/feedback", json=feedback, headers=_auth(key)),
+        client.post("/v1/feedback", json=feedback, headers=_auth(key)),
+    ]
+    assert [r.status_code for r in after_lookup] == [422, 202, 409]
+    assert all(r.headers["x-ratchet-response-known"] == "1" for r in after_lookup)
