@@ -81,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=float, default=0.0, help="time compression; 0 = no waiting")
     p.add_argument("--no-drain", dest="drain", action="store_false",
                    help="leave completions whose join windows are still open pending (default: "
-                        "a finished recording is finalised and trained on in full)")
+                        "a finished recording is finalised, each completion written once; a "
+                        "persistence window still open ends as ingest.join.open_at_drain says, "
+                        "'neutral' unless the config sets it)")
 
     p = sub.add_parser(
         "serve", help="serve the champion (one replica) with its API key; Ctrl-C stops it all"

@@ -193,7 +193,8 @@ class RatchetConfig(_Config):
         description="Attempts of the gate stage that may end without a verdict (the process "
         "killed, e.g. by the answer being graded, or an error) before the cycle records a "
         "failing verdict (gate 'completes', with the reasons) and releases the candidate, so "
-        "no candidate can wedge the loop.",
+        "no candidate can wedge the loop; likewise the attempts of the train stage that may "
+        "fail before the cycle is skipped with the reasons (its spans consumed).",
     )
     torch_threads: int = Field(
         1, ge=1, le=256,

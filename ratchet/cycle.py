@@ -15,6 +15,10 @@ killed, e.g. by the answer being graded, or it raised) is counted by the next ru
 the same stage. After ``stage_max_deaths`` such attempts (default 3) the cycle records a failing
 verdict instead (gate ``completes``, the reasons in its detail and in the version's tag
 ``gate.died``), and the deploy stage releases ``candidate``: no candidate can wedge the loop.
+Train attempts are counted the same way; after ``stage_max_deaths`` of them that raised or were
+killed, the cycle is skipped with the count and the reasons (its note, the cycle run's tag
+``ratchet.train_failed``) and its spans count as consumed: neither a span nor a champion that
+breaks training can wedge the loop.
 
 Each attempt is one MLflow parent run with a nested run per stage; the stages talk only through
 typed records: the reward spans (ingest.pipeline.SpanResult, Parquet rows of
@@ -219,7 +223,7 @@ class Cycle:
         self._settle_orphan_candidate(state)
         self._drop_abandoned_candidate(state)
         if state.stage == "ingested":
-            self._timed(result, "train", lambda: self._train(state))
+            self._timed(result, "train", lambda: self._train_attempt(state, result))
         if state.stage == "trained":
             self._timed(result, "gate", lambda: self._gate(state, result))
         if state.stage == "gated":
@@ -293,6 +297,7 @@ class Cycle:
         registry.set_alias(self.tracking_uri, self.config.model_name, registry.CANDIDATE,
                            state.candidate_version)
         state.stage = "trained"
+        state.stage_failures.pop("train", None)
         self._save(state)
         log.info("adopted v%d registered by killed train run %s", state.candidate_version,
                  train_run)
@@ -391,6 +396,26 @@ class Cycle:
             "ratchet.train_rows": str(state.train_rows),
             "ratchet.cycle_id": state.cycle_id,
         }
+
+    def _train_attempt(self, state: CycleState, result: CycleResult) -> None:
+        """Train, counted as an attempt of the stage; after ``stage_max_deaths`` attempts that
+        raised or were killed, skip the cycle with the reasons instead of training again."""
+        failures = state.stage_failures.get("train", [])
+        if len(failures) < self.config.stage_max_deaths:
+            self._attempt(state, "train", lambda: self._train(state))
+            return
+        import mlflow
+
+        reasons = "; ".join(f"{failures.count(r)}x {r}" for r in dict.fromkeys(failures))
+        reason = (f"the train stage failed {len(failures)} times "
+                  f"(stage_max_deaths={self.config.stage_max_deaths}): {reasons}")
+        log.error("cycle %s skipped: %s", state.cycle_id, reason)
+        if mlflow.active_run() is not None:
+            mlflow.set_tag("ratchet.train_failed", reason[:4000])  # on the cycle's own run
+        state.stage, state.note = "skipped", reason  # its spans count as consumed
+        state.stage_failures.pop("train", None)
+        result.skipped = reason
+        self._save(state)
 
     def _train(self, state: CycleState) -> None:
         import mlflow

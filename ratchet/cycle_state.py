@@ -5,8 +5,9 @@ fsync, rename) beside the span manifests it refers to. Stages, in order::
 
     started -> ingested -> trained -> gated -> deployed
                    \\-> skipped (too few rows: the spans stay unconsumed for the next cycle)
-    ingested -> skipped (no trainable rows, e.g. greedy rows with nothing to imitate: the
-                spans are consumed, so the next cycle moves on)
+    ingested -> skipped (no trainable rows, e.g. greedy rows with nothing to imitate, or the
+                train stage failed ``stage_max_deaths`` times: the spans are consumed, so the
+                next cycle moves on)
 
 ``ingested`` fixes the cycle's span ids: every committed, validated span with rows that no
 earlier cycle has consumed, plus (carry, ``RatchetConfig.carry``) the spans of the finished

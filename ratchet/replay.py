@@ -9,6 +9,13 @@ too-old/future checks while every interval between events is kept. Each record i
 recorded timestamp, shifted by the same amount as its event time, so ingest's staleness check
 (event time against record timestamp) sees exactly what it saw when the traffic was recorded,
 and a rerun classifies every record as the first run did.
+
+A replayed recording is finished: nothing more will come for it. :func:`finished_recording` is the
+config a cycle on it runs with: ingest drains, and a completion whose persistence window is still
+open at the recording's end is finalised as ``ingest.join.open_at_drain`` says, ``neutral`` unless
+the config sets it (its row is written once; a missing checkpoint then means nothing, and the row
+is trained on if feedback or the checkpoints that came score it). ``pending``, the default of a
+plain ``ingest --drain``, is for a recording cut mid-stream whose rest comes later.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ingest.schema import DEAD_LETTER_TOPIC, TOPICS
+from ratchet.config import RatchetConfig
 
 
 def record(bootstrap: str, path: Path) -> int:
@@ -62,6 +70,17 @@ def _shift_event_time(value: str, shift_s: float) -> str:
         return value  # malformed on purpose: replay it untouched
     event["event_time"] = datetime.fromtimestamp(t.timestamp() + shift_s, UTC).isoformat()
     return json.dumps(event)
+
+
+def finished_recording(config: RatchetConfig) -> RatchetConfig:
+    """``config`` for a cycle on a finished recording: ingest drains, and an open persistence
+    window ends as ``ingest.join.open_at_drain`` says when the config sets it, else
+    ``neutral`` (never ``pending``: no later span will bring what the recording lacks)."""
+    join = config.ingest.join
+    if "open_at_drain" not in join.model_fields_set:
+        join = join.model_copy(update={"open_at_drain": "neutral"})
+    ingest = config.ingest.model_copy(update={"drain": True, "join": join})
+    return config.model_copy(update={"ingest": ingest})
 
 
 class RecordingError(ValueError):

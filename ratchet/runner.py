@@ -73,10 +73,11 @@ def _run_command(args: argparse.Namespace, config: RatchetConfig) -> int:
     with services(workdir, bootstrap=args.bootstrap, tracking_uri=args.tracking_uri) as ep:
         # The cycle bootstraps the champion itself, under the model's lease (no two champions).
         if args.command == "replay" and args.drain:
-            # A finished recording: finalise every completion it holds (signals that never
-            # came are defaulted), instead of waiting for traffic that will never arrive.
-            config = config.model_copy(
-                update={"ingest": config.ingest.model_copy(update={"drain": True})})
+            # A finished recording: finalise every completion it holds, open windows included,
+            # instead of waiting for traffic that will never arrive.
+            from ratchet.replay import finished_recording
+
+            config = finished_recording(config)
         cycle = Cycle(config, tracking_uri=ep.tracking_uri, bootstrap=ep.bootstrap, workdir=workdir)
         if args.command == "cycle":
             return report(cycle.run(0))

@@ -27,6 +27,7 @@ import random
 import re
 
 from tasks.grader import grade_check
+from tasks.syntax import check_syntax
 from tasks.toy import CheckResult, Task
 
 STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#", "\nassert ")
@@ -98,10 +99,9 @@ def grade(problem: dict, completion: str, *, timeout_s: float, chat: bool = Fals
         source = program({**problem, "prompt": ""}, chat_source(problem, completion))
     else:
         source = program(problem, body)
-    try:
-        compile(source, "<humaneval>", "exec")
-    except (SyntaxError, ValueError) as e:
-        return CheckResult(False, True, False, f"does not compile: {e}")
+    syntax = check_syntax(source, filename="<humaneval>")
+    if not syntax.ok:
+        return CheckResult(False, True, False, syntax.reason)
     answer = chat_source(problem, completion) if chat else problem["prompt"] + body
     verdict = grade_check(answer, prelude=problem["prompt"], test=problem["test"],
                           entry_point=problem["entry_point"], timeout_s=timeout_s)

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from tasks.grader import grade_asserts
 from tasks.humaneval import extract_code
+from tasks.syntax import check_syntax
 from tasks.toy import CheckResult, Task
 
 REQUIRED = ("task_id", "prompt", "tests")
@@ -149,10 +150,9 @@ def grade(task: JsonlTask, reply: str, *, timeout_s: float) -> CheckResult:
     if not code.strip():
         return CheckResult(False, False, True, "empty answer")
     source = program(task, code)
-    try:
-        compile(source, "<jsonl-task>", "exec")
-    except (SyntaxError, ValueError) as e:
-        return CheckResult(False, True, False, f"does not compile: {e}")
+    syntax = check_syntax(source, filename="<jsonl-task>")
+    if not syntax.ok:
+        return CheckResult(False, True, False, syntax.reason)
     if task.entry_point and not re.search(
             rf"^\s*(async\s+)?def\s+{re.escape(task.entry_point)}\s*\(|^{re.escape(task.entry_point)}\s*=",
             code, re.MULTILINE):

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tasks.harness import strict_eq
+from tasks.syntax import check_syntax
 
 Value = int | tuple[int, ...]
 Binding = tuple[str, Value]
@@ -236,10 +237,10 @@ class _Evaluator:
 def _parse(answer: str) -> ast.expr:
     if len(answer) > MAX_ANSWER_CHARS:
         raise Disallowed(f"answer longer than {MAX_ANSWER_CHARS} characters")
-    try:
-        tree = ast.parse(answer, mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-        raise Disallowed(f"does not parse: {type(e).__name__}") from None
+    syntax = check_syntax(answer, mode="eval")
+    if not isinstance(syntax.tree, ast.Expression):  # eval mode: an Expression when it compiles
+        raise Disallowed(syntax.reason)
+    tree = syntax.tree
     nodes = list(ast.walk(tree))
     if len(nodes) > MAX_NODES:
         raise Disallowed(f"expression has {len(nodes)} nodes (max {MAX_NODES})")

@@ -22,3 +22,16 @@ def test_values_that_are_not_utf8_survive_the_round_trip_byte_for_byte():
     raw = b"\xff\xfe not utf-8"
     assert _decode_value(_encode_value(raw), 90.0) == raw
     assert _decode_value(_encode_value(b"plain"), None) == b"plain"
+
+
+def test_a_finished_recording_drains_and_ends_open_windows_neutral_unless_configured():
+    from ratchet.config import RatchetConfig
+    from ratchet.replay import finished_recording
+
+    default = finished_recording(RatchetConfig())
+    assert default.ingest.drain is True and default.ingest.join.open_at_drain == "neutral"
+    assert RatchetConfig().ingest.join.open_at_drain == "pending"  # the config itself is kept
+    chosen = finished_recording(RatchetConfig.model_validate(
+        {"ingest": {"join": {"open_at_drain": "pending", "allowed_lateness_s": 5.0}}}))
+    assert chosen.ingest.join.open_at_drain == "pending"
+    assert chosen.ingest.join.allowed_lateness_s == 5.0 and chosen.ingest.drain is True

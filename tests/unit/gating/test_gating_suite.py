@@ -111,3 +111,36 @@ def test_sampled_figures_pair_the_two_models_and_never_gate():
     assert 0.0 < f["sampled.change.ci_low"] < 0.25 < f["sampled.change.ci_high"]
     assert sampled_figures(result([None] * 4), champ, BootstrapConfig()) == {}
     assert set(sampled_figures(cand, None, BootstrapConfig())) == {"sampled.candidate_pass_rate"}
+
+
+class _Says:
+    """``policy``, except that every greedy answer is ``text``."""
+
+    def __init__(self, policy, text):
+        self._policy, self._text = policy, text
+
+    def __getattr__(self, name):
+        return getattr(self._policy, name)
+
+    def generate(self, prompts, **_):
+        from policy.base import Sampled
+
+        return [Sampled(self._text, list(p), [7] * 51, [0.0] * 51, [], [], "length")
+                for p in prompts]
+
+
+@pytest.mark.parametrize("answer", ["-" * 6000, "def f(x):\n    return " + "-" * 3000 + "x\n",
+                                    "(" * 5000])
+def test_a_degenerate_answer_counts_as_malformed_not_as_a_grader_crash(model, answer):
+    """Runs of one token make CPython's compiler raise MemoryError or RecursionError: the gate
+    sees a malformed answer, which its malformed-rate guardrail counts."""
+    from pathlib import Path
+
+    from policy.loader import as_policy
+
+    suite = Path(__file__).resolve().parents[3] / "tasks/data/pyfuncs_gate.jsonl"
+    tasks, checker = build_suite(SuiteConfig(kind="jsonl", path=str(suite), size=3, seed=0))
+    result = run_suite(_Says(as_policy(model), answer), tasks, max_new_tokens=64, seed=0,
+                       checker=checker)
+    assert result.malformed_rate == 1.0 and result.pass_rate == 0.0
+    assert all(t.detail.startswith("does not compile") for t in result.tasks)

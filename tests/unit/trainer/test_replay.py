@@ -80,3 +80,36 @@ def test_a_task_without_a_check_is_named(tmp_path):
     path.write_text('{"prompt": "1+1="}\n')
     with pytest.raises(ValueError, match=r"p.jsonl:1: .*'tests'"):
         load_graded_tasks(path, 4, timeout_s=1.0)
+
+
+class _Says:
+    """The committed champion, except that every greedy answer is ``text``."""
+
+    def __init__(self, policy, text):
+        self._policy, self._text = policy, text
+
+    def __getattr__(self, name):
+        return getattr(self._policy, name)
+
+    def generate(self, prompts, **_):
+        from policy.base import Sampled
+
+        return [Sampled(self._text, list(p), [7] * 51, [0.0] * 51, [], [], "length")
+                for p in prompts]
+
+
+@pytest.mark.parametrize("answer", ["-" * 6000, "def f(x):\n    return " + "-" * 3000 + "x\n",
+                                    "(" * 5000])
+def test_a_degenerate_greedy_answer_is_not_kept_and_does_not_stop_the_setup(answer, tmp_path):
+    """A champion whose greedy answer is a run of one token (which makes CPython's compiler
+    raise MemoryError or RecursionError) replays nothing for those tasks."""
+    from pathlib import Path
+
+    suite = Path(__file__).resolve().parents[3] / "tasks/data/pyfuncs_gate.jsonl"
+    lines = suite.read_text().splitlines()[:2]
+    path = tmp_path / "prior.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    champion = _Says(load_policy(COMMITTED), answer)
+    samples, tried = verified_answers(champion, path, n=2, max_new_tokens=64, timeout_s=5.0,
+                                      version=1)
+    assert (samples, tried) == ([], 2)
