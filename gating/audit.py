@@ -239,7 +239,8 @@ def _record(tracking_uri, model_name, plan: AuditPlan, config: GateConfig,
         line = audit_line(verdict, plan.fallback)
         verdict = verdict.model_copy(update={"decision": line})
         mlflow.set_tags({
-            "ratchet.stage": "audit", "audit.verdict": "pass" if passed else "fail",
+            "ratchet.stage": "audit", "audit.model": model_name,
+            "audit.verdict": "pass" if passed else "fail",
             "audit.champion_version": str(plan.champion), "audit.anchor_version": str(plan.anchor),
             "audit.fallback_version": str(plan.fallback), "audit.decision": line[:5000],
             "mlflow.note.content": f"**{line}**\n\n```\n{format_table(verdict)}\n```",

@@ -149,12 +149,14 @@ def _die_when_untagging_promotion(monkeypatch):
     return lambda: monkeypatch.setattr(registry, "set_version_tags", real)
 
 
-def _audit_runs(uri: str, version: int) -> list:
+def _audit_runs(uri: str, name: str, version: int) -> list:
+    """Every run that audited ``version`` of model ``name``, in any experiment."""
     from mlflow import MlflowClient
 
     client = MlflowClient(uri)
     experiments = [e.experiment_id for e in client.search_experiments()]
-    return client.search_runs(experiments, f"attributes.run_name = 'audit-v{version}'")
+    return client.search_runs(experiments, f"tags.`audit.model` = '{name}' and "
+                                           f"attributes.run_name = 'audit-v{version}'")
 
 
 def test_a_failed_audit_killed_after_the_alias_moved_is_settled_never_repromoted(
@@ -186,7 +188,7 @@ def test_a_failed_audit_killed_after_the_alias_moved_is_settled_never_repromoted
     assert registry.version_tags(uri, name, v[3])["gate.promoted"] == "false"
     assert registry.model_tags(uri, name)["ratchet.audit.at"] == str(v[3])
     assert unsettled_audit(uri, name) is None and audit_due(uri, name, 3) is None
-    assert len(_audit_runs(uri, v[3])) == 1
+    assert len(_audit_runs(uri, name, v[3])) == 1
 
 
 def test_a_deploy_stage_killed_inside_the_audit_rollback_does_not_promote_the_version_again(
@@ -237,5 +239,5 @@ def test_a_deploy_stage_killed_inside_the_audit_rollback_does_not_promote_the_ve
     tags = registry.version_tags(uri, name, v2)
     assert tags["audit.verdict"] == "fail" and tags["gate.promoted"] == "false"
     assert registry.model_tags(uri, name)["ratchet.audit.at"] == str(v2)
-    failed = [r for r in _audit_runs(uri, v2) if r.data.tags.get("audit.verdict") == "fail"]
+    failed = [r for r in _audit_runs(uri, name, v2) if r.data.tags.get("audit.verdict") == "fail"]
     assert len(failed) == 1
