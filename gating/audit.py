@@ -16,6 +16,14 @@ The audit's state lives on the registered model, so a resumed or rescheduled loo
 to) and ``ratchet.audit.at`` (the newest version the last audit covered). The promotions since
 then are counted from the versions' own ``gate.promoted`` tags, so a cycle that resumes after a
 crash counts nothing twice.
+
+The verdict is durable before anything acts on it: the audited version's tag ``audit.verdict``
+is written (inside the audit's run) before ``champion`` moves back, and ``registry.promote``
+refuses a version tagged ``audit.verdict=fail``, so a version that failed its audit is never
+champion again, whatever the order in which a crash interrupts the writes. ``ratchet.audit.at``
+is written last: a version with a verdict past it is an audit whose effects a crash may have cut
+short, and :func:`unsettled_audit` finds it so that :func:`settle_audit` finishes them (each
+write is idempotent) instead of running the audit a second time.
 """
 
 from __future__ import annotations
@@ -47,6 +55,17 @@ class AuditPlan:
     anchor: int
     fallback: int
     promotions: int
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """An audit's verdict as its champion version carries it (tags ``audit.*``)."""
+
+    champion: int
+    passed: bool
+    run_id: str
+    decision: str
+    fallback: int
 
 
 def note_anchor(tracking_uri: str, model_name: str, champion_before: int | None) -> None:
@@ -149,6 +168,57 @@ def audit_line(v: GateVerdict, fallback: int) -> str:
                                            f"v{fallback} (anchor v{v.champion_version})"))
 
 
+def unsettled_audit(tracking_uri: str, model_name: str) -> AuditRecord | None:
+    """The audit whose verdict is recorded on its champion version but whose effects (the alias
+    moved back, the tags, the model's audit position) may not all be written: a version with a
+    verdict past ``ratchet.audit.at``, the newest if several. None when every audit is settled."""
+    from mlflow import MlflowClient
+
+    tags = registry.model_tags(tracking_uri, model_name)
+    if ANCHOR not in tags:
+        return None
+    at = int(tags.get(AT, tags[ANCHOR]))
+    found = MlflowClient(tracking_uri=tracking_uri).search_model_versions(
+        f"name = '{model_name}'")
+    recorded = sorted((int(mv.version), mv.tags or {}) for mv in found
+                      if int(mv.version) > at and registry.AUDIT_VERDICT in (mv.tags or {}))
+    if not recorded:
+        return None
+    version, vtags = recorded[-1]
+    return AuditRecord(champion=version, passed=vtags[registry.AUDIT_VERDICT] == "pass",
+                       run_id=vtags.get("audit.run_id", ""),
+                       decision=vtags.get("audit.decision", ""),
+                       fallback=int(vtags.get("audit.fallback_version", tags.get(PASSED, at))))
+
+
+def settle_audit(tracking_uri: str, model_name: str, record: AuditRecord,
+                 guard: Callable[[], None] | None = None,
+                 roll_back: Callable[[int], None] | None = None) -> None:
+    """Act on a recorded verdict; every write is idempotent, so a run killed halfway is finished
+    by running this again. A failure: ``champion`` back to the fallback (compare-and-set against
+    the audited version; already there is fine), the version untagged as promoted,
+    ``roll_back(fallback)``. Then the model's audit position (and, on a pass, its fallback)."""
+    guard = guard or (lambda: None)
+    state = {AT: str(record.champion)}
+    if record.passed:
+        state[PASSED] = str(record.champion)
+    else:
+        guard()
+        try:
+            registry.promote(tracking_uri, model_name, record.fallback, expected=record.champion)
+        except registry.ChampionMoved as e:  # moved on by hand: not the audited version either
+            log.error("audit of v%d: champion not moved back: %s", record.champion, e)
+        else:
+            if roll_back is not None:
+                roll_back(record.fallback)
+        guard()
+        registry.set_version_tags(tracking_uri, model_name, record.champion, {
+            "ratchet.promotion": f"rolled back by the audit to v{record.fallback}",
+            "gate.promoted": "false"})
+    guard()
+    registry.set_model_tags(tracking_uri, model_name, state)
+
+
 def _record(tracking_uri, model_name, plan: AuditPlan, config: GateConfig,
             gates: list[GateResult], extras: dict[str, float], guard, roll_back) -> GateVerdict:
     import mlflow
@@ -169,7 +239,8 @@ def _record(tracking_uri, model_name, plan: AuditPlan, config: GateConfig,
         line = audit_line(verdict, plan.fallback)
         verdict = verdict.model_copy(update={"decision": line})
         mlflow.set_tags({
-            "ratchet.stage": "audit", "audit.verdict": "pass" if passed else "fail",
+            "ratchet.stage": "audit", "audit.model": model_name,
+            "audit.verdict": "pass" if passed else "fail",
             "audit.champion_version": str(plan.champion), "audit.anchor_version": str(plan.anchor),
             "audit.fallback_version": str(plan.fallback), "audit.decision": line[:5000],
             "mlflow.note.content": f"**{line}**\n\n```\n{format_table(verdict)}\n```",
@@ -182,22 +253,13 @@ def _record(tracking_uri, model_name, plan: AuditPlan, config: GateConfig,
         mlflow.log_dict(json.loads(config.model_dump_json()), "audit/config.json")
         mlflow.log_text(verdict.model_dump_json(indent=2), "audit/verdict.json")
         mlflow.log_text(format_table(verdict), "audit/report.txt")
-    guard()
-    registry.set_version_tags(tracking_uri, model_name, plan.champion, {
-        "audit.verdict": "pass" if passed else "fail", "audit.run_id": verdict.run_id,
-        "audit.decision": line[:5000]})
-    state = {AT: str(plan.champion)}
-    if passed:
-        state[PASSED] = str(plan.champion)
-    else:
-        guard()
-        registry.promote(tracking_uri, model_name, plan.fallback, expected=plan.champion)
+        guard()  # the verdict on the version, before anything acts on it (module docstring)
         registry.set_version_tags(tracking_uri, model_name, plan.champion, {
-            "ratchet.promotion": f"rolled back by the audit to v{plan.fallback}",
-            "gate.promoted": "false"})
-        if roll_back is not None:
-            roll_back(plan.fallback)
-    registry.set_model_tags(tracking_uri, model_name, state)
+            "audit.run_id": verdict.run_id, "audit.decision": line[:5000],
+            "audit.fallback_version": str(plan.fallback),
+            registry.AUDIT_VERDICT: "pass" if passed else "fail"})  # last: the record is whole
+    record = AuditRecord(champion=plan.champion, passed=passed, run_id=verdict.run_id,
+                         decision=line, fallback=plan.fallback)
+    settle_audit(tracking_uri, model_name, record, guard, roll_back)
     log.info("%s", line)
     return verdict
-

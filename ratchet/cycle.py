@@ -31,6 +31,10 @@ rollback, which restores ``champion`` and ``previous-champion``. Its verdict and
 go into the deploy run (metrics per step, ``canary/step_log.json``), onto the candidate version
 (tags + description, beside the gate's record) and onto the gate run (tag ``canary.verdict``).
 Without a router (and without a demo ``Fleet``), the stage moves the alias only and says so.
+The rollout's outcome is saved before the lifetime audit (gating/audit.py) runs, so a deploy
+stage resumed after a crash neither promotes nor rolls out again; it finishes an audit whose
+verdict was recorded instead of running it twice, and a version whose audit failed is never
+promoted again (``registry.promote`` refuses it).
 
 Deliberately left out: starting services (runtime/services.py, ratchet/demo.py) and traffic
 (simulation/simulator.py). A cycle only reads what is already in Kafka.
@@ -592,43 +596,59 @@ class Cycle:
         with mlflow.start_run(run_name="deploy", nested=True):
             mlflow.set_tags(self._tags("deploy", state))
             pause_point("deploy", self.workdir)
-            promoted, rollout = False, None
-            if state.verdict and state.verdict["passed"]:
-                promoted = self._promote(state)
-            if promoted:
-                rollout = self._roll_out(state)
-                promoted = rollout != "rolled_back"
+            if state.verdict and "promoted" in state.verdict:  # rolled out before a crash
+                promoted, rollout = state.verdict["promoted"], state.verdict["rollout"]
+            else:
+                promoted, rollout = False, None
+                if state.verdict and state.verdict["passed"]:
+                    promoted = self._promote(state)
+                if promoted:
+                    rollout = self._roll_out(state)
+                    promoted = rollout != "rolled_back"
+                state.verdict = {**(state.verdict or {}), "promoted": promoted,
+                                 "rollout": rollout}
+                self._save(state)
             mlflow.log_metrics({"version": state.candidate_version, "promoted": float(promoted)})
             if rollout:
                 mlflow.set_tag("ratchet.rollout", rollout)
-        state.verdict = {**(state.verdict or {}), "promoted": promoted, "rollout": rollout}
         self._release_candidate_alias(state)
-        if promoted and self.config.gate.audit is not None:
-            self._audit(state)
+        if self.config.gate.audit is not None:
+            self._audit(state, promoted)
         state.stage = "deployed"
         self._save(state)
         # The registry holds the candidate (MLflow artifacts): the trainer's local copy would
         # otherwise stay, one checkpoint per cycle, for every cycle the loop ever ran.
         shutil.rmtree(self.workdir / "candidates" / state.cycle_id, ignore_errors=True)
 
-    def _audit(self, state: CycleState) -> None:
+    def _audit(self, state: CycleState, promoted: bool) -> None:
         """The lifetime audit, when this promotion makes one due (gating/audit.py): the champion
-        against the model's first champion; a failure rolls the champion and the fleet back."""
-        from gating.audit import audit_due, run_audit
+        against the model's first champion; a failure rolls the champion and the fleet back. An
+        audit whose verdict was recorded before a crash is finished, not run again."""
+        from gating.audit import audit_due, run_audit, settle_audit, unsettled_audit
 
-        plan = audit_due(self.tracking_uri, self.config.model_name, self.config.gate.audit.every)
-        if plan is None:  # not due, or already run before a crash (it moved ratchet.audit.at)
-            return
-        verdict = run_audit(
-            tracking_uri=self.tracking_uri, model_name=self.config.model_name, plan=plan,
-            config=self.config.gate, workdir=self.workdir / "gate", guard=self._guard,
-            roll_back=self._serve,
-        )
-        state.verdict["audit"] = {"passed": verdict.passed, "run_id": verdict.run_id,
-                                  "decision": verdict.decision,
-                                  "rolled_back_to": None if verdict.passed else plan.fallback}
-        if not verdict.passed:
-            state.note = verdict.decision
+        name = self.config.model_name
+        recorded = unsettled_audit(self.tracking_uri, name)
+        if recorded is not None:
+            settle_audit(self.tracking_uri, name, recorded, guard=self._guard,
+                         roll_back=self._serve)
+            passed, run_id, decision = recorded.passed, recorded.run_id, recorded.decision
+            fallback = recorded.fallback
+        else:
+            plan = audit_due(self.tracking_uri, name, self.config.gate.audit.every) if (
+                promoted) else None
+            if plan is None:  # no promotion, not due, or settled before a crash
+                return
+            verdict = run_audit(
+                tracking_uri=self.tracking_uri, model_name=name, plan=plan,
+                config=self.config.gate, workdir=self.workdir / "gate", guard=self._guard,
+                roll_back=self._serve,
+            )
+            passed, run_id, decision = verdict.passed, verdict.run_id, verdict.decision
+            fallback = plan.fallback
+        state.verdict["audit"] = {"passed": passed, "run_id": run_id, "decision": decision,
+                                  "rolled_back_to": None if passed else fallback}
+        if not passed:
+            state.note = decision
         self._save(state)
 
     def _serve(self, version: int) -> None:

@@ -65,7 +65,9 @@ class CycleState:
     runs: dict[str, str] = field(default_factory=dict)
     """Stage -> MLflow run id of its latest attempt (``cycle`` is the parent run)."""
     verdict: dict | None = None
-    """``passed``, ``run_id``, ``failed`` of the gate; ``promoted`` once the deploy stage ran."""
+    """``passed``, ``run_id``, ``failed`` of the gate; ``promoted`` and ``rollout`` once the
+    deploy stage rolled out (saved before the lifetime audit, so a resumed stage does not promote
+    again); ``audit`` once an audit it made due has a verdict."""
     stage_failures: dict[str, list[str]] = field(default_factory=dict)
     """Stage -> one reason per attempt of it that did not finish, since it last finished: an
     exception's text, or ``DIED`` when the process ended inside the stage (killed, crashed)."""

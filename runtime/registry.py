@@ -177,6 +177,9 @@ def set_alias(tracking_uri: str, model_name: str, alias: str, version: int) -> N
 
 ABANDONED = "ratchet.abandoned"
 """Version tag of a candidate whose cycle will never gate it; such a version is never promoted."""
+AUDIT_VERDICT = "audit.verdict"
+"""Version tag of the lifetime audit's outcome (gating/audit.py): a version whose audit failed
+(``fail``) is never promoted again."""
 
 
 class PromotionRefused(RuntimeError):
@@ -191,6 +194,10 @@ class VersionAbandoned(PromotionRefused):
     """``promote`` was asked to promote a version tagged ``ratchet.abandoned``."""
 
 
+class VersionFailedAudit(PromotionRefused):
+    """``promote`` was asked to promote a version whose lifetime audit failed."""
+
+
 _UNSET = object()
 
 
@@ -203,11 +210,16 @@ def promote(
     alias is re-read right before it moves and ``ChampionMoved`` is raised if it no longer points
     at ``expected`` (a candidate gated against one champion never replaces another). MLflow has
     no server-side CAS: the re-read and the write are two calls (see runtime/lease.py).
-    A version tagged ``ratchet.abandoned`` is never promoted (``VersionAbandoned``).
+    A version tagged ``ratchet.abandoned`` is never promoted (``VersionAbandoned``), nor one
+    whose lifetime audit failed (``VersionFailedAudit``; the audit records its verdict on the
+    version before it moves ``champion`` back, so no order of crashes lets it return).
     """
-    abandoned = version_tags(tracking_uri, model_name, version).get(ABANDONED)
-    if abandoned is not None:
-        raise VersionAbandoned(f"{model_name}: v{version} is tagged abandoned ({abandoned})")
+    tags = version_tags(tracking_uri, model_name, version)
+    if ABANDONED in tags:
+        raise VersionAbandoned(f"{model_name}: v{version} is tagged abandoned ({tags[ABANDONED]})")
+    if tags.get(AUDIT_VERDICT) == "fail":
+        raise VersionFailedAudit(f"{model_name}: v{version} failed the lifetime audit (run "
+                                 f"{tags.get('audit.run_id', '?')})")
     old = resolve_alias(tracking_uri, model_name, CHAMPION)
     if expected is not _UNSET and old != expected and old != version:
         raise ChampionMoved(

@@ -127,3 +127,117 @@ def test_a_champion_that_kept_what_the_anchor_did_becomes_the_fallback(mlflow_se
     assert registry.resolve_alias(uri, name, "champion") == v[3]
     tags = registry.model_tags(uri, name)
     assert tags["ratchet.audit.passed"] == tags["ratchet.audit.at"] == str(v[3])
+
+
+class Killed(BaseException):
+    """Stands in for the process dying: nothing in the code under test catches it."""
+
+
+def _die_when_untagging_promotion(monkeypatch):
+    """Kill the audit right after ``champion`` moved back, at its first write of the tags that
+    say so; returns the undo."""
+    from runtime import registry
+
+    real = registry.set_version_tags
+
+    def dying(uri, name, version, tags, description=None):
+        if tags.get("gate.promoted") == "false":
+            raise Killed
+        return real(uri, name, version, tags, description)
+
+    monkeypatch.setattr(registry, "set_version_tags", dying)
+    return lambda: monkeypatch.setattr(registry, "set_version_tags", real)
+
+
+def _audit_runs(uri: str, name: str, version: int) -> list:
+    """Every run that audited ``version`` of model ``name``, in any experiment."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(experiments, f"tags.`audit.model` = '{name}' and "
+                                           f"attributes.run_name = 'audit-v{version}'")
+
+
+def test_a_failed_audit_killed_after_the_alias_moved_is_settled_never_repromoted(
+    mlflow_server, checkpoints, tmp_path, monkeypatch
+):
+    from gating.audit import audit_due, run_audit, settle_audit, unsettled_audit
+    from runtime import registry
+
+    uri = mlflow_server.uri
+    name, v = _model(uri, checkpoints, ["anchor", "same", "same", "worse"])
+    for old, new in zip(v, v[1:]):
+        _promote(uri, name, old, new)
+    revive = _die_when_untagging_promotion(monkeypatch)
+    with pytest.raises(Killed):
+        run_audit(tracking_uri=uri, model_name=name, plan=audit_due(uri, name, 3), config=CONFIG,
+                  workdir=tmp_path)
+    revive()
+    assert registry.resolve_alias(uri, name, "champion") == v[0]
+    assert registry.version_tags(uri, name, v[3])["gate.promoted"] == "true"  # not yet untagged
+    with pytest.raises(registry.VersionFailedAudit, match=f"v{v[3]} failed the lifetime audit"):
+        registry.promote(uri, name, v[3], expected=v[0])
+
+    record = unsettled_audit(uri, name)
+    assert record is not None and (record.champion, record.passed, record.fallback) == (
+        v[3], False, v[0])
+    served: list[int] = []
+    settle_audit(uri, name, record, roll_back=served.append)
+    assert registry.resolve_alias(uri, name, "champion") == v[0] and served == [v[0]]
+    assert registry.version_tags(uri, name, v[3])["gate.promoted"] == "false"
+    assert registry.model_tags(uri, name)["ratchet.audit.at"] == str(v[3])
+    assert unsettled_audit(uri, name) is None and audit_due(uri, name, 3) is None
+    assert len(_audit_runs(uri, name, v[3])) == 1
+
+
+def test_a_deploy_stage_killed_inside_the_audit_rollback_does_not_promote_the_version_again(
+    mlflow_server, checkpoints, tmp_path, monkeypatch
+):
+    """A cycle promotes v2 over v1, the audit (due after every promotion) fails it and moves
+    ``champion`` back to v1, and the process dies before the tags are written. The resumed deploy
+    stage's compare-and-set (champion is v1, as when v2 was gated) would hold: it must still not
+    promote v2, nor audit it again."""
+    from ratchet.config import RatchetConfig
+    from ratchet.cycle import Cycle
+    from ratchet.cycle_state import CycleState, CycleStore
+    from runtime import registry
+
+    uri = mlflow_server.uri
+    name, (v1, v2) = _model(uri, checkpoints, ["anchor", "worse"])
+    gate = CONFIG.model_copy(update={"audit": AuditConfig(every=1, margin=0.03)})
+    config = RatchetConfig(model_name=name, experiment=f"{name}-cycles", gate=gate)
+    store = CycleStore(tmp_path / "spans")
+    store.save(CycleState(cycle_id="cycle-audit", stage="gated", seq=1, champion_version=v1,
+                          candidate_version=v2, attempts=1,
+                          verdict={"passed": True, "run_id": None, "failed": "none",
+                                   "decision": "promote"}))
+
+    def cycle() -> Cycle:
+        return Cycle(config, tracking_uri=uri, bootstrap="127.0.0.1:9", workdir=tmp_path)
+
+    revive = _die_when_untagging_promotion(monkeypatch)
+    with pytest.raises(Killed):
+        cycle().run(1)
+    revive()
+    assert registry.resolve_alias(uri, name, "champion") == v1
+
+    champions: list[int] = []
+    real_promote = registry.promote
+
+    def promote(uri_, name_, version, **kw):
+        champions.append(version)
+        return real_promote(uri_, name_, version, **kw)
+
+    monkeypatch.setattr(registry, "promote", promote)
+    result = cycle().run(2)
+    assert v2 not in champions
+    assert registry.resolve_alias(uri, name, "champion") == v1
+    assert result.promoted and result.audit.startswith(f"audit rolled back v{v2} to v{v1}")
+    (state,) = store.all()
+    assert state.stage == "deployed" and state.verdict["audit"]["rolled_back_to"] == v1
+    tags = registry.version_tags(uri, name, v2)
+    assert tags["audit.verdict"] == "fail" and tags["gate.promoted"] == "false"
+    assert registry.model_tags(uri, name)["ratchet.audit.at"] == str(v2)
+    failed = [r for r in _audit_runs(uri, name, v2) if r.data.tags.get("audit.verdict") == "fail"]
+    assert len(failed) == 1
