@@ -10,8 +10,9 @@ steps compute only live rows. Rows that share a temperature and top-p are sample
 asked to stop after its code block ends on the token that makes ``tasks.humaneval.reply_complete``
 true of its text, as the gate's decode (policy/hf_generate.py ``stop_when``) ends it. Each
 sampled piece of text goes to the job's ``on_delta`` as it is produced, so a streamed response's
-first token is sent when it is sampled (its time-to-first-token is real and includes the wait in the queue).
-Requests arriving while a batch decodes wait for the next batch (no continuous batching).
+first token is sent when it is sampled (its time-to-first-token is real and includes the wait in
+the queue). Requests arriving while a batch decodes wait for the next batch (no continuous
+batching).
 
 The model is reached through ``StepModel``, a narrow interface (encode, decode, prefill, step):
 ``ToyStepModel`` adapts policy/toy's MoETransformer, ``deploy/replica/engines/hf_step.py``'s

@@ -380,17 +380,16 @@ def cut_after_code_block(result: EngineResult) -> None:
 
     if result.finish_reason == "stop" and not reply_complete(result.text):
         return
-    text = ""
-    for k, piece in enumerate(result.token_texts):
+    text, end = "", None
+    for i, piece in enumerate(result.token_texts):
         text += piece
         if reply_complete(text):
+            end = i + 1
             break
-    else:
-        return
-    if k + 1 == len(result.token_ids) and result.finish_reason == "stop":
-        return  # it ended there anyway (EOS or a stop string)
-    result.token_ids, result.logprobs = result.token_ids[:k + 1], result.logprobs[:k + 1]
-    result.token_texts, result.text = result.token_texts[:k + 1], text
+    if end is None or (end == len(result.token_ids) and result.finish_reason == "stop"):
+        return  # never closed, or it ended there anyway (EOS or a stop string)
+    result.token_ids, result.logprobs = result.token_ids[:end], result.logprobs[:end]
+    result.token_texts, result.text = result.token_texts[:end], text
     result.finish_reason, result.ends_with_eos = "stop", False
 
 
