@@ -102,7 +102,25 @@ class SimulatorConfig(_Config):
         "model on a loaded CPU can need minutes at full concurrency).")
     long_tokens: int = Field(
         24, ge=1, le=4096,
-        description="A correct answer longer than this may draw an 'too long' follow-up.",
+        description="A correct answer whose served reply has more completion tokens than this "
+        "may draw a 'too long' follow-up.",
+    )
+    slow_latency_ms: float = Field(
+        2000.0, gt=0.0, le=3_600_000.0,
+        description="A correct answer whose perceived latency (its completion tokens at "
+        "decode_tokens_per_s) exceeds this may draw a 'too slow' follow-up. The wall clock "
+        "(queueing on a loaded machine) is never judged.",
+    )
+    decode_tokens_per_s: float = Field(
+        20.0, gt=0.0, le=100_000.0,
+        description="Stated decode speed (tokens/s) the simulated users judge waiting at: what "
+        "the model controls is how many tokens it writes, not how loaded the machine is.",
+    )
+    stop_after_code_block: bool = Field(
+        True,
+        description="Chat requests ask the reply to end once its first code block is closed "
+        "(the replica's stop_after_code_block, the gate's rule), as an IDE that inserts the "
+        "code of a chat reply would. Toy traffic (raw completions) never sends it.",
     )
 
     def load_tasks(self) -> list[dict] | None:
@@ -117,10 +135,12 @@ class SimulatorConfig(_Config):
         return read_jsonl(path)
 
     def signal_policy(self):
-        """The simulated users' signal policy (simulation/signal_policy.py) with ``long_tokens``."""
+        """The simulated users' signal policy (simulation/signal_policy.py) with this config's
+        length and speed thresholds."""
         from simulation.signal_policy import SignalPolicy
 
-        return SignalPolicy(long_tokens=self.long_tokens)
+        return SignalPolicy(long_tokens=self.long_tokens, slow_latency_ms=self.slow_latency_ms,
+                            decode_tokens_per_s=self.decode_tokens_per_s)
 
 
 class CarryConfig(_Config):

@@ -354,6 +354,10 @@ class Cycle:
                 "completions_in": span.completions_in, "signals_in": span.signals_in,
                 "validated": float(span.validated),
             })
+            # what the served replies looked like: cut at the cap, and how long
+            mlflow.log_metrics({name: span.monitors[key] for name, key in (
+                ("length_cut_rate", "length_cut_rate"), ("mean_completion_tokens", "mean_length"),
+            ) if key in span.monitors})
             mlflow.log_dict(span.validation_report, "validation_report.json")
             mlflow.set_tags({"span_id": span.span_id, "span_path": str(span.path)})
             if not span.validated:

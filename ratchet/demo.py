@@ -85,6 +85,8 @@ class CycleRow:
     """The gate's verdict in one line: which rule decided, with its figures."""
     audit: str | None = None
     """The lifetime audit's line when this cycle's promotion made one due."""
+    length_cut_rate: float | None = None
+    """Share of the round's replies cut at max_tokens (finish_reason ``length``)."""
 
 
 def _version(v: int | None) -> str:
@@ -373,7 +375,9 @@ def _log_live(tracking_uri: str, experiment: str, run_id: str, stats) -> None:
     for name, value in (("live.edit_persistence", stats.edit_persistence),
                         ("live.dissatisfied_rate", stats.dissatisfied_rate),
                         ("live.pass_rate", stats.pass_rate),
-                        ("live.mean_latency_ms", stats.mean_latency_ms)):
+                        ("live.mean_latency_ms", stats.mean_latency_ms),
+                        ("live.mean_completion_tokens", stats.mean_completion_tokens),
+                        ("live.length_cut_rate", stats.length_cut_rate)):
         client.log_metric(run_id, name, float(value))
     publish(tracking_uri, experiment)
 
@@ -427,6 +431,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                 request_timeout_s=config.simulator.request_timeout_s,
                 tasks=config.simulator.load_tasks(),
                 policy=config.simulator.signal_policy(),
+                stop_after_code_block=config.simulator.stop_after_code_block,
             )
             cycle = Cycle(config, tracking_uri=ep.tracking_uri, bootstrap=ep.bootstrap,
                           workdir=workdir, fleet=fleet)
@@ -459,6 +464,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                     rolled_back=result.rolled_back, seconds=time.perf_counter() - c0,
                     cycle_run_id=result.run_id, gate_run_id=result.gate_run_id,
                     train_run_id=result.train_run_id, live_se=stats.standard_errors,
+                    length_cut_rate=stats.length_cut_rate,
                 ))
                 log.info("%s", cycle_report(rows[-1], i, cycles, stage_seconds[-1]))
         finally:

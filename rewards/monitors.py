@@ -55,6 +55,9 @@ def batch_monitors(
       signal (every signal) in ``defaulted_share_<signal>``.
     - ``left_out_share``: share of rows the trainer leaves out (``trainable`` false: nothing
       known of their persistence); a rise means signals stopped arriving.
+    - ``length_cut_rate``: share of rows cut at their token budget (``finish_reason``
+      ``length``): replies that never finished, whose length says more about ``max_tokens``
+      than about the model.
     - ``mean_length``, ``reward_mean``, ``reward_std``, ``rows``.
     """
     n = table.num_rows
@@ -68,6 +71,7 @@ def batch_monitors(
         pc.equal(pc.utf8_length(table.column("response_text")), 0),
     )
     out["malformed_rate"] = _share(bad, n)
+    out["length_cut_rate"] = _share(pc.equal(table.column("finish_reason"), "length"), n)
     out["dead_letter_rate"] = dead_letters / (n + dead_letters) if n + dead_letters else 0.0
     expected = set(expected_signals)
     defaulted = table.column("defaulted_signals").to_pylist()

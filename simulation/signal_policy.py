@@ -1,7 +1,10 @@
 """How a simulated user reacts to one completion: a pure function from what they saw to signals.
 
 ``plan_signals(outcome, policy, rng)`` decides, from whether the answer passed the task's checker,
-how slow and how long it was, the delayed signals the user will emit:
+how slow and how long it was, the delayed signals the user will emit. The user judges the model,
+not the machine: how long an answer kept them waiting is its completion tokens at a stated decode
+speed (``perceived_latency_ms``), which the model controls by how much it writes; the wall clock a
+client measures on a shared machine (queueing, load) is reported by the caller but never judged.
 
 - edit persistence at 30/120/300/600 s: a correct answer mostly stays (high score, decaying
   slowly), a wrong, malformed or empty one is reverted (low score, falling fast);
@@ -56,7 +59,17 @@ class SignalPolicy(BaseModel):
         default=0.7, ge=0.0, le=1.0, description="P(dissatisfied follow-up | wrong answer)."
     )
     slow_latency_ms: float = Field(
-        default=2000.0, gt=0.0, description="An answer slower than this may annoy the user."
+        default=2000.0, gt=0.0,
+        description="An answer whose perceived latency (``perceived_latency_ms``: its tokens at "
+        "``decode_tokens_per_s``) exceeds this may annoy the user.",
+    )
+    decode_tokens_per_s: float = Field(
+        default=20.0, gt=0.0,
+        description="The decode speed the user's wait is judged at (tokens per second): an "
+        "answer of n completion tokens kept them n / this seconds. A stated speed of a served "
+        "code model, not a measurement of the machine the simulation runs on (a shared CPU "
+        "decoding 16 requests at once takes 30 s or more for 64 tokens, whatever the model "
+        "writes). At 20 tokens/s the default 2 s threshold is 40 tokens.",
     )
     p_annoyed_slow: float = Field(
         default=0.3, ge=0.0, le=1.0, description="P(dissatisfied | correct but slow)."
@@ -92,7 +105,16 @@ class Outcome:
     malformed: bool
     no_edit: bool
     latency_ms: float
+    """The client's wall clock, queueing included: reported, never judged (it measures the
+    machine's load, not the model; see ``perceived_latency_ms``)."""
     completion_tokens: int
+    """Tokens of the reply as the user saw it (the served reply, without a final EOS)."""
+
+
+def perceived_latency_ms(outcome: Outcome, policy: SignalPolicy) -> float:
+    """How long the answer kept the user waiting, as judged: its completion tokens at
+    ``policy.decode_tokens_per_s``."""
+    return 1000.0 * outcome.completion_tokens / policy.decode_tokens_per_s
 
 
 @dataclass(frozen=True)
@@ -132,7 +154,8 @@ def followup_intent(outcome: Outcome, policy: SignalPolicy, rng: random.Random) 
         if rng.random() < policy.p_dissatisfied_wrong:
             return "error" if outcome.malformed else rng.choice(WRONG_INTENTS)
     else:
-        if outcome.latency_ms > policy.slow_latency_ms and rng.random() < policy.p_annoyed_slow:
+        slow = perceived_latency_ms(outcome, policy) > policy.slow_latency_ms
+        if slow and rng.random() < policy.p_annoyed_slow:
             return "slow"
         if outcome.completion_tokens > policy.long_tokens and rng.random() < policy.p_annoyed_long:
             return "long"

@@ -61,8 +61,11 @@ class RoundStats:
     """Mean edit-persistence score at 600 s."""
     dissatisfied_rate: float
     mean_latency_ms: float
-    """Mean client-observed request latency."""
+    """Mean client-observed request latency (wall clock, queueing included; not judged)."""
     mean_completion_tokens: float
+    length_cut_rate: float
+    """Share of replies cut at ``max_tokens`` (finish_reason ``length``): replies that never
+    finished, whose tokens and length penalty describe a cap rather than the model's answer."""
     signals_scheduled: int
     standard_errors: dict[str, float] = field(default_factory=dict)
     """Standard error of each mean above (``pass_rate``, ``edit_persistence``, …), across the
@@ -187,6 +190,7 @@ class UserSimulator:
         n_users: int = 50,
         request_timeout_s: float = 60.0,
         tasks: list[dict] | None = None,
+        stop_after_code_block: bool = True,
     ) -> None:
         if not urls:
             raise ValueError("urls must not be empty")
@@ -199,6 +203,7 @@ class UserSimulator:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.n_users = n_users
+        self.stop_after_code_block = stop_after_code_block
         if tasks is not None and not tasks:
             raise ValueError("tasks must not be empty (None = toy tasks)")
         self.tasks = tasks
@@ -278,6 +283,8 @@ class UserSimulator:
             body["messages"] = task.get("messages") or [{"role": "user",
                                                          "content": task["prompt"]}]
             body["metadata"] = {"task_kind": task.get("family") or "suite"}
+            if self.stop_after_code_block:  # an IDE inserts the block; the prose after it is noise
+                body["stop_after_code_block"] = True
         else:
             route = "/v1/completions"
             body["prompt"] = task.prompt
@@ -299,6 +306,7 @@ class UserSimulator:
             "text": choice["message"]["content"] if "message" in choice else choice["text"],
             "latency_ms": latency_ms,
             "usage": {"output_tokens": data["usage"]["completion_tokens"]},
+            "finish_reason": choice.get("finish_reason"),
             "created": created or datetime.fromtimestamp(data["created"], UTC).isoformat(),
         }
         return _Served(task, answer, latency_ms, time.monotonic(), url)
@@ -334,6 +342,7 @@ class UserSimulator:
             "dissatisfied_rate": dissatisfied,
             "mean_latency_ms": [s.latency_ms for s in served],
             "mean_completion_tokens": [_output_tokens(s.response) for s in served],
+            "length_cut_rate": [s.response.get("finish_reason") == "length" for s in served],
         }
         return RoundStats(
             requests=len(served) + errors,

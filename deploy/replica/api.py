@@ -15,6 +15,12 @@ them (deploy/replica/tool_calls.py) and refused where it does not. What ratchet 
   legacy top-level ``conversation_id``; a request without one gets a generated id, returned in the
   ``X-Conversation-Id`` response header;
 - ``metadata.task_kind`` (else the legacy ``task_kind``, else ``"unknown"``);
+- ``stop_after_code_block`` (a top-level boolean; OpenAI's clients send it as
+  ``extra_body={"stop_after_code_block": True}``): each choice ends once its first fenced code
+  block is closed, the closing fence included, with ``finish_reason`` ``"stop"``. A ``stop``
+  string cannot say this (it would cut at the opening fence, or drop the closing one). The rule is
+  ``tasks.humaneval.reply_complete``, the one the gate decodes its suites with, so a reply is
+  served exactly as the gate would have decoded it;
 - response ids: a response's ``id`` is the id every signal refers to when it has one choice; with
   ``n > 1`` (or several prompts) each choice is logged as its own completion whose id is
   ``choice_response_id(id, index)`` = ``f"{id}-{index}"``, also sent in the
@@ -205,6 +211,13 @@ class _OpenAIRequest(BaseModel):
     )
     stop: Text | Annotated[list[Text], Field(max_length=4)] | None = Field(
         default=None, description="Up to 4 strings that end a choice (not included in its text)."
+    )
+    stop_after_code_block: bool = Field(
+        default=False,
+        description="ratchet extension: end each choice once its first fenced code block is "
+        "closed (the closing fence included; finish_reason 'stop'), by the rule the gate "
+        "decodes with (tasks.humaneval.reply_complete). What an IDE that inserts a chat "
+        "reply's code sends: the prose a model writes after its block is never shown.",
     )
     user: Text | None = Field(
         default=None, max_length=256, description="End-user id; only its hash is logged."

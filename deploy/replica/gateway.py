@@ -123,6 +123,7 @@ def plan(
                     top_p=body.top_p,
                     seed=seed,
                     stop=body.stop_strings(),
+                    stop_after_code_block=body.stop_after_code_block,
                     templated=templated,
                 )
             )

@@ -43,7 +43,9 @@ class EngineUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class SamplingRequest:
-    """One sequence to sample. ``temperature == 0`` is greedy; ``stop`` strings end it early."""
+    """One sequence to sample. ``temperature == 0`` is greedy; ``stop`` strings end it early
+    (cut before the string), and so does ``stop_after_code_block`` (after the token that closes
+    the first fenced code block, ``tasks.humaneval.reply_complete``; nothing cut)."""
 
     prompt: str
     max_tokens: int
@@ -51,6 +53,7 @@ class SamplingRequest:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    stop_after_code_block: bool = False
     templated: bool = False
     """``prompt`` is already rendered through the policy's chat template (a tool request,
     ``Engine.tool_prompt``): it is tokenised as it stands, not wrapped in a user turn again."""

@@ -4,12 +4,15 @@
 sequence and waits. The batcher thread takes the first queued job, everything else already queued,
 and — up to ``max_batch`` — whatever arrives within ``max_wait_ms``; it then prefills the batch
 once (left-padded, one KV cache) and decodes it step by step, each row with its own temperature,
-top-p, seed, token budget and stop strings, until every row has finished; a finished row leaves the
-batch and its KV cache (``StepSession.retain``), so later steps compute only live rows. Rows that
-share a temperature and top-p are sampled together. Each sampled piece of
-text goes to the job's ``on_delta`` as it is produced, so a streamed response's first token is
-sent when it is sampled (its time-to-first-token is real and includes the wait in the queue).
-Requests arriving while a batch decodes wait for the next batch (no continuous batching).
+top-p, seed, token budget, stop strings and ``stop_after_code_block``, until every row has
+finished; a finished row leaves the batch and its KV cache (``StepSession.retain``), so later
+steps compute only live rows. Rows that share a temperature and top-p are sampled together. A row
+asked to stop after its code block ends on the token that makes ``tasks.humaneval.reply_complete``
+true of its text, as the gate's decode (policy/hf_generate.py ``stop_when``) ends it. Each
+sampled piece of text goes to the job's ``on_delta`` as it is produced, so a streamed response's
+first token is sent when it is sampled (its time-to-first-token is real and includes the wait in
+the queue). Requests arriving while a batch decodes wait for the next batch (no continuous
+batching).
 
 The model is reached through ``StepModel``, a narrow interface (encode, decode, prefill, step):
 ``ToyStepModel`` adapts policy/toy's MoETransformer, ``deploy/replica/engines/hf_step.py``'s
@@ -39,6 +42,7 @@ from deploy.replica.engines.base import (
     EngineUnavailable,
     SamplingRequest,
 )
+from tasks.humaneval import reply_complete
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -441,7 +445,9 @@ def _sample(logits: Tensor, rows: list[_Row]) -> tuple[list[int], list[float]]:
 
 
 def _append(model, row: _Row, tok: int, lp: float, route: list | None, now: float) -> None:
-    """Record one sampled token; finish the row on EOS, a stop string or its budget."""
+    """Record one sampled token; finish the row on EOS, a stop string, a closed code block
+    (``stop_after_code_block``: the rule and order of the gate's decode, policy/hf_generate.py)
+    or its budget."""
     if row.first_token_at is None:
         row.first_token_at = now
     row.ids.append(tok)
@@ -455,6 +461,8 @@ def _append(model, row: _Row, tok: int, lp: float, route: list | None, now: floa
         cut = _stop_at(row.text, row.job.request.stop)
         if cut is not None:
             row.text, row.finish = row.text[:cut], "stop"
+        elif row.job.request.stop_after_code_block and reply_complete(row.text):
+            row.finish = "stop"
         elif len(row.ids) >= row.budget:
             row.finish = "length"
     _emit(row)

@@ -19,6 +19,11 @@ policy for the router pass — and ``reload()`` restarts it on a new champion: t
 while the old one serves, requests switch to it, the old one is stopped by PID once its requests
 are done. A request keeps the server and version it started with.
 
+``stop_after_code_block``: vLLM has no such rule, so the reply is sampled to its budget and cut
+after the token that closes its first code block (``cut_after_code_block``): the tokens kept are
+those a decode that stopped there would have sampled, the ones after it are discarded (computed
+for nothing). Not while streaming (the text after the block would already have been sent): a 400.
+
 Exercised for real by the ``make test-vllm`` tier (tests/vllm/), not by the default suite.
 
 Deliberately left out: chat templates beyond the policy's own (``chat_prompt``), vLLM's GPU-only
@@ -320,6 +325,10 @@ class VllmEngine:
                    ) -> EngineResult:
         import httpx
 
+        if req.stop_after_code_block and on_delta is not None:
+            raise EngineInputError("stop_after_code_block is not served while streaming from "
+                                   "the vLLM engine; use stream=false", "stop_after_code_block",
+                                   "unsupported_value")
         start, acc = time.perf_counter(), _Acc()
         body = vllm_body(req, target.served_model, stream=on_delta is not None)
         url = f"{target.url}/v1/completions"
@@ -345,6 +354,8 @@ class VllmEngine:
             routed_experts_source="none",
             token_texts=acc.tokens,
         )
+        if req.stop_after_code_block:
+            cut_after_code_block(result)
         if target.routes is not None:
             await asyncio.to_thread(_teacher_force, target.routes, result)
         return result
@@ -359,6 +370,27 @@ class VllmEngine:
                 text = acc.add(json.loads(line[len("data: ") :]))
                 if text:
                     on_delta(index, text)
+
+
+def cut_after_code_block(result: EngineResult) -> None:
+    """End ``result`` on the token whose text closes its first code block
+    (``tasks.humaneval.reply_complete`` of the tokens' texts so far), finish_reason 'stop';
+    unchanged when the block is never closed or the reply ended first (EOS, a stop string)."""
+    from tasks.humaneval import reply_complete
+
+    if result.finish_reason == "stop" and not reply_complete(result.text):
+        return
+    text, end = "", None
+    for i, piece in enumerate(result.token_texts):
+        text += piece
+        if reply_complete(text):
+            end = i + 1
+            break
+    if end is None or (end == len(result.token_ids) and result.finish_reason == "stop"):
+        return  # never closed, or it ended there anyway (EOS or a stop string)
+    result.token_ids, result.logprobs = result.token_ids[:end], result.logprobs[:end]
+    result.token_texts, result.text = result.token_texts[:end], text
+    result.finish_reason, result.ends_with_eos = "stop", False
 
 
 def _teacher_force(routes, result: EngineResult) -> None:

@@ -167,3 +167,61 @@ def test_saved_hf_directory_loads_and_bad_one_is_refused(tmp_path, qwen):
     (directory / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match="config.json|safetensors"):
         load_checked(directory)
+
+
+REPLY = "Here:\n```python\nx = 1\n```\nMore text after the block."
+"""A chat reply with prose after its code block, as small instruct models write them."""
+
+
+@pytest.fixture
+def scripted(qwen):
+    """The model writes ``REPLY`` (greedy): each forward makes the script's next token the
+    likeliest; the prompt's ids are the first forward's."""
+    script = qwen.tokenizer(REPLY, add_special_tokens=False)["input_ids"]
+    step = {"n": 0}
+
+    def favour_next(_module, _args, out):
+        tok = script[min(step["n"], len(script) - 1)]
+        step["n"] += 1
+        return out.index_add(-1, torch.tensor([tok]), torch.full_like(out[..., :1], 100.0))
+
+    handle = qwen.module.get_output_embeddings().register_forward_hook(favour_next)
+    yield script, step
+    handle.remove()
+
+
+def test_chat_reply_ends_after_its_code_block_when_asked(app_client, qwen, scripted):
+    """``stop_after_code_block``: the reply ends right after the closing fence, finish_reason
+    'stop', and the logged completion is that reply (its tokens, its finish_reason); the gate's
+    decode with ``stop_when=reply_complete`` samples exactly the same tokens."""
+    from tasks.humaneval import reply_complete
+
+    script, step = scripted
+    app, client = app_client
+    body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": len(script) + 4,
+            "temperature": 0.0, "stop_after_code_block": True}
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    choice, usage = r.json()["choices"][0], r.json()["usage"]
+    assert choice["message"]["content"] == "Here:\n```python\nx = 1\n```"
+    assert choice["finish_reason"] == "stop"
+    shown = qwen.tokenizer(choice["message"]["content"], add_special_tokens=False)["input_ids"]
+    assert usage["completion_tokens"] == len(shown) < len(script)
+    (event,) = _logged(app)
+    assert event.finish_reason == "stop"
+    assert event.response_text == choice["message"]["content"]
+    assert len(event.response_token_ids) == event.usage.output_tokens == usage["completion_tokens"]
+
+    step["n"] = 0
+    (gate,) = qwen.generate([event.prompt_token_ids], max_new_tokens=len(script) + 4,
+                            temperature=0.0, stop_when=reply_complete)
+    assert gate.token_ids == event.response_token_ids and gate.finish_reason == "stop"
+
+
+def test_chat_reply_runs_on_after_its_code_block_by_default(app_client, qwen, scripted):
+    script, _ = scripted
+    app, client = app_client
+    body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": len(script),
+            "temperature": 0.0}
+    choice = client.post("/v1/chat/completions", json=body).json()["choices"][0]
+    assert choice["message"]["content"] == REPLY and choice["finish_reason"] == "length"

@@ -16,7 +16,7 @@ RIGHT = "```python\ndef {name}(x):\n    return x + {k}\n```"
 WRONG = "```python\ndef {name}(x):\n    return x - {k}\n```"
 
 
-def _replica(requests: list, signals: list, empty_every: int = 0):
+def _replica(requests: list, signals: list, empty_every: int = 0, cut_every: int = 0):
     def handle(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         if request.url.path != "/v1/chat/completions":
@@ -29,10 +29,11 @@ def _replica(requests: list, signals: list, empty_every: int = 0):
         reply = (RIGHT if k % 2 == 0 else WRONG).format(name=name, k=k)
         if empty_every and len(requests) % empty_every == 0:
             reply = "I'm sorry, I can't help with that." if k % 2 else ""
+        finish = "length" if cut_every and len(requests) % cut_every == 0 else "stop"
         return httpx.Response(200, headers={"x-ratchet-created": "2026-11-25T12:00:00+00:00"},
                               json={"id": f"chatcmpl-{len(requests)}", "object": "chat.completion",
                                     "created": 1795000000, "model": "ratchet",
-                                    "choices": [{"index": 0, "finish_reason": "stop",
+                                    "choices": [{"index": 0, "finish_reason": finish,
                                                  "message": {"role": "assistant",
                                                              "content": reply}}],
                                     "usage": {"prompt_tokens": 40, "completion_tokens": 20,
@@ -123,3 +124,21 @@ def test_a_round_started_at_k_sends_what_an_uninterrupted_run_sends():
     assert _sent([2]) == whole[2:]  # a run resumed at its third round
     assert _sent([None]) == whole[:1]  # round 0 is the first round of a plain simulator
     assert whole[1] != whole[2] and _sent([0, 1, 2], seed=4) != whole
+
+
+def test_chat_requests_ask_to_end_after_the_code_block_and_cut_replies_are_counted():
+    """As an IDE: each chat request asks the reply to end once its code block is closed; the
+    round reports the share of replies the server still cut at max_tokens."""
+    tasks = [t.to_json() for t in instances(BY_FAMILY["add_const"], 12, seed=0)]
+    requests, signals = [], []
+    sim = UserSimulator(urls=["http://replica"], api_key="k", speed=1e6, seed=1, tasks=tasks)
+    transport = _replica(requests, signals, cut_every=4)
+    sim._client = httpx.Client(transport=transport)
+    sim._scheduler._client = httpx.Client(transport=transport)
+    try:
+        stats = sim.run_round(12, concurrency=1)
+        assert sim.drain(30)
+    finally:
+        sim.close()
+    assert all(body["stop_after_code_block"] is True for body in requests)
+    assert stats.length_cut_rate == 3 / 12

@@ -43,6 +43,15 @@ def test_batch_monitors_hand_counted():
     assert m["mean_length"] == 8.0
 
 
+def test_length_cut_rate_is_the_share_of_replies_cut_at_the_cap():
+    table = _table([1.0, 0.5, None, 0.2])
+    i = table.schema.get_field_index("finish_reason")
+    table = table.set_column(i, table.schema.field(i),
+                             pa.array(["length", "stop", "stop", "length"], pa.string()))
+    assert batch_monitors(table)["length_cut_rate"] == 0.5
+    assert batch_monitors(_table([1.0, 0.5]))["length_cut_rate"] == 0.0
+
+
 def test_compare_batches_flags_a_jump_only():
     a = batch_monitors(_table([0.2, 0.4, 0.5, 0.3]))
     same = batch_monitors(_table([0.3, 0.4, 0.5, 0.2]))

@@ -13,6 +13,7 @@ from simulation.signal_policy import (
     feedback,
     followup,
     followup_intent,
+    perceived_latency_ms,
     plan_signals,
 )
 
@@ -54,8 +55,8 @@ def test_certain_policy_is_deterministic():
 
 
 def test_slow_correct_answer_can_annoy():
-    policy = SignalPolicy(p_annoyed_slow=1.0, slow_latency_ms=100.0)
-    slow = Outcome(True, False, False, latency_ms=500.0, completion_tokens=4)
+    policy = SignalPolicy(p_annoyed_slow=1.0, slow_latency_ms=1000.0, decode_tokens_per_s=20.0)
+    slow = Outcome(True, False, False, latency_ms=50.0, completion_tokens=40)  # 2 s of decode
     assert followup_intent(slow, policy, random.Random(1)) == "slow"
     text, dissatisfied = followup(slow, policy, random.Random(1))
     assert dissatisfied and text
@@ -103,3 +104,30 @@ def test_malformed_answer_draws_a_pasted_error_and_neutral_texts_vary():
     assert len({r[0] for r in replies}) >= 100
     intents = {followup_intent(CORRECT, chatty, rng) for _ in range(200)}
     assert intents == set(followup_texts.NEUTRAL)
+
+
+def test_a_correct_answers_complaints_do_not_move_with_server_load():
+    """The same answers judged with the wall clock of an idle server (0.1 s) and of a loaded one
+    (40 s) draw the same signals from the same random draws: the user judges the model."""
+    rng = random.Random(5)
+    answers = [Outcome(True, False, False, latency_ms=0.0, completion_tokens=rng.randint(1, 64))
+               for _ in range(300)]
+
+    def plans(latency_ms: float) -> list:
+        draws = random.Random(9)
+        return [plan_signals(Outcome(a.passed, a.malformed, a.no_edit, latency_ms,
+                                     a.completion_tokens), SignalPolicy(), draws)
+                for a in answers]
+
+    idle, loaded = plans(100.0), plans(40_000.0)
+    assert idle == loaded
+    complaints = [p.text for plan in idle for p in plan if p.dissatisfied]
+    assert complaints  # long answers still draw some: what the model writes is judged
+
+
+def test_perceived_latency_is_the_tokens_at_the_stated_speed():
+    policy = SignalPolicy(decode_tokens_per_s=20.0, slow_latency_ms=2000.0, p_annoyed_slow=1.0,
+                          p_annoyed_long=0.0, p_neutral_followup=0.0)
+    assert perceived_latency_ms(Outcome(True, False, False, 1.0, 50), policy) == 2500.0
+    assert followup_intent(Outcome(True, False, False, 1.0, 41), policy, random.Random(0)) == "slow"
+    assert followup_intent(Outcome(True, False, False, 9e9, 40), policy, random.Random(0)) is None
