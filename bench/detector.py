@@ -144,8 +144,16 @@ def _loso_scores(name: str, sealed, git: Path | None) -> list[float]:
     """Scores of ``sealed`` (one source's eval half) from a model fitted, with the checked-in
     model's penalty and rules, on the fit halves of every other source."""
     from ingest.detector.scorer import load_scorer
-    from ingest.detector.train import (SOURCES, Config, detector_scores, featurise, logits,
-                                       platt, rows_of, train_once)
+    from ingest.detector.train import (
+        SOURCES,
+        Config,
+        detector_scores,
+        featurise,
+        logits,
+        platt,
+        rows_of,
+        train_once,
+    )
 
     scorer = load_scorer()
     cfg = Config(json.loads((ROOT / "ingest/detector/model.json").read_text())["trained_on"]
