@@ -1,14 +1,14 @@
 """Text features of a follow-up and its context, shared by the rules, training and inference.
 
-- ``lexical_tokens``: word unigrams and bigrams with start/end markers, so "no" as the first
-  word differs from a "no" inside (the learned tier keeps only tokens it saw in training);
-- ``asked_question``: the answer ended with a question (a clarifying question), so a short "no"
-  is an answer, not a complaint;
+- ``asked_question``: the answer ended with a question (the rules read it: a bare "no" to a
+  clarifying question is no restatement);
 - ``reask_ratio``: how close the follow-up is to the previous prompt (rapidfuzz ratio);
 - ``looks_like_trace``: a pasted traceback, compiler or runtime error message;
 - ``length_bucket``, ``code_share``: coarse shape of the message;
 - ``cues``: how a follow-up in any dialogue corrects, questions or accepts the previous turn
-  ("No, it's the 11th", "what do you mean?", "That is correct.").
+  ("No, it's the 11th", "what do you mean?", "That is correct.");
+- ``opening``: a "No" / "Nope" / "Nah" opening, with a restatement after it or only thanks;
+- ``prompt_overlap``: how many of the previous user turn's words the follow-up repeats.
 
 Pure Python. Deliberately left out: the weights and the dense feature vector (scorer.py), the
 rules (rules.py) and sentiment (lexicon.py).
@@ -89,16 +89,6 @@ def reask_ratio(text: str, prompt: str | None) -> float:
     return float(fuzz.ratio(a, b))
 
 
-def lexical_tokens(text: str) -> list[str]:
-    """Word unigrams (``w:``) and bigrams with start/end markers (``b:``) of the follow-up.
-
-    No character n-grams: they let a word the model never saw borrow the weight of a word it did
-    ("appreciate" from "appreciated"), which made the old scorer over-confident on unseen text."""
-    ws = words(text)[:400]
-    seq = ["^", *ws, "$"]
-    return [f"w:{w}" for w in ws] + [f"b:{a} {b}" for a, b in zip(seq, seq[1:])]
-
-
 def length_bucket(text: str) -> str:
     n = len(words(text))
     return ("len:1" if n <= 1 else "len:3" if n <= 3 else "len:8" if n <= 8 else
@@ -167,29 +157,27 @@ _AFFIRM = re.compile(
 _NEGATION = re.compile(r"\b(?:not|no|n'?t|never|but|however|wrong|incorrect|error)\b")
 
 
-def cues(text: str, response: str | None = None) -> dict[str, float]:
+def cues(text: str) -> dict[str, float]:
     """Correction, confusion and acceptance cues of a follow-up in any dialogue.
 
     - ``cue:no_correction``: a leading "no" / "wrong" followed by a correction or a restated
-      request ("No, it's the 11th", "No, find some other movies", "no, I said Friday");
-    - ``cue:no_answer``: a leading "no" that answers or closes ("No, that's all",
-      "No, I just need the address"), or a leading "no" right after the answer asked a question
-      unless a correction follows it ("it's the 11th", "I said ...", "find another ...");
+      request ("No, it's the 11th", "No, find some other movies", "no, I said Friday"), unless
+      what follows only closes ("No, that's all", "No, thanks");
     - ``cue:confused``: the user cannot follow the answer ("what do you mean?", "that doesn't make
       sense", "what are you talking about");
     - ``cue:affirm``: the follow-up opens by accepting the answer ("That is correct.",
       "Yes, thanks", "perfect") and says nothing negative after it.
+
+    Whether the answer asked a question is no part of a cue: a "No, I need a cheaper one" after
+    "Shall I book it?" corrects as much as one after a plain answer.
     """
     t = normalise(prose_of(text))
     out: dict[str, float] = {}
     m = _LEAD_NO.match(t)
     if m:
         rest = m.group(1)
-        if _CORRECTS_STRONG.match(rest):
-            out["cue:no_correction"] = 1.0
-        elif asked_question(response) or _NO_ANSWER.match(rest):
-            out["cue:no_answer"] = 1.0
-        elif _CORRECTS.match(rest) or len(rest.split()) >= 2:
+        if _CORRECTS_STRONG.match(rest) or (
+                not _NO_ANSWER.match(rest) and (_CORRECTS.match(rest) or len(rest.split()) >= 2)):
             out["cue:no_correction"] = 1.0
     if _CONFUSED.search(t):
         out["cue:confused"] = 1.0
@@ -197,6 +185,49 @@ def cues(text: str, response: str | None = None) -> dict[str, float]:
     if a and not _NEGATION.search(t[a.end():]):
         out["cue:affirm"] = 1.0
     return out
+
+
+_OPEN_NO = ("no", "nope", "nah")
+_POLITE_REST = re.compile(
+    r"^(?:(?:thanks?|thank you|thx|ty|that'?s (?:all|it|fine|ok(?:ay)?)|i'?m (?:good|fine|all "
+    r"set)|all good|(?:very|so) much|bye|goodbye|have a (?:nice|good|great) (?:day|one)|nothing "
+    r"else|not now|for now|again|cheers|great|perfect|problem|worries)[\s,.!]*)+$"
+)
+
+
+def opening(text: str) -> dict[str, float]:
+    """How the follow-up opens (zeros left out):
+
+    - ``open:no``: its first word is "no", "nope" or "nah", whatever follows;
+    - ``open:no_more``: such a "no" with at least two more words that are not only thanks or a
+      closing ("No, I need a cheaper one", "nope the other file");
+    - ``open:polite_no``: such a "no" followed only by thanks or a closing ("No, thanks, that's
+      all.")."""
+    ws = words(prose_of(text))
+    if not ws or ws[0] not in _OPEN_NO:
+        return {}
+    rest = [w for w in ws[1:] if w not in ("?", "!")]
+    out = {"open:no": 1.0}
+    tail = normalise(prose_of(text))
+    tail = tail[len(ws[0]):].lstrip(" ,.!:;-")
+    if rest and _POLITE_REST.match(tail):
+        out["open:polite_no"] = 1.0
+    elif len(rest) >= 2:
+        out["open:no_more"] = 1.0
+    return out
+
+
+def prompt_overlap(text: str, prompt: str | None) -> float:
+    """Share of the previous user turn's distinct words that the follow-up repeats (0 without
+    a prompt; words of one or two letters and "?" / "!" left out): a user asking again repeats
+    their words."""
+    if not prompt:
+        return 0.0
+    a = {w for w in words(prose_of(text, 2000)) if len(w) > 2}
+    b = {w for w in words(prose_of(prompt, 2000)) if len(w) > 2}
+    if len(a) < 2 or len(b) < 2:
+        return 0.0
+    return len(a & b) / len(b)
 
 
 def negated_correction(text: str) -> bool:

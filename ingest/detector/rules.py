@@ -26,7 +26,7 @@ here; the scorer sees the question in the answer (``ctx:question``) and scores i
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ingest.detector.features import (
     REASK_RULE_RATIO,
@@ -200,6 +200,9 @@ RULES = _rule_table()
 """Rule name -> predicate ``(text, prompt, response) -> bool``."""
 
 
-def fired_rules(text: str, prompt: str | None = None, response: str | None = None) -> list[str]:
-    """Names of the rules that match this follow-up, in ``RULES`` order."""
-    return [name for name, rule in RULES.items() if rule(text, prompt, response)]
+def fired_rules(text: str, prompt: str | None = None, response: str | None = None,
+                names: Iterable[str] | None = None) -> list[str]:
+    """Names of the rules (all, or those in ``names``) that match this follow-up, in ``RULES``
+    order."""
+    wanted = RULES if names is None else set(names)
+    return [name for name, rule in RULES.items() if name in wanted and rule(text, prompt, response)]

@@ -1,21 +1,23 @@
-"""The learned tier: a calibrated logistic regression, parameters read from ``model.json``.
+"""The detector's model: a calibrated logistic regression over named features, read from
+``model.json``.
 
 ``Scorer.probability(text, prompt, response)`` is ``sigmoid(a * z + c)`` with
 
-    z = bias + sum_k w_k d_k + clip(sum_{t in known} v_t / sqrt(n_tokens), -L, L)
+    z = bias + sum_k w_k d_k
 
-- ``d``: dense features (``dense_features``): VADER sentiment with negation and contrast
-  (lexicon.py), which rule families fired (rules.py), the context (the answer asked a question,
-  closeness to the previous prompt, a pasted error) and the message's length and code share;
-- ``v``: weights of the word unigrams/bigrams the training data contained at least twice. A token
-  the model never saw has no weight, and the whole lexical part is clipped to ``[-L, L]``
-  (``lexical_cap``): words cannot move a message far, and words never seen cannot move it at all
-  (they only dilute ``n_tokens``);
-- ``(a, c)``: Platt calibration fitted on out-of-fold scores of the real development follow-ups,
-  so a score reads as a probability on real text.
+- ``d``: the dense features (``dense_features``, every one listed in ``DENSE`` and in
+  docs/FOLLOWUP_LABELS.md): VADER sentiment with negation and contrast (lexicon.py); how the
+  message opens ("No" / "Nope" / "Nah", a "no" with a restatement after it, a polite "no, thanks");
+  correction, confusion and acceptance cues; repetition of the previous user turn (closeness and
+  word overlap); a pasted error, code share, length; and the hand rules that training kept
+  (``model.json`` ``rules``: each kept for a measured gain on held-out sources);
+- ``(a, c)``: Platt calibration fitted on out-of-fold scores of the real fit halves, so a score
+  reads as a probability on real text.
 
-The weights are checked in (``model.json``, written by ``python -m ingest.detector.train``);
-inference is pure Python. Deliberately left out: training (train.py) and the rule decision
+There is no vocabulary: words reach the score only through VADER's human-rated lexicon and the
+named cues, so the model cannot learn the phrasing of the sets it was fitted on. The weights are
+checked in (``model.json``, written by ``python -m ingest.detector.train``); inference is pure
+Python. Deliberately left out: training (train.py) and the strict-rule decision
 (``ingest.detector.detect``).
 """
 
@@ -29,86 +31,87 @@ from functools import cache
 from pathlib import Path
 
 from ingest.detector.features import (
-    asked_question,
     code_share,
-    length_bucket,
     cues,
-    lexical_tokens,
+    length_bucket,
     looks_like_trace,
+    opening,
+    prompt_overlap,
     reask_ratio,
-    words,
 )
 from ingest.detector.lexicon import sentiment
 from ingest.detector.rules import RULES, fired_rules
 
 MODEL_PATH = Path(__file__).with_name("model.json")
-MODEL_FORMAT = 3
+MODEL_FORMAT = 4
 """Layout of model.json (1: hashed n-grams; 2: dense + vocabulary + calibration; 3: 2 with the
-dialogue cues and sign-constrained sentiment weights)."""
-CUES = ("cue:no_correction", "cue:no_answer", "cue:confused", "cue:affirm")
+dialogue cues and sign-constrained sentiment weights; 4: named features only, the kept rules and
+the strict rules listed in the file)."""
+CUES = ("cue:no_correction", "cue:confused", "cue:affirm")
 LENGTHS = ("len:1", "len:3", "len:8", "len:30", "len:long")
+OPENINGS = ("open:no", "open:no_more", "open:polite_no")
 DENSE = (
     "vader:compound", "vader:neg", "vader:pos", "vader:tail_neg", "vader:contrast",
-    "vader:polite_no", "starts_no", "question_mark", "ctx:question", "ctx:no_after_question",
-    "ctx:prompt_ratio", "ctx:trace", "code_share", *LENGTHS, *(f"rule:{r}" for r in RULES),
-    *CUES,
+    *OPENINGS, "question_mark", "rep:prompt_ratio", "rep:prompt_overlap", "ctx:trace",
+    "code_share", *LENGTHS, *CUES, *(f"rule:{r}" for r in RULES),
 )
-SENTIMENT_SIGNS = {"vader:compound": -1.0, "vader:neg": 1.0, "vader:pos": -1.0,
-                   "vader:tail_neg": 1.0}
-"""The sentiment prior's direction, enforced in training: a more negative message never lowers
-the logit (train.py projects these weights onto their sign after every step)."""
-"""Names of the dense features, in a fixed order."""
+"""Names of every feature the model may weigh, in a fixed order."""
+SIGNS = {"vader:compound": -1.0, "vader:neg": 1.0, "vader:pos": -1.0, "vader:tail_neg": 1.0,
+         "open:no": 1.0}
+"""Directions the weights are held to in training and checked on load: a more negative message
+never lowers the logit, and neither does opening with "No" / "Nope" / "Nah" (how users most
+often open a correction in task dialogue: "No, I need a cheaper one")."""
+SENTIMENT_SIGNS = SIGNS
 
 
 def dense_features(text: str, prompt: str | None = None, response: str | None = None,
                    rules: Sequence[str] | None = None) -> dict[str, float]:
-    """The named dense features of one follow-up in its context (zeros left out); ``rules``:
-    the names ``fired_rules`` returns for it, when the caller has them already."""
+    """The named features of one follow-up in its context (zeros left out); ``rules``: the names
+    ``fired_rules`` returns for it, when the caller has them already. ``response`` is read by
+    the rules only: whether the answer asked a question is deliberately no feature (it marks
+    whole kinds of dialogue rather than complaints)."""
     s = sentiment(text)
-    ws = words(text)
-    starts_no = bool(ws) and ws[0] in ("no", "nope", "nah")
-    question = asked_question(response)
     f = {
         "vader:compound": s.compound, "vader:neg": s.neg, "vader:pos": s.pos,
         "vader:tail_neg": max(0.0, -s.tail), "vader:contrast": float(s.contrast),
-        "vader:polite_no": float(s.polite_no), "starts_no": float(starts_no),
         "question_mark": float(text.rstrip().endswith("?")),
-        "ctx:question": float(question), "ctx:no_after_question": float(question and starts_no),
-        "ctx:prompt_ratio": reask_ratio(text, prompt) / 100.0,
+        "rep:prompt_ratio": reask_ratio(text, prompt) / 100.0,
+        "rep:prompt_overlap": prompt_overlap(text, prompt),
         "ctx:trace": float(looks_like_trace(text)), "code_share": code_share(text),
         length_bucket(text): 1.0,
     }
+    f.update(opening(text))
     for r in fired_rules(text, prompt, response) if rules is None else rules:
         f[f"rule:{r}"] = 1.0
-    f.update(cues(text, response))
+    f.update(cues(text))
     return {k: v for k, v in f.items() if v}
 
 
 @dataclass(frozen=True)
 class Scorer:
-    """Weights of the dense features and the known vocabulary, the cap, calibration, threshold."""
+    """Weights of the named features, the kept and strict rules, calibration, threshold."""
 
     bias: float
     dense: dict[str, float]
-    vocab: dict[str, float]
-    lexical_cap: float
+    rules: tuple[str, ...]
+    """Rule families that enter the model (each kept for a measured held-out gain)."""
+    strict_rules: tuple[str, ...]
+    """Rule families whose hit is a decision by itself (a subset of ``rules``)."""
     calibration: tuple[float, float]
     threshold: float
 
-    def parts(self, text: str, prompt: str | None = None, response: str | None = None,
-              rules: Sequence[str] | None = None) -> tuple[float, float]:
-        """(dense part incl. bias, clipped lexical part) of the uncalibrated logit ``z``."""
+    def logit(self, text: str, prompt: str | None = None, response: str | None = None,
+              rules: Sequence[str] | None = None) -> float:
+        """The uncalibrated logit ``z``; ``rules``: the kept rules that fired, if known."""
+        if rules is None:
+            rules = fired_rules(text, prompt, response, self.rules)
         d = dense_features(text, prompt, response, rules)
-        dense = self.bias + sum(self.dense.get(k, 0.0) * v for k, v in d.items())
-        toks = lexical_tokens(text)
-        lex = sum(self.vocab.get(t, 0.0) for t in toks) / math.sqrt(max(1, len(toks)))
-        return dense, max(-self.lexical_cap, min(self.lexical_cap, lex))
+        return self.bias + sum(self.dense.get(k, 0.0) * v for k, v in d.items())
 
     def probability(self, text: str, prompt: str | None = None, response: str | None = None,
                     rules: Sequence[str] | None = None) -> float:
-        dense, lex = self.parts(text, prompt, response, rules)
         a, c = self.calibration
-        z = a * (dense + lex) + c
+        z = a * self.logit(text, prompt, response, rules) + c
         return 1.0 / (1.0 + math.exp(-z)) if z > -500 else 0.0
 
     @classmethod
@@ -119,12 +122,15 @@ class Scorer:
                              f"{MODEL_FORMAT}")
         unknown = set(d["dense"]) - set(DENSE)
         if unknown:
-            raise ValueError(f"model.json names dense features this code lacks: {sorted(unknown)}")
-        wrong = [k for k, sign in SENTIMENT_SIGNS.items() if d["dense"].get(k, 0.0) * sign < 0]
+            raise ValueError(f"model.json names features this code lacks: {sorted(unknown)}")
+        bad_rules = (set(d["rules"]) | set(d["strict_rules"])) - set(RULES)
+        if bad_rules or not set(d["strict_rules"]) <= set(d["rules"]):
+            raise ValueError(f"model.json names unknown or unkept rules: {d['strict_rules']}")
+        wrong = [k for k, sign in SIGNS.items() if d["dense"].get(k, 0.0) * sign < 0]
         if wrong:
-            raise ValueError(f"model.json weighs sentiment against its prior: {wrong}")
+            raise ValueError(f"model.json weighs features against their prior: {wrong}")
         return cls(float(d["bias"]), {k: float(v) for k, v in d["dense"].items()},
-                   {k: float(v) for k, v in d["vocab"].items()}, float(d["lexical_cap"]),
+                   tuple(d["rules"]), tuple(d["strict_rules"]),
                    (float(d["calibration"][0]), float(d["calibration"][1])),
                    float(d["threshold"]))
 
