@@ -148,6 +148,8 @@ class Cycle:
         self.router = router
         self.store = CycleStore(workdir / "spans")
         self.lease: ModelLease | None = None
+        self.holdback_left_out = 0
+        """Rows of the last train stage left out because the holdback served them."""
 
     def run(self, index: int) -> CycleResult:
         """Resume the unfinished cycle, or start a new one; holds the model's lease throughout."""
@@ -162,6 +164,7 @@ class Cycle:
             self.lease = lease
             try:
                 ensure_champion(self.config, tracking_uri=self.tracking_uri, workdir=self.workdir)
+                registry.ensure_anchor(self.tracking_uri, self.config.model_name)
                 return self._run_locked(index)
             finally:
                 self.lease = None
@@ -443,7 +446,7 @@ class Cycle:
                 "champion_version": state.champion_version, "rows": state.rows,
                 "span_ids": ",".join(state.span_ids)[:6000], "train_rows": rows.num_rows,
                 "carried_span_ids": ",".join(state.carried_rows)[:6000],
-                "train_steps": trainer.steps,
+                "train_steps": trainer.steps, "holdback_rows_left_out": self.holdback_left_out,
             })
             mlflow.log_dict({**state.span_rows, **state.carried_rows}, "span_rows.json")
             for span_id in state.train_span_ids:  # lineage: checkpoint -> span -> offsets -> events
@@ -481,6 +484,15 @@ class Cycle:
             raise RuntimeError(f"{state.cycle_id}: spans hold {rows.num_rows} rows, the cycle "
                                f"state records {state.train_rows}")
         rows = order_by_content(rows)
+        if not self.config.fleet.holdback.train_on_holdback:  # the holdback stays untouched
+            from trainer.data import without_holdback
+
+            anchor = registry.resolve_alias(self.tracking_uri, self.config.model_name,
+                                            registry.ANCHOR)
+            rows, self.holdback_left_out = without_holdback(
+                rows, anchor_version=anchor, champion_version=state.champion_version)
+            if self.holdback_left_out:
+                log.info("left out %d holdback rows (anchor v%s)", self.holdback_left_out, anchor)
         if self.config.trainer.shuffle_rewards:  # the placebo control
             from trainer.online import shuffle_rewards
 
