@@ -96,8 +96,9 @@ class HoldbackConfig(_Config):
         True,
         description="When the impact table shows the champion surely worse than the anchor on "
         "edit persistence or a guardrail (dissatisfied follow-ups, client-reported pass), the "
-        "cycle records the drift alarm and runs the lifetime audit's rollback to the last "
-        "version that passed an audit (gating/audit.py). Needs gate.audit.",
+        "cycle records it as a failed audit of the champion and runs the lifetime audit's "
+        "rollback (gating/audit.py): champion back to the last version that passed an audit, "
+        "else the anchor; that cycle does not train on the drifted champion's spans.",
     )
 
 

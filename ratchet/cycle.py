@@ -118,6 +118,10 @@ class CycleResult:
     audit: str | None = None
     """The lifetime audit's one line when this cycle's promotion made one due (gating/audit.py)."""
     skipped: str | None = None
+    impact: dict | None = None
+    """The champion against the holdback (deploy.fleet.impact.ImpactTable as JSON)."""
+    drift: str | None = None
+    """The drift alarm's line when the impact table showed the champion surely worse."""
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -223,8 +227,11 @@ class Cycle:
         mlflow.log_metrics({k: float(v) for k, v in figures.items() if v is not None})
 
     def _advance(self, state: CycleState, result: CycleResult) -> None:
-        if state.stage == "started":
+        ingested_now = state.stage == "started"
+        if ingested_now:
             self._timed(result, "ingest", lambda: self._ingest(state, result))
+        if ingested_now or state.stage == "ingested":
+            self._timed(result, "impact", lambda: self._impact(state, result))
         if state.stage == "ingested":
             self._adopt_registered(state)
         self._settle_orphan_candidate(state)
@@ -366,6 +373,58 @@ class Cycle:
         result.span_rows = span.rows
         result.detector_agreement = span.monitors.get("detector_agreement")
         self._choose_spans(state, result, span)
+
+    def _impact(self, state: CycleState, result: CycleResult) -> None:
+        """The impact table (deploy/fleet/impact.py) over every span: the champion that served
+        them against the holdback. One MLflow run ``impact-<seq>``, ``workdir/impact/``, the
+        registered model's description; the drift alarm when the champion is surely worse."""
+        import mlflow
+        from mlflow import MlflowClient
+
+        from deploy.fleet.impact import format_impact, impact_from_spans, write_impact
+
+        hb, name = self.config.fleet.holdback, self.config.model_name
+        champion = registry.resolve_alias(self.tracking_uri, name, registry.CHAMPION)
+        anchor = registry.resolve_alias(self.tracking_uri, name, registry.ANCHOR)
+        table = impact_from_spans(self.workdir / "spans", model_name=name,
+                                  champion_version=champion, anchor_version=anchor,
+                                  alpha=hb.alpha, relative_scale=hb.relative_scale)
+        text = format_impact(table)
+        with mlflow.start_run(run_name=f"impact-{state.seq:04d}", nested=True) as run:
+            mlflow.set_tags({**self._tags("impact", state),
+                             "impact.champion_version": str(champion),
+                             "impact.anchor_version": str(anchor),
+                             "impact.drift": ",".join(table.drift) or "none",
+                             "mlflow.note.content": f"```\n{text}\n```"})
+            figures = {}
+            for r in table.rows:
+                for key in ("change", "low", "high", "champion", "holdback"):
+                    if getattr(r, key) is not None:
+                        figures[f"impact.{r.metric}.{key}"] = float(getattr(r, key))
+                figures[f"impact.{r.metric}.n_champion"] = float(r.n_champion)
+                figures[f"impact.{r.metric}.n_holdback"] = float(r.n_holdback)
+            if figures:
+                mlflow.log_metrics(figures)
+            mlflow.log_dict(table.to_json(), "impact/table.json")
+            mlflow.log_text(text, "impact/table.txt")
+        write_impact(table, self.workdir / "impact", state.seq)
+        result.impact = table.to_json()
+        log.info("%s", text, extra={"terminal": False})
+        self._guard()
+        MlflowClient(self.tracking_uri).update_registered_model(
+            name, description=f"Live impact, cycle {state.seq} (champion vs holdback):\n\n"
+                              f"```\n{text}\n```")
+        if table.drift and hb.drift_rollback and champion is not None and anchor is not None:
+            from gating.audit import record_drift
+
+            record = record_drift(self.tracking_uri, name, champion, anchor,
+                                  ", ".join(table.drift), run.info.run_id, guard=self._guard,
+                                  roll_back=self._serve)
+            result.drift = record.decision
+            if state.stage == "ingested":  # its spans hold the drifted champion's traffic
+                state.stage = "skipped"
+                result.skipped = state.note = record.decision
+            self._save(state)
 
     def _choose_spans(self, state: CycleState, result: CycleResult, span) -> None:
         """Fix the cycle's spans: every validated span not consumed yet (older ones included)."""
