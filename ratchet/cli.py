@@ -342,9 +342,8 @@ def _impact(args: argparse.Namespace) -> int:
 
 
 def _anchor(args: argparse.Namespace, config) -> int:
-    from runtime import registry
-
     from gating.show import GateLookupError, local_store
+    from runtime import registry
 
     try:
         uri = args.tracking_uri or local_store(args.workdir)[0]

@@ -2,10 +2,11 @@
 
 Starts the embedded broker and a local MLflow server, bootstraps the toy champion, starts the
 fleet, the holdback (replicas pinned to the anchor, ``fleet.holdback``) with a router in front
-that keeps its share of users on them, and the user simulator, then for each cycle: one round of simulated traffic (its delayed
-signals drained in compressed event time) followed by ingest → train → gate → deploy. Prints a
-per-cycle table, writes it as JSON and a PNG plot, and prints the MLflow UI address. Its last
-lines are the impact table: the final champion against the holdback on the live traffic.
+that keeps its share of users on them, and the user simulator, then for each cycle: one round
+of simulated traffic (its delayed signals drained in compressed event time) followed by ingest →
+train → gate → deploy. Prints a per-cycle table, writes it as JSON and a PNG plot, and prints the
+MLflow UI address. Its last lines are the impact table: the last cycle's champion against the
+holdback on the live traffic.
 
 The workdir is the demo's scratch space: it is wiped at the start (the embedded broker is
 memory-only, so state kept from an earlier demo would not match its topics) — but only if ratchet
