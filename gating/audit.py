@@ -17,6 +17,12 @@ to) and ``ratchet.audit.at`` (the newest version the last audit covered). The pr
 then are counted from the versions' own ``gate.promoted`` tags, so a cycle that resumes after a
 crash counts nothing twice.
 
+The live drift alarm is the same mechanism fed by traffic instead of suites: when the
+holdback comparison (deploy/fleet/impact.py) shows the champion surely worse than the anchor,
+:func:`record_drift` records a failing audit verdict on the champion (its reason and the impact
+run) and settles it like any other, so ``champion`` goes back to the fallback and the version is
+never promoted again.
+
 The verdict is durable before anything acts on it: the audited version's tag ``audit.verdict``
 is written (inside the audit's run) before ``champion`` moves back, and ``registry.promote``
 refuses a version tagged ``audit.verdict=fail``, so a version that failed its audit is never
@@ -263,3 +269,31 @@ def _record(tracking_uri, model_name, plan: AuditPlan, config: GateConfig,
     settle_audit(tracking_uri, model_name, record, guard, roll_back)
     log.info("%s", line)
     return verdict
+
+
+def record_drift(tracking_uri: str, model_name: str, champion: int, anchor: int, reason: str,
+                 run_id: str, guard: Callable[[], None] | None = None,
+                 roll_back: Callable[[int], None] | None = None) -> AuditRecord:
+    """The live drift alarm as a failed audit of ``champion``: the verdict on the version (the
+    impact table's ``run_id`` and ``reason``), then :func:`settle_audit` (champion back to the
+    last version that passed an audit other than this one, else ``anchor``; ``roll_back``)."""
+    guard = guard or (lambda: None)
+    tags = registry.model_tags(tracking_uri, model_name)
+    passed = tags.get(PASSED)
+    fallback = int(passed) if passed and int(passed) != champion else anchor
+    line = (f"drift: champion v{champion} surely worse than the holdback's anchor v{anchor} on "
+            f"{reason}; rolled back to v{fallback}")
+    if ANCHOR not in tags:  # the audit's own state starts at the anchor
+        guard()
+        registry.set_model_tags(tracking_uri, model_name,
+                                {ANCHOR: str(anchor), PASSED: str(anchor), AT: str(anchor)})
+    guard()
+    registry.set_version_tags(tracking_uri, model_name, champion, {
+        "audit.run_id": run_id, "audit.decision": line[:5000],
+        "audit.fallback_version": str(fallback), "audit.drift": reason[:4000],
+        registry.AUDIT_VERDICT: "fail"})  # last: the record is whole
+    record = AuditRecord(champion=champion, passed=False, run_id=run_id, decision=line,
+                         fallback=fallback)
+    settle_audit(tracking_uri, model_name, record, guard, roll_back)
+    log.warning("%s", line)
+    return record

@@ -128,6 +128,23 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "release":
             q.add_argument("--note", default="", help="why it was released (kept in the manifest)")
 
+    p = sub.add_parser("impact", help="what the promotions did for users: the champion against "
+                       "the holdback on the reward spans (the latest cycle's versions)")
+    p.add_argument("--workdir", type=Path, default=WORKDIR, help=f"default {WORKDIR}")
+    p.add_argument("--champion", type=int, help="compare this version (default: the latest "
+                   "cycle's champion)")
+    p.add_argument("--anchor", type=int, help="against this holdback version (default: the "
+                   "latest cycle's anchor)")
+
+    p = sub.add_parser("anchor", help="move the holdback's anchor to a version (recorded on the "
+                       "registered model; the holdback replicas of fleet.router_url reload)")
+    p.add_argument("version", type=int, help="registered model version to anchor on")
+    p.add_argument("--reason", required=True, help="why (kept in the model's anchor history)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--tracking-uri", help="an MLflow tracking server")
+    where.add_argument("--workdir", type=Path, help="a local store (e.g. .demo)")
+    p.add_argument("--config", type=Path)
+
     p = sub.add_parser("config", help="the resolved configuration")
     csub = p.add_subparsers(dest="config_command", required=True)
     show = csub.add_parser("show", help="print the resolved config as JSON")
@@ -183,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "spans":  # file edits only: no services, no signal handler
         return _spans(args)
+    if args.command == "impact":  # reads files only, and fast: pyarrow, no MLflow
+        return _impact(args)
     # SIGTERM unwinds like Ctrl-C, so the services this process started are stopped by PID.
     from runtime.services import unwind_on_sigterm
 
@@ -242,6 +261,8 @@ def _dispatch(args: argparse.Namespace, config) -> int:
         return _ui(args.workdir)
     if args.command == "rollout":
         return _rollout(args, config)
+    if args.command == "anchor":
+        return _anchor(args, config)
     from ratchet.runner import run_command
 
     return run_command(args, config)
@@ -300,6 +321,44 @@ def _gates_compare(args: argparse.Namespace, config) -> int:
         if server is not None:
             server.stop()
     print(format_table(verdict))
+    return 0
+
+
+def _impact(args: argparse.Namespace) -> int:
+    from deploy.fleet.impact import format_impact, impact_from_spans, latest_impact
+
+    last = latest_impact(args.workdir / "impact")
+    if last is None:
+        print(f"ratchet: error: no impact table in {args.workdir / 'impact'} (a cycle writes one)",
+              file=sys.stderr)
+        return EXIT_FAILED
+    table = impact_from_spans(
+        args.workdir / "spans", model_name=last.model_name,
+        champion_version=args.champion or last.champion_version,
+        anchor_version=args.anchor or last.anchor_version, alpha=last.alpha,
+        relative_scale=last.relative_scale)
+    print(format_impact(table))
+    return 0
+
+
+def _anchor(args: argparse.Namespace, config) -> int:
+    from gating.show import GateLookupError, local_store
+    from runtime import registry
+
+    try:
+        uri = args.tracking_uri or local_store(args.workdir)[0]
+        before = registry.move_anchor(uri, config.model_name, args.version, args.reason)
+    except (ValueError, GateLookupError) as e:
+        print(f"ratchet: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{config.model_name}: anchor v{before} -> v{args.version} ({args.reason})")
+    if config.fleet.router_url:
+        from deploy.fleet.canary import RouterTarget, reload_replicas
+
+        target = RouterTarget(config.fleet.router_url, config.fleet.admin_token)
+        holdback = target.client().groups()["holdback"]
+        reload_replicas(holdback, args.version, target.admin_token)
+        print(f"holdback replicas now serve v{args.version}: {', '.join(holdback) or 'none'}")
     return 0
 
 

@@ -58,6 +58,50 @@ class ChampionBootstrapConfig(_Config):
         return self
 
 
+class HoldbackConfig(_Config):
+    """The holdback: a fixed share of users kept on the anchor version for the model's life, so
+    what the promotions did for users is measured live (champion vs holdback, every cycle).
+
+    The anchor is the registry alias ``anchor``: the model's first champion, set once, moved only
+    by ``ratchet anchor --version N --reason ...`` (recorded on the registered model)."""
+
+    share: float = Field(
+        0.05, ge=0.0, le=0.5,
+        description="Share of users (hash of the OpenAI user field, else the API key) the router "
+        "sends to the holdback replicas. Fixed for the model's life: changing it moves users "
+        "between arms. A production router takes it as RATCHET_ROUTER_HOLDBACK_SHARE; the demo "
+        "starts its router with it. 0 = no holdback.",
+    )
+    replicas: int = Field(
+        1, ge=0, le=16,
+        description="Holdback replica processes the demo starts (pinned to the anchor); 0 = none.",
+    )
+    train_on_holdback: bool = Field(
+        False,
+        description="Train on the rows the holdback served (the anchor version's rows while the "
+        "anchor is not the champion). Off: they are measured, never trained on, so the holdback "
+        "stays an untouched comparison.",
+    )
+    alpha: float = Field(
+        0.05, gt=0.0, lt=0.5,
+        description="Family-wise level of the impact table's always-valid intervals "
+        "(Bonferroni over its metrics).",
+    )
+    relative_scale: float = Field(
+        0.1, gt=0.0, le=10.0,
+        description="Mixing scale of the impact table's confidence sequences, as a relative "
+        "change: the size of effect they are tightest around (deploy/fleet/impact.py).",
+    )
+    drift_rollback: bool = Field(
+        True,
+        description="When the impact table shows the champion surely worse than the anchor on "
+        "edit persistence or a guardrail (dissatisfied follow-ups, client-reported pass), the "
+        "cycle records it as a failed audit of the champion and runs the lifetime audit's "
+        "rollback (gating/audit.py): champion back to the last version that passed an audit, "
+        "else the anchor; that cycle does not train on the drifted champion's spans.",
+    )
+
+
 class FleetConfig(_Config):
     """The serving fleet: the one the demo starts, or the running one a cycle rolls out on."""
 
@@ -76,6 +120,7 @@ class FleetConfig(_Config):
         3600.0, gt=0.0, le=7 * 86400.0,
         description="A rollout undecided after this long is rolled back.",
     )
+    holdback: HoldbackConfig = Field(default_factory=HoldbackConfig)
 
 
 class SimulatorConfig(_Config):

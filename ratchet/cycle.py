@@ -118,6 +118,10 @@ class CycleResult:
     audit: str | None = None
     """The lifetime audit's one line when this cycle's promotion made one due (gating/audit.py)."""
     skipped: str | None = None
+    impact: dict | None = None
+    """The champion against the holdback (deploy.fleet.impact.ImpactTable as JSON)."""
+    drift: str | None = None
+    """The drift alarm's line when the impact table showed the champion surely worse."""
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -148,6 +152,8 @@ class Cycle:
         self.router = router
         self.store = CycleStore(workdir / "spans")
         self.lease: ModelLease | None = None
+        self.holdback_left_out = 0
+        """Rows of the last train stage left out because the holdback served them."""
 
     def run(self, index: int) -> CycleResult:
         """Resume the unfinished cycle, or start a new one; holds the model's lease throughout."""
@@ -162,6 +168,7 @@ class Cycle:
             self.lease = lease
             try:
                 ensure_champion(self.config, tracking_uri=self.tracking_uri, workdir=self.workdir)
+                registry.ensure_anchor(self.tracking_uri, self.config.model_name)
                 return self._run_locked(index)
             finally:
                 self.lease = None
@@ -220,8 +227,11 @@ class Cycle:
         mlflow.log_metrics({k: float(v) for k, v in figures.items() if v is not None})
 
     def _advance(self, state: CycleState, result: CycleResult) -> None:
-        if state.stage == "started":
+        ingested_now = state.stage == "started"
+        if ingested_now:
             self._timed(result, "ingest", lambda: self._ingest(state, result))
+        if ingested_now or state.stage == "ingested":
+            self._timed(result, "impact", lambda: self._impact(state, result))
         if state.stage == "ingested":
             self._adopt_registered(state)
         self._settle_orphan_candidate(state)
@@ -368,6 +378,58 @@ class Cycle:
         result.detector_agreement = span.monitors.get("detector_agreement")
         self._choose_spans(state, result, span)
 
+    def _impact(self, state: CycleState, result: CycleResult) -> None:
+        """The impact table (deploy/fleet/impact.py) over every span: the champion that served
+        them against the holdback. One MLflow run ``impact-<seq>``, ``workdir/impact/``, the
+        registered model's description; the drift alarm when the champion is surely worse."""
+        import mlflow
+        from mlflow import MlflowClient
+
+        from deploy.fleet.impact import format_impact, impact_from_spans, write_impact
+
+        hb, name = self.config.fleet.holdback, self.config.model_name
+        champion = registry.resolve_alias(self.tracking_uri, name, registry.CHAMPION)
+        anchor = registry.resolve_alias(self.tracking_uri, name, registry.ANCHOR)
+        table = impact_from_spans(self.workdir / "spans", model_name=name,
+                                  champion_version=champion, anchor_version=anchor,
+                                  alpha=hb.alpha, relative_scale=hb.relative_scale)
+        text = format_impact(table)
+        with mlflow.start_run(run_name=f"impact-{state.seq:04d}", nested=True) as run:
+            mlflow.set_tags({**self._tags("impact", state),
+                             "impact.champion_version": str(champion),
+                             "impact.anchor_version": str(anchor),
+                             "impact.drift": ",".join(table.drift) or "none",
+                             "mlflow.note.content": f"```\n{text}\n```"})
+            figures = {}
+            for r in table.rows:
+                for key in ("change", "low", "high", "champion", "holdback"):
+                    if getattr(r, key) is not None:
+                        figures[f"impact.{r.metric}.{key}"] = float(getattr(r, key))
+                figures[f"impact.{r.metric}.n_champion"] = float(r.n_champion)
+                figures[f"impact.{r.metric}.n_holdback"] = float(r.n_holdback)
+            if figures:
+                mlflow.log_metrics(figures)
+            mlflow.log_dict(table.to_json(), "impact/table.json")
+            mlflow.log_text(text, "impact/table.txt")
+        write_impact(table, self.workdir / "impact", state.seq)
+        result.impact = table.to_json()
+        log.info("%s", text, extra={"terminal": False})
+        self._guard()
+        MlflowClient(self.tracking_uri).update_registered_model(
+            name, description=f"Live impact, cycle {state.seq} (champion vs holdback):\n\n"
+                              f"```\n{text}\n```")
+        if table.drift and hb.drift_rollback and champion is not None and anchor is not None:
+            from gating.audit import record_drift
+
+            record = record_drift(self.tracking_uri, name, champion, anchor,
+                                  ", ".join(table.drift), run.info.run_id, guard=self._guard,
+                                  roll_back=self._serve)
+            result.drift = record.decision
+            if state.stage == "ingested":  # its spans hold the drifted champion's traffic
+                state.stage = "skipped"
+                result.skipped = state.note = record.decision
+            self._save(state)
+
     def _choose_spans(self, state: CycleState, result: CycleResult, span) -> None:
         """Fix the cycle's spans: every validated span not consumed yet (older ones included)."""
         spans = self.store.unconsumed_spans()
@@ -447,7 +509,7 @@ class Cycle:
                 "champion_version": state.champion_version, "rows": state.rows,
                 "span_ids": ",".join(state.span_ids)[:6000], "train_rows": rows.num_rows,
                 "carried_span_ids": ",".join(state.carried_rows)[:6000],
-                "train_steps": trainer.steps,
+                "train_steps": trainer.steps, "holdback_rows_left_out": self.holdback_left_out,
             })
             mlflow.log_dict({**state.span_rows, **state.carried_rows}, "span_rows.json")
             for span_id in state.train_span_ids:  # lineage: checkpoint -> span -> offsets -> events
@@ -485,6 +547,15 @@ class Cycle:
             raise RuntimeError(f"{state.cycle_id}: spans hold {rows.num_rows} rows, the cycle "
                                f"state records {state.train_rows}")
         rows = order_by_content(rows)
+        if not self.config.fleet.holdback.train_on_holdback:  # the holdback stays untouched
+            from trainer.data import without_holdback
+
+            anchor = registry.resolve_alias(self.tracking_uri, self.config.model_name,
+                                            registry.ANCHOR)
+            rows, self.holdback_left_out = without_holdback(
+                rows, anchor_version=anchor, champion_version=state.champion_version)
+            if self.holdback_left_out:
+                log.info("left out %d holdback rows (anchor v%s)", self.holdback_left_out, anchor)
         if self.config.trainer.shuffle_rewards:  # the placebo control
             from trainer.online import shuffle_rewards
 

@@ -1,9 +1,12 @@
 """`ratchet demo`: the whole loop on embedded defaults, end to end.
 
 Starts the embedded broker and a local MLflow server, bootstraps the toy champion, starts the
-fleet and the user simulator, then for each cycle: one round of simulated traffic (its delayed
-signals drained in compressed event time) followed by ingest → train → gate → deploy. Prints a
-per-cycle table, writes it as JSON and a PNG plot, and prints the MLflow UI address.
+fleet, the holdback (replicas pinned to the anchor, ``fleet.holdback``) with a router in front
+that keeps its share of users on them, and the user simulator, then for each cycle: one round
+of simulated traffic (its delayed signals drained in compressed event time) followed by ingest →
+train → gate → deploy. Prints a per-cycle table, writes it as JSON and a PNG plot, and prints the
+MLflow UI address. Its last lines are the impact table: the last cycle's champion against the
+holdback on the live traffic.
 
 The workdir is the demo's scratch space: it is wiped at the start (the embedded broker is
 memory-only, so state kept from an earlier demo would not match its topics) — but only if ratchet
@@ -87,6 +90,8 @@ class CycleRow:
     """The lifetime audit's line when this cycle's promotion made one due."""
     length_cut_rate: float | None = None
     """Share of the round's replies cut at max_tokens (finish_reason ``length``)."""
+    drift: str | None = None
+    """The drift alarm's line when the impact table showed the champion surely worse."""
 
 
 def _version(v: int | None) -> str:
@@ -397,6 +402,55 @@ def demo_config(config: RatchetConfig) -> RatchetConfig:
     return config.model_copy(update={"ingest": ingest})
 
 
+def _holdback(config: RatchetConfig, ep, fleet, workdir: Path):
+    """The holdback replicas (pinned to the registry alias ``anchor``) and the router that sends
+    ``fleet.holdback.share`` of the users to them; ``(None, None)`` when the share or the
+    replica count is 0."""
+    from deploy.fleet.fleet import Fleet, RouterProcess
+    from runtime import registry
+    from simulation.simulator import SIMULATED_SKEW_S
+
+    hb = config.fleet.holdback
+    if hb.share <= 0 or hb.replicas <= 0:
+        return None, None
+    anchor = registry.ensure_anchor(ep.tracking_uri, config.model_name)
+    holdback = Fleet.start(
+        n_replicas=hb.replicas, tracking_uri=ep.tracking_uri, model_name=config.model_name,
+        bootstrap=ep.bootstrap, workdir=workdir / "fleet-holdback",
+        admin_token=config.fleet.admin_token, alias=registry.ANCHOR, name="holdback",
+        signal_max_skew_s=SIMULATED_SKEW_S, api_keys_path=fleet.api_keys_path,
+    )
+    try:
+        router = RouterProcess.start(
+            stable_urls=fleet.urls, canary_urls=[], holdback_urls=holdback.urls,
+            holdback_share=hb.share, admin_token=config.fleet.admin_token,
+            workdir=workdir / "router")
+    except BaseException:
+        holdback.stop()
+        raise
+    log.info("holdback: %.0f%% of users on anchor v%s (%s), router %s", 100 * hb.share, anchor,
+             ", ".join(holdback.urls), router.url)
+    return holdback, router
+
+
+def _final_impact(config: RatchetConfig, tracking_uri: str, workdir: Path):
+    """The last cycle's impact table (its champion served the last round), else one computed
+    now for the champion."""
+    from deploy.fleet.impact import impact_from_spans, latest_impact
+    from runtime import registry
+
+    last = latest_impact(workdir / "impact")
+    if last is not None:
+        return last
+    hb = config.fleet.holdback
+    return impact_from_spans(
+        workdir / "spans", model_name=config.model_name,
+        champion_version=registry.resolve_alias(tracking_uri, config.model_name,
+                                                registry.CHAMPION),
+        anchor_version=registry.resolve_alias(tracking_uri, config.model_name, registry.ANCHOR),
+        alpha=hb.alpha, relative_scale=hb.relative_scale)
+
+
 def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool = False) -> int:
     from deploy.fleet.fleet import Fleet
     from ratchet.bootstrap import describe_champion, ensure_champion
@@ -421,9 +475,12 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
             admin_token=config.fleet.admin_token,
             signal_max_skew_s=SIMULATED_SKEW_S,
         )
+        holdback = router = None
         try:
+            holdback, router = _holdback(config, ep, fleet, workdir)
             sim = UserSimulator(
-                urls=fleet.urls, api_key=fleet.create_api_key("demo-simulator"),
+                urls=[router.url] if router else fleet.urls,
+                api_key=fleet.create_api_key("demo-simulator"),
                 speed=config.simulator.speed,
                 seed=config.simulator.seed,
                 max_tokens=config.simulator.max_tokens,
@@ -460,6 +517,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                     gate_champion=result.champion_pass_rate, gate_ci_low=result.gate_ci_low,
                     gate_ci_high=result.gate_ci_high, gate_tasks=result.gate_tasks,
                     gate_decision=result.gate_decision, audit=result.audit,
+                    drift=result.drift,
                     outcome=outcome_of(result), promoted=result.promoted,
                     rolled_back=result.rolled_back, seconds=time.perf_counter() - c0,
                     cycle_run_id=result.run_id, gate_run_id=result.gate_run_id,
@@ -468,7 +526,9 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                 ))
                 log.info("%s", cycle_report(rows[-1], i, cycles, stage_seconds[-1]))
         finally:
-            fleet.stop()
+            for process in (router, holdback, fleet):
+                if process is not None:
+                    process.stop()
         final = registry.resolve_alias(ep.tracking_uri, config.model_name, registry.CHAMPION)
         gain = (champion_gain(ep.tracking_uri, config.model_name, first, final, workdir)
                 if config.policy.type == "toy" else None)
@@ -482,14 +542,18 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
                 print(f"cycle {r.cycle}: {r.gate_decision}")
             if r.audit:
                 print(f"cycle {r.cycle}: {r.audit}")
+            if r.drift:
+                print(f"cycle {r.cycle}: {r.drift}")
         if gain is not None:
             print(format_gain(gain))
         if start is not None:
             print(format_start(start, gain))
         png = workdir / "cycles.png"
         plot(rows, png, gain)
+        impact = _final_impact(config, ep.tracking_uri, workdir)
         summary = {
-            "policy": policy, "gain": gain, "start": start, "total_seconds": round(total_s, 1),
+            "policy": policy, "gain": gain, "start": start, "impact": impact.to_json(),
+            "total_seconds": round(total_s, 1),
             "bootstrap_seconds": round(bootstrap_s, 1),
             "promotions": sum(r.promoted for r in rows), "stage_seconds": stage_seconds,
             "cycles": [asdict(r) for r in rows],
@@ -500,6 +564,10 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
               f"{workdir / 'ratchet.log'}")
         print(f"MLflow UI: {registry.runs_page(ep.tracking_uri, config.experiment)}  "
               f"(after the demo: ratchet ui --workdir {workdir})")
+        from deploy.fleet.impact import format_impact
+
+        print("what the loop did for users, live (ratchet impact --workdir "
+              f"{workdir}):\n{format_impact(impact)}")
         if keep_running:
             input("services are up; press Enter to stop them\n")
     return 0

@@ -6,7 +6,8 @@ A checkpoint is a directory in its policy's own format: the toy's (``model.safet
 them apart. It is logged as an MLflow "model from code" (runtime/mlflow_model.py) so
 that loading it never unpickles, registered as a new version of one registered model, and
 addressed by alias: ``champion`` serves, ``candidate`` waits for the gate, ``previous-champion``
-is kept for rollback.
+is kept for rollback, ``anchor`` is what the holdback serves (set once, to the model's first
+champion, and moved only by :func:`move_anchor`, i.e. ``ratchet anchor``; each move recorded).
 
 Deliberately left out: deciding who gets an alias (gating/, deploy/) and the MLflow server's
 lifecycle (runtime/services.py). mlflow is imported inside functions (it costs seconds).
@@ -24,6 +25,11 @@ from pathlib import Path
 CHAMPION = "champion"
 CANDIDATE = "candidate"
 PREVIOUS_CHAMPION = "previous-champion"
+ANCHOR = "anchor"
+ANCHOR_HISTORY = "ratchet.anchor.history"
+"""Model tag: JSON list of the anchor's settings ({version, at, reason}), oldest first."""
+_AUDIT_ANCHOR = "ratchet.audit.anchor"
+"""The lifetime audit's record of the first champion (gating/audit.py), when it has one."""
 
 _MODEL_CODE = Path(__file__).with_name("mlflow_model.py")
 _REQUIREMENTS = ["torch==2.13.0", "safetensors", "mlflow==3.17.2"]
@@ -326,3 +332,45 @@ def set_model_tags(tracking_uri: str, model_name: str, tags: dict[str, str]) -> 
     client = _client(tracking_uri)
     for key, value in tags.items():
         client.set_registered_model_tag(model_name, key, value)
+
+
+def ensure_anchor(tracking_uri: str, model_name: str) -> int | None:
+    """The ``anchor`` version; when the model has none yet it becomes the model's first champion
+    (the lifetime audit's record of it, else the current ``champion``). None without a champion.
+    """
+    version = resolve_alias(tracking_uri, model_name, ANCHOR)
+    if version is not None:
+        return version
+    first = model_tags(tracking_uri, model_name).get(_AUDIT_ANCHOR)
+    version = int(first) if first else resolve_alias(tracking_uri, model_name, CHAMPION)
+    if version is None:
+        return None
+    _record_anchor(tracking_uri, model_name, version, "the model's first champion")
+    return version
+
+
+def move_anchor(tracking_uri: str, model_name: str, version: int, reason: str) -> int | None:
+    """Point ``anchor`` at ``version`` (an explicit act, recorded with ``reason`` in the model's
+    :data:`ANCHOR_HISTORY`); returns the version it pointed at before."""
+    if not version_exists(tracking_uri, model_name, version):
+        raise ValueError(f"{model_name} has no version {version}")
+    if not reason.strip():
+        raise ValueError("moving the anchor needs a reason")
+    before = resolve_alias(tracking_uri, model_name, ANCHOR)
+    _record_anchor(tracking_uri, model_name, version, reason)
+    return before
+
+
+def _record_anchor(tracking_uri: str, model_name: str, version: int, reason: str) -> None:
+    import json
+    from datetime import UTC, datetime
+
+    history = json.loads(model_tags(tracking_uri, model_name).get(ANCHOR_HISTORY) or "[]")
+    history.append({"version": version, "at": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "reason": reason[:500]})
+    text = json.dumps(history)
+    while len(text) > 4900 and len(history) > 2:  # a tag holds 5,000 characters: keep the first
+        del history[1]
+        text = json.dumps(history)
+    set_model_tags(tracking_uri, model_name, {ANCHOR_HISTORY: text})
+    set_alias(tracking_uri, model_name, ANCHOR, version)

@@ -102,6 +102,23 @@ def order_by_content(rows: pa.Table) -> pa.Table:
     return rows.take(pa.array(order, pa.int64()))
 
 
+def without_holdback(rows: pa.Table, *, anchor_version: int | None,
+                     champion_version: int) -> tuple[pa.Table, int]:
+    """``rows`` less those the holdback served, and how many were left out.
+
+    The holdback serves the anchor version; while the anchor is not the champion being trained,
+    every row of the anchor version is a holdback row (the stable and canary arms serve the
+    champion and its candidates). While the anchor is the champion, its rows are the champion's
+    own traffic and all are kept. (A row the anchor served as champion, read after a promotion,
+    is left out with them: the version alone cannot tell the two apart.)"""
+    import pyarrow.compute as pc
+
+    if anchor_version is None or anchor_version == champion_version:
+        return rows, 0
+    kept = rows.filter(pc.not_equal(rows["model_version"], anchor_version))
+    return kept, rows.num_rows - kept.num_rows
+
+
 def rows_to_samples(
     rows: pa.Table, *, vocab_size: int, max_seq_len: int,
     encode_prompt: Callable[[str], list[int]] = encode_prompt,

@@ -280,8 +280,11 @@ class RouterProcess:
         admin_token: str,
         workdir: Path,
         canary_weight: float = 0.0,
+        holdback_urls: list[str] | None = None,
+        holdback_share: float = 0.0,
         timeout_s: float = 60.0,
     ) -> RouterProcess:
+        """The router process; ``holdback_share`` of users go to ``holdback_urls``."""
         import json
 
         workdir = Path(workdir).resolve()
@@ -290,6 +293,8 @@ class RouterProcess:
             "RATCHET_ROUTER_STABLE_URLS": json.dumps(stable_urls),
             "RATCHET_ROUTER_CANARY_URLS": json.dumps(canary_urls),
             "RATCHET_ROUTER_CANARY_WEIGHT": str(canary_weight),
+            "RATCHET_ROUTER_HOLDBACK_URLS": json.dumps(list(holdback_urls or [])),
+            "RATCHET_ROUTER_HOLDBACK_SHARE": str(holdback_share),
             "RATCHET_ROUTER_ADMIN_TOKEN": admin_token,
         }
         proc = _spawn("router", workdir, env, module="deploy.fleet.router")

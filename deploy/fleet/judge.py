@@ -22,6 +22,15 @@ A check is *insufficient* while either arm has fewer than its minimum sample siz
 controller extend the step instead of deciding. Overall: any fail -> ``fail``; else any
 insufficient -> ``extend``; else ``pass``.
 
+``mode`` says where the burden of proof lies (always-valid method only). ``harm`` (the default
+above): a canary passes unless harm is shown, so a neutral candidate is promoted by default.
+``show``: the canary must show its case. A check passes only once its sequence's upper bound of
+the harm is below the margin (each guardrail shown within its margin, the success metric shown
+non-inferior); it fails once the lower bound is above the margin, as in ``harm``; in between it
+is *unshown*, which extends the step like too few samples, and a step still unshown at its
+limit is rolled back with the reason "not shown", never promoted. ``superior`` on the success
+metric says the canary is shown better (its harm's upper bound below 0).
+
 Deliberately left out: where samples come from (deploy/fleet/rollout.py).
 """
 
@@ -31,9 +40,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Decision = Literal["pass", "fail", "insufficient"]
+Decision = Literal["pass", "fail", "insufficient", "unshown"]
 
 
 class JudgeConfig(BaseModel):
@@ -47,6 +56,17 @@ class JudgeConfig(BaseModel):
             "always_valid: confidence sequences (mSPRT), safe under the controller's repeated "
             "looks; fixed_horizon: one-look tests (z / Mann-Whitney), whose error grows with "
             "every extension."
+        ),
+    )
+    mode: Literal["harm", "show"] = Field(
+        default="harm",
+        description=(
+            "Where the burden of proof lies (always_valid only). harm: the canary passes unless "
+            "a check shows it worse than its margin (a neutral canary is promoted). show: the "
+            "canary must show each guardrail's harm below its margin and edit persistence "
+            "non-inferior; a step still unshown after max_extensions is rolled back (\"not "
+            "shown\"). Showing needs more traffic: a zero-error canary shows the 1% error margin "
+            "after roughly 500 requests per arm."
         ),
     )
     alpha: float = Field(
@@ -76,6 +96,13 @@ class JudgeConfig(BaseModel):
         le=1.0,
         description="Increase of the dissatisfied follow-up rate that matters (absolute).",
     )
+
+    @model_validator(mode="after")
+    def _show_needs_sequences(self) -> JudgeConfig:
+        if self.mode == "show" and self.method != "always_valid":
+            raise ValueError("judge.mode 'show' needs method 'always_valid' (its upper bounds "
+                             "are what the canary must show)")
+        return self
 
 
 @dataclass(frozen=True)
@@ -115,11 +142,31 @@ class MetricVerdict:
             return None
         return self.harm_high < self.margin
 
+    @property
+    def superior(self) -> bool | None:
+        """Whether the sequence shows the canary better (the harm's upper bound below 0)."""
+        if self.harm_high is None:
+            return None
+        return self.harm_high < 0.0
+
 
 @dataclass(frozen=True)
 class Verdict:
     decision: Literal["pass", "fail", "extend"]
     metrics: list[MetricVerdict]
+
+    @property
+    def unshown(self) -> list[str]:
+        """Checks the canary has enough samples for but has not shown yet (mode ``show``), each
+        with its harm's upper bound against the margin."""
+        return [f"{m.name} (harm up to {m.harm_high:+.3g}, margin {m.margin:.3g})"
+                for m in self.metrics
+                if m.decision == "unshown" and m.harm_high is not None and m.margin is not None]
+
+    @property
+    def superior(self) -> list[str]:
+        """Checks on which the canary is shown better than stable."""
+        return [m.name for m in self.metrics if m.decision == "pass" and m.superior]
 
     @property
     def reasons(self) -> list[str]:
@@ -246,9 +293,10 @@ def _mean_var(xs: list[float]) -> tuple[float, float]:
 
 
 def _av_check(name: str, stable_xs: list[float], canary_xs: list[float], *, minimum: int,
-              margin: float, alpha: float, worse_is_higher: bool, shown: tuple | None = None
-              ) -> MetricVerdict:
-    """One always-valid check: harm = (canary - stable) if higher is worse, else the reverse."""
+              margin: float, alpha: float, worse_is_higher: bool, shown: tuple | None = None,
+              show: bool = False) -> MetricVerdict:
+    """One always-valid check: harm = (canary - stable) if higher is worse, else the reverse.
+    ``show``: the check passes only once the harm's upper bound is below the margin."""
     ns, nc = len(stable_xs), len(canary_xs)
     if ns < minimum or nc < minimum:
         return MetricVerdict(name, None, None, ns, nc, "msprt", None, None, "insufficient",
@@ -264,9 +312,11 @@ def _av_check(name: str, stable_xs: list[float], canary_xs: list[float], *, mini
     low, high = harm - h, harm + h
     p = msprt_p_value(harm, var, tau)
     stable_shown, canary_shown = shown if shown is not None else (ms, mc)
-    return MetricVerdict(name, stable_shown, canary_shown, ns, nc, "msprt", harm, p,
-                         "fail" if low > margin else "pass", harm_low=low, harm_high=high,
-                         margin=margin)
+    decision: Decision = "fail" if low > margin else "pass"
+    if show and decision == "pass" and not high < margin:
+        decision = "unshown"
+    return MetricVerdict(name, stable_shown, canary_shown, ns, nc, "msprt", harm, p, decision,
+                         harm_low=low, harm_high=high, margin=margin)
 
 
 def _always_valid(stable: ArmSamples, canary: ArmSamples, config: JudgeConfig,
@@ -278,19 +328,21 @@ def _always_valid(stable: ArmSamples, canary: ArmSamples, config: JudgeConfig,
     lat_c = [math.log(max(x, 1e-3)) for x in canary.latencies_ms]
     shown_lat = ((p95(stable.latencies_ms), p95(canary.latencies_ms))
                  if stable.latencies_ms and canary.latencies_ms else None)
+    show = config.mode == "show"
     return [
         _av_check("error_rate", flags(stable.requests, stable.errors),
                   flags(canary.requests, canary.errors), minimum=config.min_requests,
-                  margin=config.error_rate_margin, alpha=alpha, worse_is_higher=True),
+                  margin=config.error_rate_margin, alpha=alpha, worse_is_higher=True, show=show),
         _av_check("p95_latency_ms", lat_s, lat_c, minimum=config.min_requests,
                   margin=math.log1p(config.latency_p95_margin), alpha=alpha,
-                  worse_is_higher=True, shown=shown_lat),
+                  worse_is_higher=True, shown=shown_lat, show=show),
         _av_check("edit_persistence_600", stable.edit_persistence, canary.edit_persistence,
                   minimum=config.min_signals, margin=config.edit_persistence_margin,
-                  alpha=alpha, worse_is_higher=False),
+                  alpha=alpha, worse_is_higher=False, show=show),
         _av_check("dissatisfied_rate", [float(x) for x in stable.dissatisfied],
                   [float(x) for x in canary.dissatisfied], minimum=config.min_signals,
-                  margin=config.dissatisfied_margin, alpha=alpha, worse_is_higher=True),
+                  margin=config.dissatisfied_margin, alpha=alpha, worse_is_higher=True,
+                  show=show),
     ]
 
 
@@ -330,4 +382,4 @@ def _overall(metrics: list[MetricVerdict]) -> Verdict:
     decisions = {m.decision for m in metrics}
     if "fail" in decisions:
         return Verdict("fail", metrics)
-    return Verdict("extend" if "insufficient" in decisions else "pass", metrics)
+    return Verdict("extend" if decisions & {"insufficient", "unshown"} else "pass", metrics)

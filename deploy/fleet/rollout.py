@@ -9,8 +9,9 @@ windows closed against ingest's watermark; see ``final_until_us``). The judge
 (deploy/fleet/judge.py)
 compares the canary and stable arms on error rate,
 p95 latency (from the router's ledger) and edit persistence and dissatisfied follow-ups (from the
-reward rows of each model version). Pass → next step; ``extend`` (too few samples) → the window
-grows by another ``window_s`` (at most ``max_extensions`` times, then rollback); fail → rollback:
+reward rows of each model version). Pass → next step; ``extend`` (too few samples, or in the
+judge's ``show`` mode a case not shown yet) → the window grows by another ``window_s`` (at most
+``max_extensions`` times, then rollback: "too few samples" or "not shown"); fail → rollback:
 weight 0, aliases ``champion`` and ``previous-champion`` back to what they were before the
 canary was promoted (compare-and-set, after the optional ``guard``, e.g. a lease check), and the
 verdict with the step log
@@ -275,13 +276,15 @@ class RolloutController:
             return None
         stable, canary = self._samples()
         verdict = judge(stable, canary, self.config.judge)
-        record = self._record(
-            verdict.decision, stable, canary, verdict.metrics, "; ".join(verdict.reasons)
-        )
+        reason = "; ".join(verdict.reasons)
+        if verdict.decision == "pass" and self.config.judge.mode == "show":
+            better = ", ".join(verdict.superior)
+            reason = "shown within every margin" + (f"; superior on {better}" if better else "")
+        record = self._record(verdict.decision, stable, canary, verdict.metrics, reason)
         if verdict.decision == "fail":
             self._rollback(record)
         elif verdict.decision == "extend":
-            self._extend(record)
+            self._extend(record, verdict.unshown)
         elif self.config.steps[self.step + 1] >= 1.0:
             self._promote(record)
         else:
@@ -353,9 +356,11 @@ class RolloutController:
         self.log.append(record)
         return record
 
-    def _extend(self, record: StepRecord) -> None:
+    def _extend(self, record: StepRecord, unshown: list[str]) -> None:
         if self.extensions >= self.config.max_extensions:
-            record.reason = f"too few samples after {self.extensions} extensions"
+            record.reason = (
+                f"not shown after {self.extensions} extensions: {'; '.join(unshown)}" if unshown
+                else f"too few samples after {self.extensions} extensions")
             self._rollback(record)
             return
         self.extensions += 1
@@ -404,6 +409,9 @@ class RolloutController:
     def _promote(self, record: StepRecord) -> None:
         from runtime import registry
 
+        promoted_because = "every judged step passed" + (
+            f" ({record.reason})" if record.reason else "")
+
         self.step += 1
         self.splitter.set_canary_weight(1.0)
         if self.guard is not None:
@@ -424,10 +432,10 @@ class RolloutController:
                 record.window_end,
                 0,
                 "promote",
-                reason="every judged step passed",
+                reason=promoted_because,
             )
         )
-        self._write_verdict("promoted", "every judged step passed")
+        self._write_verdict("promoted", promoted_because)
 
     def _write_verdict(self, verdict: str, reason: str) -> None:
         """Tags and description on the canary version, beside the gate's record."""

@@ -1,4 +1,5 @@
-"""A router in front of two replica groups, stable and canary: weighted, sticky per conversation.
+"""A router in front of replica groups: stable and canary (weighted, sticky per conversation) and
+the holdback (a fixed share of users, kept on the model's anchor version for the model's life).
 
 Both OpenAI endpoints (``/v1/completions``, ``/v1/chat/completions``) are proxied, streams
 included; the conversation id is the ``X-Conversation-Id`` header, else ``metadata.conversation_id``
@@ -6,6 +7,15 @@ included; the conversation id is the ``X-Conversation-Id`` header, else ``metada
 hash of its id in [0, 1); it goes to the canary iff the bucket is below
 the canary weight. Raising the weight only moves conversations *to* the canary, so a conversation
 never flips back and forth during a rollout, and the split is deterministic for a given weight.
+
+The holdback is decided first, per user, not per conversation: the user is the OpenAI ``user``
+field (else the legacy ``user_id``), else the API key; a user whose hash (salted apart from the
+conversation's, so the two splits are independent) falls below ``holdback_share`` goes to the
+holdback group, whose replicas serve the anchor version (registry alias ``anchor``). The decision
+is a pure function of the user and the share, so a user stays in the holdback across promotions
+(they reload the stable and canary groups only) and router restarts; a request naming no user and
+no key is never held back. Holdback requests are proxied, logged and ledgered like any other
+(arm ``holdback``); the comparison they feed is deploy/fleet/impact.py.
 Within a group, requests go round-robin. Every routed request is written to a ``RequestLedger``
 (event time, arm, ok, latency) that the rollout controller reads per window via ``/admin/stats``.
 
@@ -66,7 +76,8 @@ from deploy.replica.errors import validation_error
 from deploy.replica.http_limits import RequestLimits, header_timeout_protocol
 from deploy.replica.settings import DEFAULT_ADMIN_TOKEN, is_loopback, weak_token_reason
 
-Arm = Literal["stable", "canary"]
+Arm = Literal["stable", "canary", "holdback"]
+ARMS: tuple[Arm, ...] = ("stable", "canary", "holdback")
 
 
 def bucket(conversation_id: str) -> float:
@@ -77,6 +88,33 @@ def bucket(conversation_id: str) -> float:
 
 def choose_arm(conversation_id: str, canary_weight: float) -> Arm:
     return "canary" if bucket(conversation_id) < canary_weight else "stable"
+
+
+def user_bucket(user_key: str) -> float:
+    """Stable position of a user in [0, 1), independent of the conversation buckets."""
+    digest = hashlib.sha256(f"ratchet-holdback:{user_key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def in_holdback(user_key: str | None, holdback_share: float) -> bool:
+    """Whether a user belongs to the holdback; a request without a user never does."""
+    return user_key is not None and user_bucket(user_key) < holdback_share
+
+
+def user_key(body: bytes, authorization: str | None) -> str | None:
+    """Who a request is for: ``user:<OpenAI user field>`` (or the legacy ``user_id``), else
+    ``key:<API key>``, else None."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        user = data.get("user") or data.get("user_id")
+        if isinstance(user, str) and user:
+            return f"user:{user}"
+    if authorization and authorization.lower().startswith("bearer ") and authorization[7:]:
+        return f"key:{authorization[7:].strip()}"
+    return None
 
 
 class RequestLedger:
@@ -95,7 +133,7 @@ class RequestLedger:
         with self._lock:
             entries = [e for e in self._entries if start <= e[0] < end]
         out: dict[Arm, ArmSamples] = {}
-        for arm in ("stable", "canary"):
+        for arm in ARMS:
             mine = [e for e in entries if e[1] == arm]
             out[arm] = ArmSamples(
                 requests=len(mine),
@@ -147,6 +185,7 @@ def replica_url(url: str) -> str:
 
 ReplicaUrl = Annotated[str, AfterValidator(replica_url)]
 CanaryWeight = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+HoldbackShare = Annotated[float, Field(ge=0.0, le=0.5, allow_inf_nan=False)]
 
 
 class WeightsBody(BaseModel):
@@ -163,6 +202,11 @@ class GroupsBody(BaseModel):
     )
     canary_urls: list[ReplicaUrl] = Field(
         default_factory=list, description="Replica URLs of the canary."
+    )
+    holdback_urls: list[ReplicaUrl] | None = Field(
+        default=None,
+        description="Replica URLs of the holdback (serving the anchor version); omitted in a "
+        "PUT: unchanged.",
     )
 
 
@@ -188,17 +232,23 @@ class _ResponseOwners:
 
 
 class _State:
-    def __init__(self, stable: list[str], canary: list[str], weight: float, token: str) -> None:
-        self.groups: dict[Arm, list[str]] = {"stable": list(stable), "canary": list(canary)}
+    def __init__(self, stable: list[str], canary: list[str], weight: float, token: str,
+                 holdback: list[str], holdback_share: float) -> None:
+        self.groups: dict[Arm, list[str]] = {"stable": list(stable), "canary": list(canary),
+                                             "holdback": list(holdback)}
         self.canary_weight = weight
+        self.holdback_share = holdback_share
         self.token = token
         self.ledger = RequestLedger()
         self.owners = _ResponseOwners()
         self.counts: dict[tuple[Arm, int], int] = {}
-        self._rr = {"stable": 0, "canary": 0}
+        self._rr = {arm: 0 for arm in ARMS}
 
-    def pick(self, conversation_id: str) -> tuple[Arm, str]:
-        arm = choose_arm(conversation_id, self.canary_weight)
+    def pick(self, conversation_id: str, user: str | None = None) -> tuple[Arm, str]:
+        if self.groups["holdback"] and in_holdback(user, self.holdback_share):
+            arm: Arm = "holdback"
+        else:
+            arm = choose_arm(conversation_id, self.canary_weight)
         if not self.groups[arm]:
             arm = "stable"
         urls = self.groups[arm]
@@ -267,7 +317,7 @@ def _wants_stream(body: bytes) -> bool:
 async def _forward(request: Request, state: _State, path: str) -> Response:
     body = await request.body()
     conversation_id = _conversation_id(request, body)
-    arm, url = state.pick(conversation_id)
+    arm, url = state.pick(conversation_id, user_key(body, request.headers.get("authorization")))
     headers = {"content-type": "application/json", "x-conversation-id": conversation_id}
     if auth := request.headers.get("authorization"):
         headers["authorization"] = auth
@@ -344,7 +394,7 @@ async def route_signal(request: Request, state: StateDep) -> Response:
     if auth := request.headers.get("authorization"):
         headers["authorization"] = auth
     owner = state.owners.get(response_id)
-    candidates = [owner] if owner else state.groups["stable"] + state.groups["canary"]
+    candidates = [owner] if owner else [url for arm in ARMS for url in state.groups[arm]]
     upstream = None  # the answer the client gets
     for url in candidates:
         try:
@@ -387,6 +437,8 @@ def metrics(state: StateDep) -> Response:
     lines += [
         "# TYPE ratchet_router_canary_weight gauge",
         f"ratchet_router_canary_weight {state.canary_weight}",
+        "# TYPE ratchet_router_holdback_share gauge",
+        f"ratchet_router_holdback_share {state.holdback_share if state.groups['holdback'] else 0}",
     ]
     return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
@@ -404,13 +456,17 @@ def set_weights(body: WeightsBody, state: StateDep, _: AdminDep) -> WeightsBody:
 
 @admin.get("/groups", response_model=GroupsBody)
 def get_groups(state: StateDep, _: AdminDep) -> GroupsBody:
-    return GroupsBody(stable_urls=state.groups["stable"], canary_urls=state.groups["canary"])
+    return GroupsBody(stable_urls=state.groups["stable"], canary_urls=state.groups["canary"],
+                      holdback_urls=state.groups["holdback"])
 
 
 @admin.put("/groups", response_model=GroupsBody)
 def set_groups(body: GroupsBody, state: StateDep, _: AdminDep) -> GroupsBody:
-    state.groups = {"stable": list(body.stable_urls), "canary": list(body.canary_urls)}
-    return body
+    holdback = state.groups["holdback"] if body.holdback_urls is None else body.holdback_urls
+    state.groups = {"stable": list(body.stable_urls), "canary": list(body.canary_urls),
+                    "holdback": list(holdback)}
+    return GroupsBody(stable_urls=state.groups["stable"], canary_urls=state.groups["canary"],
+                      holdback_urls=state.groups["holdback"])
 
 
 @admin.get("/stats")
@@ -434,11 +490,14 @@ def create_router_app(
     canary_urls: list[str],
     admin_token: str,
     canary_weight: float = 0.0,
+    holdback_urls: list[str] | None = None,
+    holdback_share: float = 0.0,
     max_body_bytes: int = 64 * 1024,
     timeout_s: float = 60.0,
     body_timeout_s: float = 30.0,
 ) -> FastAPI:
-    """The router app; its httpx client lives for the app's lifespan. Bodies over
+    """The router app; its httpx client lives for the app's lifespan. ``holdback_share`` of users
+    go to ``holdback_urls`` (none: nobody is held back). Bodies over
     ``max_body_bytes`` are a 413 and bodies not complete ``body_timeout_s`` after their headers a
     408 (deploy/replica/http_limits.py, OpenAI's error shape)."""
     from contextlib import asynccontextmanager
@@ -455,7 +514,10 @@ def create_router_app(
         RequestLimits, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s
     )
     app.add_exception_handler(RequestValidationError, _on_validation)
-    app.state.router = _State(stable_urls, canary_urls, canary_weight, admin_token)
+    if not 0.0 <= holdback_share <= 0.5:
+        raise ValueError(f"holdback_share must be in [0, 0.5], got {holdback_share}")
+    app.state.router = _State(stable_urls, canary_urls, canary_weight, admin_token,
+                              list(holdback_urls or []), holdback_share)
     app.include_router(public)
     app.include_router(admin)
     return app
@@ -473,6 +535,16 @@ class RouterSettings(BaseSettings):
         default_factory=list, description="Replica URLs of the canary."
     )
     canary_weight: CanaryWeight = Field(default=0.0, description="Initial canary share.")
+    holdback_urls: list[ReplicaUrl] = Field(
+        default_factory=list,
+        description="Replica URLs of the holdback, serving the anchor version (none: no "
+        "holdback).",
+    )
+    holdback_share: HoldbackShare = Field(
+        default=0.05,
+        description="Share of users (by the OpenAI user field, else the API key) kept on the "
+        "holdback for the model's life; keep it fixed, or users move between arms.",
+    )
     admin_token: SecretStr = Field(
         default=SecretStr(DEFAULT_ADMIN_TOKEN), description="Bearer token for /admin/*."
     )
@@ -522,11 +594,12 @@ class RouterClient:
         return float(resp.json()["canary_weight"])
 
     def groups(self) -> dict[Arm, list[str]]:
-        """Replica URLs of the stable and canary groups."""
+        """Replica URLs of the stable, canary and holdback groups."""
         resp = httpx.get(f"{self.url}/admin/groups", headers=self._headers, timeout=10)
         resp.raise_for_status()
         body = resp.json()
-        return {"stable": body["stable_urls"], "canary": body["canary_urls"]}
+        return {"stable": body["stable_urls"], "canary": body["canary_urls"],
+                "holdback": body.get("holdback_urls") or []}
 
     def serving(self, start: datetime, end: datetime) -> dict[Arm, ArmSamples]:
         resp = httpx.get(
@@ -548,6 +621,8 @@ def main() -> None:
         canary_urls=settings.canary_urls,
         admin_token=settings.admin_token.get_secret_value(),
         canary_weight=settings.canary_weight,
+        holdback_urls=settings.holdback_urls,
+        holdback_share=settings.holdback_share,
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
     )

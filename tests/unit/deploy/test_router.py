@@ -129,7 +129,7 @@ def test_groups_with_a_bad_url_are_422_naming_the_field_and_change_nothing(clien
     expected = "stable_urls.0" if field == "stable_urls" else "canary_urls.1"
     assert r.json()["error"]["param"] == expected
     got = client.get("/admin/groups", headers=ADMIN).json()
-    assert got == {"stable_urls": ["http://127.0.0.1:9"], "canary_urls": []}
+    assert got == {"stable_urls": ["http://127.0.0.1:9"], "canary_urls": [], "holdback_urls": []}
     r = client.post("/v1/completions", json={"prompt": "x"}, headers={"X-Conversation-Id": "c"})
     assert r.status_code == 502  # still routed to the stored replica (nothing listens there)
 
@@ -144,6 +144,7 @@ def test_groups_take_http_and_https_urls_by_name_ipv4_or_ipv6(client):
     stored = {
         "stable_urls": ["http://127.0.0.1:9", "https://replica-1.example.internal"],
         "canary_urls": ["http://[::1]:8001", "http://localhost:8002/prefix"],
+        "holdback_urls": [],
     }
     assert r.json() == stored  # without a trailing slash: the router appends /v1/...
     assert client.get("/admin/groups", headers=ADMIN).json() == stored
