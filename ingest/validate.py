@@ -85,6 +85,7 @@ NARROW_COLUMNS = (
     "followup_flag",
     "feedback_accept",
     "trainable",
+    "task_kind",
 )
 """What a span keeps of every row for the span-level checks and ``batch_monitors``."""
 NARROW_SCHEMA = pa.schema([REWARD_SCHEMA.field(c) for c in NARROW_COLUMNS])

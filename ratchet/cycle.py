@@ -364,9 +364,11 @@ class Cycle:
                 "completions_in": span.completions_in, "signals_in": span.signals_in,
                 "validated": float(span.validated),
             })
-            # what the served replies looked like: cut at the cap, and how long
+            # what the served replies looked like (cut at the cap, how long), and how many rows
+            # the update can learn from, over how many families
             mlflow.log_metrics({name: span.monitors[key] for name, key in (
                 ("length_cut_rate", "length_cut_rate"), ("mean_completion_tokens", "mean_length"),
+                ("positive_rows", "positive_rows"), ("positive_families", "positive_families"),
             ) if key in span.monitors})
             mlflow.log_dict(span.validation_report, "validation_report.json")
             mlflow.set_tags({"span_id": span.span_id, "span_path": str(span.path)})

@@ -58,6 +58,9 @@ def batch_monitors(
     - ``length_cut_rate``: share of rows cut at their token budget (``finish_reason``
       ``length``): replies that never finished, whose length says more about ``max_tokens``
       than about the model.
+    - ``positive_rows``: rows rewarded above 0 that the trainer may use (``trainable``), and
+      ``positive_families``: the task families (``task_kind``) those rows cover: what a batch
+      can steer the model towards, which its row count alone does not say.
     - ``mean_length``, ``reward_mean``, ``reward_std``, ``rows``.
     """
     n = table.num_rows
@@ -82,6 +85,14 @@ def batch_monitors(
         out[f"defaulted_share_{signal}"] = _share(pc.equal(flat, signal), n)
     if "trainable" in table.column_names:
         out["left_out_share"] = _share(pc.fill_null(pc.invert(table.column("trainable")), False), n)
+    positive = pc.greater(table.column("reward"), 0.0)
+    if "trainable" in table.column_names:
+        positive = pc.and_(positive, pc.fill_null(table.column("trainable"), True))
+    positive = pc.fill_null(positive, False)
+    out["positive_rows"] = float(pc.sum(pc.cast(positive, pa.int64())).as_py() or 0)
+    if "task_kind" in table.column_names:
+        out["positive_families"] = float(len(set(
+            pc.filter(table.column("task_kind"), positive).to_pylist())))
     out["mean_length"] = float(pc.mean(table.column("completion_tokens")).as_py() or 0.0)
     out["reward_mean"] = float(pc.mean(table.column("reward")).as_py() or 0.0)
     out["reward_std"] = float(pc.stddev(table.column("reward")).as_py() or 0.0) if n > 1 else 0.0

@@ -52,6 +52,21 @@ def test_length_cut_rate_is_the_share_of_replies_cut_at_the_cap():
     assert batch_monitors(_table([1.0, 0.5]))["length_cut_rate"] == 0.0
 
 
+def test_positive_rows_and_the_families_they_cover_are_counted():
+    table = _table([1.0, 0.9, 0.0, 1.0])
+    rewards = [1.5, 0.5, -1.0, 0.2]
+    kinds = ["at_most", "at_most", "sum_between", "count_even"]
+    trainable = [True, True, True, False]
+    for name, values, kind in (("reward", rewards, pa.float32()), ("task_kind", kinds, pa.string()),
+                               ("trainable", trainable, pa.bool_())):
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, table.schema.field(i), pa.array(values, kind))
+    m = batch_monitors(table)
+    assert m["positive_rows"] == 2.0  # the fourth is positive but left out of training
+    assert m["positive_families"] == 1.0
+    assert batch_monitors(REWARD_SCHEMA.empty_table())["positive_rows"] == 0.0
+
+
 def test_compare_batches_flags_a_jump_only():
     a = batch_monitors(_table([0.2, 0.4, 0.5, 0.3]))
     same = batch_monitors(_table([0.3, 0.4, 0.5, 0.2]))
