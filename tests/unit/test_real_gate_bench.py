@@ -1,0 +1,38 @@
+"""The real gate bench's pure parts: the exact upper bound and the planted-power simulation run
+through the preset's own rule (no model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.real_gate import clopper_pearson_upper, planted_power
+from gating.config import GateConfig
+from gating.records import SuiteResult, TaskOutcome
+
+PRESET = Path(__file__).resolve().parents[2] / "configs" / "smollm2-pyfuncs.json"
+
+
+def _champion(families: int = 30, per: int = 4) -> SuiteResult:
+    return SuiteResult(tasks=[
+        TaskOutcome(task_id=f"t{f}-{i}", kind=f"fam{f}", prompt_key=f"fn{f}-{i}",
+                    passed=i % 2 == 0, malformed=False, no_edit=False, completion_tokens=20,
+                    score=0.5, sampled_pass=0.25)
+        for f in range(families) for i in range(per)])
+
+
+def test_the_exact_upper_bound():
+    assert clopper_pearson_upper(0, 20) == pytest.approx(1 - 0.05 ** (1 / 20))
+    assert clopper_pearson_upper(20, 20) == 1.0
+    assert 0.05 < clopper_pearson_upper(1, 20) < 0.25
+
+
+def test_planted_gains_are_found_and_no_gain_is_not():
+    gate = GateConfig.model_validate(json.loads(PRESET.read_text())["gate"])
+    champ = _champion()
+    quiet = [{f"fam{f}": 0.0 for f in range(30)}]
+    assert planted_power(champ, quiet, gate, effect=0.10, draws=5) == 1.0
+    churn = [{f"fam{f}": (0.05 if f % 2 else -0.05) for f in range(30)}]
+    assert planted_power(champ, churn, gate, effect=0.0, draws=5) == 0.0
