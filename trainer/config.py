@@ -62,18 +62,19 @@ class CISPO(_Strict):
 
 
 class FilteredImitation(_Strict):
-    """Filtered imitation of the policy's own rewarded samples (RAFT, ReST-EM, STaR) on logged
-    rows, positives only: the token-mean NLL of the sampled rows whose reward is > min_reward,
-    each token importance-weighted by w_t * rho_t, where w_t = min(pi_champion / pi_behaviour,
-    is_cap) (detached) and rho_t = pi_theta / pi_champion; once rho_t > 1 + clip_eps_high that
-    token gets no gradient (PPO's clip for a positive advantage: token_clip's surrogate with
-    advantage 1), so with ``proximal="champion"`` no token's probability is pushed past
-    1 + clip_eps_high times the champion's over the whole update. Rows at or below min_reward
-    give exactly zero gradient and are not in the token mean (no negative term); the KL
-    penalties (kl_coef, anchor_kl_coef) act on the imitated tokens only. Needs no per-prompt
-    groups and no baseline: a row enters on its own reward, so one answer per request is
-    enough. A span with no sampled row above min_reward (and no greedy row to imitate) has no
-    trainable rows."""
+    """Positives only: imitation of the sampled rows rewarded above min_reward, in the trust region.
+
+    Filtered imitation of the policy's own rewarded samples (RAFT, ReST-EM, STaR) on logged rows:
+    the token-mean NLL of the sampled rows whose reward is > min_reward, each token
+    importance-weighted by w_t * rho_t, where w_t = min(pi_champion / pi_behaviour, is_cap)
+    (detached) and rho_t = pi_theta / pi_champion; once rho_t > 1 + clip_eps_high that token
+    gets no gradient (PPO's clip for a positive advantage: token_clip's surrogate with advantage
+    1), so with ``proximal="champion"`` no token's probability is pushed past 1 + clip_eps_high
+    times the champion's over the whole update. Rows at or below min_reward give exactly zero
+    gradient and are not in the token mean (no negative term); the KL penalties (kl_coef,
+    anchor_kl_coef) act on the imitated tokens only. Needs no per-prompt groups and no baseline:
+    a row enters on its own reward, so one answer per request is enough. A span with no sampled
+    row above min_reward (and no greedy row to imitate) has no trainable rows."""
 
     type: Literal["filtered_imitation"] = "filtered_imitation"
     min_reward: float = Field(
@@ -88,7 +89,9 @@ class FilteredImitation(_Strict):
 
 
 class Asymmetric(_Strict):
-    """token_clip with the advantages of negative rows (A_i = R_i - b_i < 0) multiplied by
+    """token_clip with the advantages of negative rows scaled down by negative_scale.
+
+    The advantages of rows below their baseline (A_i = R_i - b_i < 0) are multiplied by
     negative_scale before the KL penalties fold in: positives push at full strength, negatives
     at a quarter or less. Needs no per-prompt groups: b_i is the trainer's baseline
     (``TrainerConfig.baseline``; under ``auto`` a row without a group of >= 2 answers to its
