@@ -123,7 +123,7 @@ or tuning draw holds, scored by no earlier run), in three rounds: ``*_fresh``, `
 POOL_SUFFIXES = ("", "_fresh", "_fresh2", "_fresh3")
 """The pool sets :func:`stays_local` judges: sealed, transfer and guard with one suffix."""
 CHOICE_LOCAL = ROOT / "bench" / "results" / "local_update_choice_local.json"
-OBJECTIVES = ("token_clip", "cispo", "sequence_gspo")
+OBJECTIVES = ("token_clip", "cispo", "sequence_gspo", "filtered_imitation", "asymmetric")
 
 
 SWEEP: tuple[tuple[str, dict], ...] = (

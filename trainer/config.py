@@ -1,7 +1,8 @@
 """Typed configuration of the RL trainer (no torch, DeepSpeed or Ray imported here).
 
-``TrainerConfig`` composes the objective (tagged union on ``type``: token-level clipped ratio or
-sequence-level GSPO) and the backend (plain torch or DeepSpeed). Components in trainer/ take
+``TrainerConfig`` composes the objective (tagged union on ``type``: token-level clipped ratio,
+sequence-level GSPO, CISPO, filtered imitation of rewarded rows, or token_clip with negatives
+scaled down) and the backend (plain torch or DeepSpeed). Components in trainer/ take
 plain arguments; only the recipe reads this object. Left out: the model's shape (``MoEConfig`` in
 policy/toy/model.py, saved with every checkpoint) and anything about where rows come from.
 """
@@ -60,7 +61,53 @@ class CISPO(_Strict):
         0.28, gt=0.0, le=10.0, description="Upper clip of the weight: weight <= 1 + eps_high.")
 
 
-Objective = Annotated[TokenClip | SequenceGSPO | CISPO, Field(discriminator="type")]
+class FilteredImitation(_Strict):
+    """Positives only: imitation of the sampled rows rewarded above min_reward, in the trust region.
+
+    Filtered imitation of the policy's own rewarded samples (RAFT, ReST-EM, STaR) on logged rows:
+    the token-mean NLL of the sampled rows whose reward is > min_reward, each token
+    importance-weighted by w_t * rho_t, where w_t = min(pi_champion / pi_behaviour, is_cap)
+    (detached) and rho_t = pi_theta / pi_champion; once rho_t > 1 + clip_eps_high that token
+    gets no gradient (PPO's clip for a positive advantage: token_clip's surrogate with advantage
+    1), so with ``proximal="champion"`` no token's probability is pushed past 1 + clip_eps_high
+    times the champion's over the whole update. Rows at or below min_reward give exactly zero
+    gradient and are not in the token mean (no negative term); the KL penalties (kl_coef,
+    anchor_kl_coef) act on the imitated tokens only. Needs no per-prompt groups and no baseline:
+    a row enters on its own reward, so one answer per request is enough. A span with no sampled
+    row above min_reward (and no greedy row to imitate) has no trainable rows."""
+
+    type: Literal["filtered_imitation"] = "filtered_imitation"
+    min_reward: float = Field(
+        0.0, ge=-100.0, le=100.0, description="A sampled row is imitated when its reward is > "
+        "this.")
+    clip_eps_low: float = Field(
+        0.2, gt=0.0, lt=1.0, description="Lower clip, ratio >= 1 - eps: acts only where a KL "
+        "penalty makes a token's advantage negative, and in the greedy rows' term.")
+    clip_eps_high: float = Field(
+        0.28, gt=0.0, le=10.0, description="The trust region: a token stops being pushed once "
+        "pi_theta / pi_champion > 1 + eps (token_clip's default).")
+
+
+class Asymmetric(_Strict):
+    """token_clip with the advantages of negative rows scaled down by negative_scale.
+
+    The advantages of rows below their baseline (A_i = R_i - b_i < 0) are multiplied by
+    negative_scale before the KL penalties fold in: positives push at full strength, negatives
+    at a quarter or less. Needs no per-prompt groups: b_i is the trainer's baseline
+    (``TrainerConfig.baseline``; under ``auto`` a row without a group of >= 2 answers to its
+    prompt gets the kind's running mean plus the value head's prediction from its prompt).
+    Replaces ``neg_adv_scale``, which must then stay 1."""
+
+    type: Literal["asymmetric"] = "asymmetric"
+    negative_scale: float = Field(
+        0.25, ge=0.1, le=0.25, description="Factor on negative advantages (A_i < 0).")
+    clip_eps_low: float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip: ratio >= 1 - eps.")
+    clip_eps_high: float = Field(0.28, gt=0.0, le=10.0, description="Upper clip: ratio <= 1 + "
+                                 "eps.")
+
+
+Objective = Annotated[TokenClip | SequenceGSPO | CISPO | FilteredImitation | Asymmetric,
+                      Field(discriminator="type")]
 
 
 class GreedyRows(_Strict):
@@ -351,6 +398,10 @@ class TrainerConfig(_Strict):
         if self.replay.path is not None and self.greedy.loss != "filtered":
             raise ValueError("replay.path trains through the greedy imitation term: needs "
                              f"greedy.loss='filtered', got {self.greedy.loss!r}")
+        if self.objective.type == "asymmetric" and self.neg_adv_scale != 1.0:
+            raise ValueError(f"objective asymmetric scales negative advantages itself "
+                             f"(negative_scale={self.objective.negative_scale}): neg_adv_scale="
+                             f"{self.neg_adv_scale} must be 1")
         if self.trainable.scope == "lora" and self.backend.type != "torch":
             raise ValueError("trainable.scope='lora' needs backend.type='torch'")
         return self

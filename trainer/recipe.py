@@ -68,7 +68,14 @@ from policy.toy.model import MoETransformer
 from runtime.progress import Progress
 from trainer import rl
 from trainer.baselines import CrossFitValueBaseline, ValueBaseline, prompt_features
-from trainer.config import CISPO, SequenceGSPO, TokenClip, TrainerConfig
+from trainer.config import (
+    CISPO,
+    Asymmetric,
+    FilteredImitation,
+    SequenceGSPO,
+    TokenClip,
+    TrainerConfig,
+)
 from trainer.data import Batch, Sample, collate, rows_to_samples
 from trainer.health import moe_health
 from trainer.lora import apply_lora, has_lora, merge_lora
@@ -300,12 +307,13 @@ class RLRecipe:
         self.samples = [s for s in samples if s.weight > 0 and s.response_ids and s.trainable]
         greedy = [s for s in self.samples if s.temperature <= 0]
         imitated = sum(1 for s in greedy if self._imitated(s))
-        if not any(s.temperature > 0 for s in self.samples) and not imitated:
+        if not any(self._policy_gradient_row(s) for s in self.samples) and not imitated:
             raise NoTrainableRows(
                 f"{len(samples)} rows, {stale} beyond max_staleness={cfg.max_staleness} of "
                 f"version {self.current_version}, {sum(s.temperature <= 0 for s in samples)} "
                 f"greedy (temperature 0) of which {imitated} to imitate (greedy.loss="
-                f"{cfg.greedy.loss!r}, reward > {cfg.greedy.min_reward})")
+                f"{cfg.greedy.loss!r}, reward > {cfg.greedy.min_reward})"
+                + self._objective_filter_note())
         self.counts = {
             "rows_total": len(samples), "rows_used": len(self.samples),
             "rows_stale": stale, "rows_stale_dropped": stale if cfg.staleness_mode == "drop" else 0,
@@ -478,6 +486,21 @@ class RLRecipe:
         inside = torch.ones_like(batch.resp_mask[row])
         inside[batch.resp_mask[row]] = self.inside[i]
         return inside
+
+    def _policy_gradient_row(self, s: Sample) -> bool:
+        """A sampled row the objective can learn from: every one, except under
+        filtered_imitation, which learns only from those rewarded above its threshold."""
+        obj = self.config.objective
+        if isinstance(obj, FilteredImitation):
+            return s.temperature > 0 and s.reward > obj.min_reward
+        return s.temperature > 0
+
+    def _objective_filter_note(self) -> str:
+        obj = self.config.objective
+        if not isinstance(obj, FilteredImitation):
+            return ""
+        return (f", and no sampled row with reward > {obj.min_reward} for objective "
+                f"filtered_imitation")
 
     def _imitated(self, s: Sample) -> bool:
         """A greedy row that the greedy loss imitates (``TrainerConfig.greedy``)."""
@@ -809,6 +832,12 @@ class RLRecipe:
                       anchor_kl_coef=cfg.anchor_kl_coef)
         if isinstance(obj, TokenClip):
             return rl.token_clip_loss(logp, logp_b, adv, mask, **common)
+        if isinstance(obj, FilteredImitation):  # positives only: rewards, not advantages
+            return rl.filtered_imitation_loss(logp, logp_b, batch.rewards.to(logp.device), mask,
+                                              min_reward=obj.min_reward, **common)
+        if isinstance(obj, Asymmetric):
+            return rl.asymmetric_loss(logp, logp_b, adv, mask,
+                                      negative_scale=obj.negative_scale, **common)
         if isinstance(obj, CISPO):
             return rl.cispo_loss(logp, logp_b, adv, mask, **common)
         if isinstance(obj, SequenceGSPO):

@@ -36,6 +36,14 @@ for the logged data's stale behaviour policy is a separate, truncated importance
   mean: every sequence weighs the same at equal advantage, whatever its length.
 - cispo (CISPO, MiniMax-M1 2025): surrogate_t = w_t * sg(clip(rho_t, 1 - eps_low, 1 + eps_high))
   * A_t * logp_t: the weight is clipped, the gradient never is. Token mean.
+- filtered_imitation (RAFT / ReST-EM / STaR on logged rows): the token mean, over the tokens of
+  rows rewarded above a threshold only, of the NLL -log pi_theta(y_t) importance-weighted by
+  w_t * rho_t = min(pi_prox / pi_b, C) * pi_theta / pi_prox (= pi_theta / pi_b below the cap),
+  written as token_clip's surrogate with A_i = 1 on those rows: a token whose rho_t passes
+  1 + eps_high gets no gradient, so imitation stops at the champion's trust region. No baseline,
+  no negative term; the other rows are not in the mean.
+- asymmetric: token_clip with the advantages of rows below their baseline (A_i < 0) multiplied
+  by ``negative_scale`` (:func:`scale_negatives`) before the KL penalties fold in.
 Greedy rows (temperature 0) have no behaviour probability: :func:`greedy_imitation_loss` imitates
 the rewarded ones inside the champion's trust region. Options next to the objective: an NLL
 anchor on rewarded rows (:func:`nll_anchor_loss`), scaled-down negative advantages
@@ -233,6 +241,46 @@ def cispo_loss(
     metrics.update(_is_weight_metrics(behaviour, mask, is_cap))
     metrics["clip_frac"] = float(masked_mean(clipped.float(), mask))
     metrics.update(_kl_metrics(logp, logp_b, logp_ref, logp_anchor, mask))
+    return loss, metrics
+
+
+def filtered_imitation_loss(
+    logp: Tensor, logp_b: Tensor, rewards: Tensor, mask: Tensor, *, min_reward: float,
+    eps_low: float, eps_high: float, is_cap: float, dual_clip_c: float = 3.0,
+    logp_ref: Tensor | None = None, kl_coef: float = 0.0, row_weight: Tensor | None = None,
+    logp_prox: Tensor | None = None, logp_anchor: Tensor | None = None,
+    anchor_kl_coef: float = 0.0,
+) -> tuple[Tensor, dict[str, float]]:
+    """Filtered imitation of the logged rows rewarded above ``min_reward`` (positives only):
+    the clipped surrogate of :func:`token_clip_loss` with A_i = 1 on those rows, token mean over
+    their tokens alone. Without KL penalties its gradient is that of the importance-weighted
+    token-mean NLL: d loss / d log pi_theta(y_t) = -w_t * rho_t / N, w_t = min(pi_prox / pi_b,
+    C), rho_t = pi_theta / pi_prox, N the rewarded tokens; 0 once rho_t > 1 + eps_high (PPO's
+    clip for a positive advantage). The KL penalties fold into A_t on the same tokens. Rows at
+    or below the threshold get exactly zero gradient and leave the mean. No baseline: rewards
+    (B,) as logged; logp, logp_b, mask (B, T). Metrics: ``imitated_rows``, ``imitation_nll``
+    (token mean of -log pi_theta over the rewarded tokens) and token_clip's."""
+    positive = rewards > min_reward
+    keep = mask.bool() & positive.unsqueeze(1)
+    loss, metrics = token_clip_loss(
+        logp, logp_b, positive.to(logp.dtype), keep, eps_low=eps_low, eps_high=eps_high,
+        is_cap=is_cap, dual_clip_c=dual_clip_c, logp_ref=logp_ref, kl_coef=kl_coef,
+        row_weight=row_weight, logp_prox=logp_prox, logp_anchor=logp_anchor,
+        anchor_kl_coef=anchor_kl_coef)
+    metrics["imitated_rows"] = float(dist_sum((keep.any(1)).sum()))
+    metrics["imitation_nll"] = float(masked_mean(-logp.detach(), keep))
+    return loss, metrics
+
+
+def asymmetric_loss(logp: Tensor, logp_b: Tensor, adv: Tensor, mask: Tensor, *,
+                    negative_scale: float, **kwargs) -> tuple[Tensor, dict[str, float]]:
+    """:func:`token_clip_loss` with A_i -> negative_scale * A_i where A_i < 0 (rows below their
+    baseline), before the KL penalties fold in; ``kwargs`` as token_clip's. negative_scale = 1
+    is token_clip. Metric ``negative_rows_frac``: the share of rows with A_i < 0."""
+    loss, metrics = token_clip_loss(logp, logp_b, scale_negatives(adv, negative_scale), mask,
+                                    **kwargs)
+    rows = mask.bool().any(1)
+    metrics["negative_rows_frac"] = float(masked_mean((adv < 0).float(), rows))
     return loss, metrics
 
 
