@@ -305,7 +305,7 @@ def recorded_pairs() -> list[dict]:
     (champion, candidate) verdicts."""
     import numpy as np
 
-    from bench.recluster_learning import legacy_fresh_tasks
+    from bench.learning import legacy_fresh_tasks
     from gating.stats import cluster_ids
 
     pairs = []

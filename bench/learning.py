@@ -116,6 +116,20 @@ def paired_bootstrap(before: list[bool], afters: list[list[bool]], *, n_boot: in
     return ci.mean, ci.low, ci.high
 
 
+def legacy_fresh_tasks(n: int, seed: int = 0):
+    """The fresh set as drawn before the sealed split: held-out bucket, tuning draw left out."""
+    from tasks.toy import _KINDS, KINDS, _tuning_task_ids, is_heldout
+
+    rng = random.Random(f"ratchet.tasks/{seed}/fresh")
+    excluded = _tuning_task_ids()
+    out = []
+    while len(out) < n:
+        task = _KINDS[KINDS[len(out) % len(KINDS)]](rng)
+        if is_heldout(task) and task.task_id not in excluded:
+            out.append(task)
+    return out
+
+
 def arm_rows(arm: str, rows, seed: int):
     """The rows an arm trains on (pyarrow Table)."""
     from trainer.online import shuffle_rewards

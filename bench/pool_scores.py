@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.local_update import CONFIG, POOLS, _choices, _commit, build_champion, say  # noqa: E402
+from bench._common import CONFIG, POOLS, build_champion, choices, commit, say, score  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "pool_scores.json"
 BOOTSTRAP = 2000
@@ -41,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint", type=Path, default=None, help="saved policy (default: the "
                    "preset's first champion)")
     p.add_argument("--label", default="v1", help="name of the checkpoint in the results")
-    p.add_argument("--pools", type=_choices(tuple(POOLS)), default=["sealed", "gate", "transfer"])
+    p.add_argument("--pools", type=choices(tuple(POOLS)), default=["sealed", "gate", "transfer"])
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "local_update")
@@ -75,7 +75,6 @@ def summarize(tasks: list[dict], passed: list[bool], *, seed: int = 0) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from bench.local_update import score
     from tasks.pyfuncs import read_jsonl
 
     t0 = time.perf_counter()
@@ -88,7 +87,7 @@ def run(args: argparse.Namespace) -> dict:
     say(f"scoring {args.label} ({checkpoint}) on {sum(map(len, pools.values()))} pool tasks")
     scores = score(checkpoint, pools, args)
     result = {
-        "date": datetime.date.today().isoformat(), "commit": _commit(),
+        "date": datetime.date.today().isoformat(), "commit": commit(),
         "machine": f"{os.cpu_count()} CPU cores", "load_end": round(os.getloadavg()[0], 2),
         "config": str(args.config), "checkpoint": args.label, "tiny": args.tiny,
         "max_new_tokens": args.max_new_tokens,

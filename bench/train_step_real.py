@@ -3,7 +3,7 @@ setting on the same reward rows, timed part by part.
 
 The champion is the preset's policy (``--config``, default configs/smollm2-pyfuncs.json), built
 once under ``--workdir``; the rows are ``--rows N`` completions it samples on the train-traffic
-pool (``bench.local_update.sample_traffic``: chat, the preset's temperature and max_tokens, graded
+pool (``bench._common.sample_traffic``: chat, the preset's temperature and max_tokens, graded
 +1 / -1), sampled once and kept in the workdir. Each setting (``--settings``: ``prefix`` = the
 preset's trainer, ``whole`` = the same with ``frozen_prefix`` off) runs ``RLRecipe`` for ``--steps``
 steps with ``--threads`` torch threads. Figures per setting: CPU-seconds (``time.process_time``:
@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.local_update import CONFIG, DATA, _commit, build_champion, say  # noqa: E402
+from bench._common import CONFIG, DATA, build_champion, commit, say  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "train_step_real.json"
 PARTS = ("_setup_replay", "_setup_reference_logprobs", "_retain_term", "_backward_step",
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     if rows_file.is_file():
         rows = pq.read_table(rows_file)
     else:
-        from bench.local_update import sample_traffic
+        from bench._common import sample_traffic
 
         say(f"sampling {args.rows} training rows from the champion")
         sim = preset.simulator
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
                               temperature=sim.temperature, max_new_tokens=sim.max_tokens, seed=0)
         pq.write_table(rows, rows_file)
     result = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-              "commit": _commit(), "machine": f"{os.cpu_count()} CPU cores",
+              "commit": commit(), "machine": f"{os.cpu_count()} CPU cores",
               "config": str(args.config), "threads": args.threads, "rows": rows.num_rows,
               "tiny": args.tiny, "settings": {}}
     trainer = preset.trainer

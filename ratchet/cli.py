@@ -395,7 +395,11 @@ def _spans(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         return 0
     if args.spans_command == "list":
-        for m in store.manifests_list():
+        spans = store.manifests_list()
+        if not spans:
+            print(f"ratchet: no spans in {args.workdir / 'spans'} (the cycles' --workdir, e.g. "
+                  f"--workdir .demo)", file=sys.stderr)
+        for m in spans:
             print(f"{m['span_id']}\t{m['status']}\t{m['rows']} rows")
         return 0
     try:

@@ -948,7 +948,8 @@ def guard_families(record: dict) -> list[str]:
 
 
 CALIBRATION_SEED = 1000
-"""Seed of the calibration draw (bench/pyfuncs_calibrate.py); pools never reuse its prompts."""
+"""Seed of the calibration draw (experiments/pyfuncs_calibrate.py); pools never reuse its
+prompts."""
 DATA = Path(__file__).resolve().parent / "data"
 CALIBRATION_DRAW = DATA / "pyfuncs_calibration_draw.json"
 """The prompts the calibrations decoded (the first two drawn with the constant ranges of their
@@ -1060,7 +1061,8 @@ def tuning_draw(out_dir: Path = DATA, *, per_family: int = 24) -> dict[str, list
     split sizes; raises if a drawn function is in a scoring pool. The guard and transfer sides
     hold only the families with spare constants (their small families have none); the
     ``outside`` side looks at their neighbours instead, which is not the same view: the
-    candidates that broke ``sum_below`` left ``filter_below`` as it was (docs/LEARNING.md)."""
+    candidates that broke ``sum_below`` left ``filter_below`` as it was
+    (experiments/LEARNING_RECORD.md)."""
     from tasks.jsonl_suite import cluster_key
 
     out_dir = Path(out_dir)

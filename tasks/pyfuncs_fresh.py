@@ -11,7 +11,7 @@ and the tuning draw:
   traffic draw k in -20..40), in the sealed pool's name alias: functions of the trained families
   never trained on, nor scored before;
 - ``guard_fresh``: the families of :data:`TEMPLATES_4` the model already solves (greedy pass@1 >=
-  ``tasks.pyfuncs.GUARD_MIN_GREEDY`` in their calibration, bench/pyfuncs_calibrate.py
+  ``tasks.pyfuncs.GUARD_MIN_GREEDY`` in their calibration, experiments/pyfuncs_calibrate.py
   ``--batch-of-templates 4``), outside :data:`FRESH_TRANSFER`;
 - ``transfer_fresh``: the families of :data:`FRESH_TRANSFER`, declared with the templates before
   any model answered them, each a phrasing twin of a trained family (as

@@ -1,5 +1,5 @@
-"""bench/local_update.py trains in a child process (the memory of a LoRA update goes back when it
-ends); terminated by its PID, the benchmark stops that child too."""
+"""experiments/local_update.py trains in a child process (the memory of a LoRA update goes back
+when it ends); terminated by its PID, the experiment stops that child too."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _is_trainer(pid: int) -> bool:
 
 def test_sigterm_stops_the_training_child(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.local_update", "--tiny", "--requests", "4", "--steps",
+        [sys.executable, "-m", "experiments.local_update", "--tiny", "--requests", "4", "--steps",
          "100000", "--seeds", "1", "--objectives", "token_clip", "--retain", "off", "--lora",
          "off", "--pools", "sealed", "--limit", "2", "--max-new-tokens", "8", "--threads", "1",
          "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "out.json")],

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"ratchet", "ingest", "rewards", "trainer", "gating", "deploy", "policy", "tasks",
-            "runtime", "simulation", "bench"}
+            "runtime", "simulation", "bench", "experiments"}
 
 
 def module_files(root: Path, packages: set[str]) -> dict[str, Path]:

@@ -154,6 +154,11 @@ def test_config_show_prints_the_resolved_config(capsys):
     assert shown["model_name"] == "ratchet-toy" and "trainer" in shown
 
 
+def test_spans_list_without_spans_says_which_workdir_it_read(tmp_path, capsys):
+    code, err = _run(capsys, "spans", "list", "--workdir", str(tmp_path))
+    assert code == 0 and f"no spans in {tmp_path / 'spans'}" in err and "--workdir" in err
+
+
 def test_spans_show_without_spans(tmp_path, capsys):
     code, err = _run(capsys, "spans", "show", "span-000001", "--workdir", str(tmp_path))
     assert code == EXIT_FAILED and "has no spans" in err

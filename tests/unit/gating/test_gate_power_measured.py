@@ -22,7 +22,7 @@ def test_measured_churn_reads_every_real_candidate_and_leaves_placebos_out():
 
 def test_the_real_gate_pool_detects_a_tenth_at_the_measured_churn():
     """+0.10 on the 162-function gate pool, each candidate's churn: exact McNemar power at the
-    primary level averages >= 0.8 (at a fixed 25% churn it is 0.75: docs/BENCHMARKS.md)."""
+    primary level averages >= 0.8 (at a fixed 25% churn it is 0.75: docs/RESULTS.md)."""
     c = GateConfig()
     level = c.error_control.alpha * (1.0 - c.improvement.shorter_route_share)
     churns = [max(0.10, x) for x in measured_churn([])["real"]]

@@ -1,23 +1,23 @@
 """How much churn does a move that carries no information cause? The champion with seeded
 Gaussian noise on the weights the preset's update trains (each trained tensor plus ``scale`` x
-its standard deviation x N(0, 1)), saved as a checkpoint and scored as bench/local_update.py
+its standard deviation x N(0, 1)), saved as a checkpoint and scored as experiments/local_update.py
 scores a candidate: greedy, one chat turn, graded by the asserts, compared with the champion
 (change, 95% CI, discordant share, per-family test). Beside each, the trainer's own size of the
 move: KL to the champion on the same traffic rows (``kl_theta_ref_k3_final``, k3 weighted to the
 behaviour policy, as every candidate reports it). A candidate's discordance then reads against
 that of noise at the same KL: what the pool's near-ties give to any move.
 
-    .venv/bin/python -m bench.churn_floor [--scales 0.001,0.003,0.01] [--seeds 1]
+    .venv/bin/python -m experiments.churn_floor [--scales 0.001,0.003,0.01] [--seeds 1]
         [--pools guard_fresh,guard] [--rows-seed 2] [--threads 1]
 
-The champion and the rows are bench/local_update.py's (``--workdir``; ``--rows-seed``: which
+The champion and the rows are experiments/local_update.py's (``--workdir``; ``--rows-seed``: which
 cycle's traffic), built or sampled as it does when absent; the champion's verdicts come from its
 cache. ``--tiny`` runs the same code on the tiny random Mixtral (the tests' dry run). Writes
 ``--out`` (default bench/results/churn_floor.json) after every move; a run on the same champion,
 rows and pools keeps the moves already there (``--scales`` then adds to them).
 
 ``--against FILE...`` (no model runs) asks whether candidates flip the same tasks noise does: for
-each candidate of those bench/local_update.py result files and each pool a noise move of
+each candidate of those experiments/local_update.py result files and each pool a noise move of
 ``--out`` also scored, its flipped tasks, how many of them each noise move flips too, and the
 count two independent sets of those sizes would share by chance; written to
 bench/results/churn_floor_overlap.json.
@@ -25,11 +25,11 @@ bench/results/churn_floor_overlap.json.
 ``--stable FILE...`` (no model runs) judges those files' candidates on the noise-stable tasks
 only: a pool's tasks whose champion verdict no noise move of ``--stable-scale`` and the seeds
 ``--define-seeds`` flips (chosen from noise alone, before any candidate is read). Per candidate
-and pool, the comparison on those tasks (bench/local_update.py ``compare``) and ``stays_local``
-on them; beside them the moves of ``--check-seeds`` (noise not used to choose the tasks) on the
-same tasks, which say how much churn the stable tasks still leave to a move of no meaning;
-(``losses_only_stable``) the same criteria with churn counted as guard losses only, a rule
-proposed beside them; and (``noise_whole``) each noise move judged by the criteria on the whole
+and pool, the comparison on those tasks (experiments/local_update.py ``compare``) and
+``stays_local`` on them; beside them the moves of ``--check-seeds`` (noise not used to choose the
+tasks) on the same tasks, which say how much churn the stable tasks still leave to a move of no
+meaning; (``losses_only_stable``) the same criteria with churn counted as guard losses only, a
+rule proposed beside them; and (``noise_whole``) each noise move judged by the criteria on the whole
 pools, as a candidate is. Written to bench/results/churn_floor_stable.json.
 """
 
@@ -44,7 +44,7 @@ import shutil
 import time
 from pathlib import Path
 
-from bench import local_update as lu
+from experiments import local_update as lu
 
 OUT = lu.ROOT / "bench" / "results" / "churn_floor.json"
 OVERLAP = lu.ROOT / "bench" / "results" / "churn_floor_overlap.json"
@@ -57,14 +57,14 @@ def _ints(text: str) -> list[int]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.churn_floor",
+    p = argparse.ArgumentParser(prog="python -m experiments.churn_floor",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--scales", type=lambda s: [float(x) for x in s.split(",")],
                    default=[0.001, 0.003, 0.01],
                    help="noise scales, each a share of every trained tensor's std")
     p.add_argument("--seeds", type=int, default=1, help="noise draws per scale")
     p.add_argument("--pools", default="guard_fresh,guard",
-                   help="comma list of bench/local_update.py pools")
+                   help="comma list of experiments/local_update.py pools")
     p.add_argument("--rows-seed", type=int, default=2)
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--limit", type=int, default=0, help="first N tasks of each pool (0 = all)")
@@ -76,11 +76,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--tiny", action="store_true", help="dry run on a tiny random Mixtral")
     p.add_argument("--against", type=Path, nargs="+", default=None,
-                   help="bench/local_update.py result files whose candidates' flipped tasks to "
-                   "set beside the noise moves' of --out (no model runs)")
+                   help="experiments/local_update.py result files whose candidates' flipped "
+                   "tasks to set beside the noise moves' of --out (no model runs)")
     p.add_argument("--overlap-out", type=Path, default=OVERLAP)
     p.add_argument("--stable", type=Path, nargs="+", default=None,
-                   help="bench/local_update.py result files whose candidates to judge on the "
+                   help="experiments/local_update.py result files whose candidates to judge on the "
                    "tasks the noise moves of --out leave unflipped (no model runs)")
     p.add_argument("--stable-scale", type=float, default=0.03)
     p.add_argument("--define-seeds", type=_ints, default=[0, 1, 2, 3],
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> dict:
     params = [p for p in recipe.policy.parameters() if p.requires_grad]
     saved = [p.detach().clone() for p in params]
     result = {
-        "date": datetime.date.today().isoformat(), "commit": lu._commit(),
+        "date": datetime.date.today().isoformat(), "commit": lu.commit(),
         "machine": f"{os.cpu_count()} CPU cores", "load": os.getloadavg()[0],
         "config": str(args.config), "tiny": args.tiny, "rows_seed": args.rows_seed,
         "rows": rows.num_rows, "trained_parameters": sum(p.numel() for p in params),
@@ -195,8 +195,8 @@ def flipped(verdicts: str) -> set[int]:
 
 
 def overlap(moves: list[dict], results: list[dict]) -> list[dict]:
-    """Per candidate of ``results`` (bench/local_update.py files) and pool that a noise move also
-    scored: its flips, the flips it shares with each move, and the chance count of that share
+    """Per candidate of ``results`` (experiments/local_update.py files) and pool that a noise move
+    also scored: its flips, the flips it shares with each move, and the chance count of that share
     (|candidate| x |move| / tasks)."""
     rows = []
     for result in results:
@@ -222,7 +222,7 @@ def overlap(moves: list[dict], results: list[dict]) -> list[dict]:
 
 def null_pairs(moves: list[dict], *, scale: float) -> list[dict]:
     """Every ordered pair of the noise moves of ``scale`` set against each other on every pool
-    both scored, as ``bench.local_update.versus`` sets a candidate against its placebo (paired
+    both scored, as ``experiments.local_update.versus`` sets a candidate against its placebo (paired
     change by function, 95% CI): how often two moves that learned nothing look different."""
     chosen = sorted((m for m in moves if m["scale"] == scale), key=lambda m: m["seed"])
     return [{"pool": pool, "seed": a["seed"], "against": b["seed"],
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
                        f"{len(mine)} ordered pairs of noise moves with the CI above 0; largest "
                        f"change {max(r['delta'] for r in mine):+.3f}")
             files.append({"file": path.name, "pairs": rows})
-        lu.write({"date": datetime.date.today().isoformat(), "commit": lu._commit(),
+        lu.write({"date": datetime.date.today().isoformat(), "commit": lu.commit(),
                   "scale": args.stable_scale, "files": files}, args.null_pairs_out)
         return
     if args.stable:
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
             lu.say(f"{c['name']} seed {c['seed']}: " + "  ".join(
                 f"{p} {v['delta']:+.3f} disc {v['discordant_share']:.3f}"
                 for p, v in c["pools"].items()) + f"  stays local {c['stays_local_stable']}")
-        lu.write({"date": datetime.date.today().isoformat(), "commit": lu._commit(),
+        lu.write({"date": datetime.date.today().isoformat(), "commit": lu.commit(),
                   "noise": args.out.name, "files": [p.name for p in args.stable], **out},
                  args.stable_out)
         return
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> None:
         lu.say(f"{r['name']} seed {r['seed']} {r['pool']}: {r['flips']} flips; shared " + ", ".join(
             f"{a['shared']} with noise {a['scale']:g} ({a['flips']}, chance {a['chance']:.1f})"
             for a in r["against"]))
-    lu.write({"date": datetime.date.today().isoformat(), "commit": lu._commit(),
+    lu.write({"date": datetime.date.today().isoformat(), "commit": lu.commit(),
               "noise": str(args.out.name), "files": [p.name for p in args.against],
               "candidates": rows}, args.overlap_out)
 

@@ -19,7 +19,7 @@ functions (``bench.loop_real.paired_delta``), the discordant share (tasks whose 
 changed), per-family change; plus the trainer's own KLs to the champion (traffic and retain
 set, after the update). Writes ``--out`` (default bench/results/local_update.json).
 
-    .venv/bin/python -m bench.local_update [--rows FILE | --requests 64] [--seeds 3]
+    .venv/bin/python -m experiments.local_update [--rows FILE | --requests 64] [--seeds 3]
         [--objectives token_clip,cispo] [--retain on,off] [--lora on,off] [--limit 0]
 
 ``--tiny`` runs the same code on a tiny random-init Mixtral (no download; answers fail, so the
@@ -36,8 +36,8 @@ trained family's functions) and scored on that draw's held-out sides only (``tra
 runs every N-th setting (two processes on two cores); ``--choose FILE...`` merges the parts and
 applies :func:`choose`, the rule fixed before any sweep ran.
 
-    .venv/bin/python -m bench.local_update --tune --seeds 1 --part 0/2 --out A.json
-    .venv/bin/python -m bench.local_update --choose A.json B.json
+    .venv/bin/python -m experiments.local_update --tune --seeds 1 --part 0/2 --out A.json
+    .venv/bin/python -m experiments.local_update --choose A.json B.json
 
 More seeds of every setting (``--tune --first-seed 1 --seeds 2 --part K/N``) merge the same way:
 the rule takes each setting's mean over its seeds. A tuning candidate's weights (~1.4 GB for the
@@ -89,7 +89,6 @@ import itertools
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -99,27 +98,23 @@ from statistics import fmean
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._common import (  # noqa: E402
+    CONFIG,
+    DATA,
+    POOLS,
+    build_champion,
+    choices,
+    commit,
+    sample_traffic,
+    say,
+    score,
+)
+
 RESULTS = ROOT / "bench" / "results" / "local_update.json"
 TUNING = ROOT / "bench" / "results" / "local_update_tuning.json"
 RETEST = ROOT / "bench" / "results" / "local_update_retest.json"
 VALIDITY = ROOT / "bench" / "results" / "local_update_validity.json"
 VERSUS = ROOT / "bench" / "results" / "local_update_placebo_versus.json"
-CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
-DATA = ROOT / "tasks" / "data"
-POOLS = {"sealed": DATA / "pyfuncs_sealed.jsonl", "transfer": DATA / "pyfuncs_transfer.jsonl",
-         "guard": DATA / "pyfuncs_guard.jsonl", "gate": DATA / "pyfuncs_gate.jsonl",
-         "sealed_fresh": DATA / "pyfuncs_sealed_fresh.jsonl",
-         "transfer_fresh": DATA / "pyfuncs_transfer_fresh.jsonl",
-         "guard_fresh": DATA / "pyfuncs_guard_fresh.jsonl",
-         "sealed_fresh2": DATA / "pyfuncs_sealed_fresh2.jsonl",
-         "transfer_fresh2": DATA / "pyfuncs_transfer_fresh2.jsonl",
-         "guard_fresh2": DATA / "pyfuncs_guard_fresh2.jsonl",
-         "sealed_fresh3": DATA / "pyfuncs_sealed_fresh3.jsonl",
-         "transfer_fresh3": DATA / "pyfuncs_transfer_fresh3.jsonl",
-         "guard_fresh3": DATA / "pyfuncs_guard_fresh3.jsonl"}
-"""The first pools and the fresh ones (tasks.pyfuncs_fresh: functions no pool, traffic, retain set
-or tuning draw holds, scored by no earlier run), in three rounds: ``*_fresh``, ``*_fresh2`` and
-``*_fresh3`` (the same families' next constants)."""
 POOL_SUFFIXES = ("", "_fresh", "_fresh2", "_fresh3")
 """The pool sets :func:`stays_local` judges: sealed, transfer and guard with one suffix."""
 CHOICE_LOCAL = ROOT / "bench" / "results" / "local_update_choice_local.json"
@@ -171,23 +166,8 @@ TUNING_SIDES = ("trained", "guard", "transfer", "outside")
 collateral."""
 
 
-def say(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def _choices(allowed: tuple[str, ...]):
-    def parse(text: str) -> list[str]:
-        items = [x.strip() for x in text.split(",") if x.strip()]
-        bad = [x for x in items if x not in allowed]
-        if not items or bad:
-            raise argparse.ArgumentTypeError(f"expected a comma list of {list(allowed)}, "
-                                             f"got {text!r}")
-        return list(dict.fromkeys(items))
-    return parse
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.local_update",
+    p = argparse.ArgumentParser(prog="python -m experiments.local_update",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--config", type=Path, default=CONFIG, help="ratchet preset (policy, trainer)")
     p.add_argument("--rows", type=Path, default=None, help="one cycle's reward rows (parquet)")
@@ -197,14 +177,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="without --rows: 0 samples the first --requests tasks of the traffic "
                    "pool with sampling seed 0; N > 0 draws --requests tasks with seed N and "
                    "samples them with seed N (another cycle's traffic)")
-    p.add_argument("--objectives", type=_choices(OBJECTIVES), default=["token_clip", "cispo"])
-    p.add_argument("--retain", type=_choices(("on", "off")), default=["on", "off"])
-    p.add_argument("--lora", type=_choices(("on", "off")), default=["off", "on"])
+    p.add_argument("--objectives", type=choices(OBJECTIVES), default=["token_clip", "cispo"])
+    p.add_argument("--retain", type=choices(("on", "off")), default=["on", "off"])
+    p.add_argument("--lora", type=choices(("on", "off")), default=["off", "on"])
     p.add_argument("--lora-lr", type=float, default=None,
                    help="learning rate of the LoRA arms (default: the preset's lr x 10)")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--steps", type=int, default=None, help="override the preset's steps")
-    p.add_argument("--pools", type=_choices(tuple(POOLS)), default=["sealed", "transfer", "guard"])
+    p.add_argument("--pools", type=choices(tuple(POOLS)), default=["sealed", "transfer", "guard"])
     p.add_argument("--limit", type=int, default=0, help="first N tasks of each pool (0 = all)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--batch", type=int, default=32)
@@ -219,7 +199,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep-weights", action="store_true",
                    help="with --tune, keep each candidate's weights once it is scored (by "
                    "default a tuning candidate keeps only its train metrics: ~1.4 GB each)")
-    p.add_argument("--settings", type=_choices(tuple(n for n, _ in SWEEP)), default=None,
+    p.add_argument("--settings", type=choices(tuple(n for n, _ in SWEEP)), default=None,
                    help="comma list of SWEEP settings to run on the pools (instead of the grid) "
                    "or, with --tune, on the tuning draw (instead of --part)")
     p.add_argument("--first-seed", type=int, default=0,
@@ -252,10 +232,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "placebos': each real candidate against its placebo on --pools (written to "
                    "--out, default bench/results/local_update_placebo_versus.json; no model "
                    "runs)")
-    p.add_argument("--sides", type=_choices(TUNING_SIDES), default=None,
+    p.add_argument("--sides", type=choices(TUNING_SIDES), default=None,
                    help="with --rescore: the tuning-draw sides to add (default: outside, or "
                    "none with --humaneval)")
-    p.add_argument("--add-pools", type=_choices(tuple(POOLS)), default=[],
+    p.add_argument("--add-pools", type=choices(tuple(POOLS)), default=[],
                    help="with --rescore: pools of --pools' names to score each kept pool "
                    "candidate on where it lacks them (each entry's pools)")
     p.add_argument("--humaneval", type=int, default=0,
@@ -412,7 +392,7 @@ def retest(paths: list[Path]) -> dict:
                         "stays_local": {"before": stays_local(before),
                                         "after": stays_local(after)}})
     return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "commit": _commit(), "files": [p.name for p in paths], "candidates": out}
+            "commit": commit(), "files": [p.name for p in paths], "candidates": out}
 
 
 def choose(entries: list[dict]) -> dict:
@@ -529,65 +509,10 @@ def merge(paths: list[Path], out: Path) -> dict:
 
 
 # -- the champion and the rows ---------------------------------------------------------------------
-def build_champion(args, workdir: Path) -> Path:
-    """The preset's policy saved under ``workdir/champion`` (reused when present)."""
-    out = workdir / "champion"
-    if (out / "metadata.json").is_file():
-        return out
-    from policy.loader import load_policy
-
-    if args.tiny:
-        from policy.config import HFPolicyConfig, TinyHFSpec
-
-        spec = TinyHFSpec(family="mixtral", hidden=32, heads=2, kv_heads=1, experts=4, top_k=2,
-                          vocab=320, max_positions=512)
-        plug = load_policy(HFPolicyConfig(build=spec), workdir=workdir)
-    else:
-        from ratchet.config import load_config
-
-        plug = load_policy(load_config(args.config).policy, workdir=workdir)
-    return plug.save(out, metadata={"model_version": 1})
-
-
-def traffic_tasks(tasks: list[dict], n: int, seed: int) -> list[dict]:
-    """The ``n`` tasks a batch of traffic asks: with seed 0 the first ``n`` (cycled), as every
-    committed run sampled them; with another seed ``n`` distinct tasks drawn with it (cycled
-    when the pool is smaller), another cycle's traffic from the same pool."""
-    if seed == 0 or n > len(tasks):
-        return [tasks[i % len(tasks)] for i in range(n)]
-    return random.Random(f"rows/{seed}").sample(tasks, n)
-
-
 def rows_cache(workdir: Path, *, tune: bool, requests: int, seed: int) -> Path:
     """Where the sampled rows of a run are kept; seed 0 keeps the name of the first runs."""
     tail = "" if seed == 0 else f"_seed{seed}"
     return workdir / f"rows_{'tune' if tune else 'train'}_{requests}{tail}.parquet"
-
-
-def sample_traffic(champion: Path, tasks: list[dict], *, n: int, temperature: float,
-                   max_new_tokens: int, seed: int):
-    """``n`` reward rows the champion samples on :func:`traffic_tasks` of ``tasks`` (``seed``
-    picks the tasks and the sampling), graded by their asserts."""
-    import pyarrow as pa
-
-    from policy.loader import load_policy
-    from tasks.pyfuncs import grade
-
-    plug = load_policy(champion)
-    chosen = traffic_tasks(tasks, n, seed)
-    gens = plug.generate([plug.encode_prompt(t["prompt"]) for t in chosen],
-                         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
-    return pa.table({
-        "prompt": [t["prompt"] for t in chosen],
-        "prompt_token_ids": [g.prompt_token_ids for g in gens],
-        "prompt_routed_experts": [g.prompt_routed_experts for g in gens],
-        "response_token_ids": [g.token_ids for g in gens],
-        "response_logprobs": [g.logprobs for g in gens],
-        "routed_experts": [g.routed_experts for g in gens],
-        "reward": [1.0 if grade(t, g.text).passed else -1.0 for t, g in zip(chosen, gens)],
-        "task_kind": [t.get("family") or "pyfunc" for t in chosen],
-        "model_version": [1] * n, "temperature": [temperature] * n, "top_p": [1.0] * n,
-    })
 
 
 def cycle_rows(champion: Path, workdir: Path, sim, *, draw: dict | None, requests: int,
@@ -789,7 +714,7 @@ def validity(paths: list[Path]) -> dict:
             rho, p = spearmanr([x for x, _ in pairs], [y for _, y in pairs])
             corr[name] = {"candidates": len(pairs), "spearman": float(rho), "p": float(p)}
     return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "commit": _commit(), "files": [p.name for p in paths], "candidates": rows,
+            "commit": commit(), "files": [p.name for p in paths], "candidates": rows,
             "spearman_with_guard_discordance": corr}
 
 
@@ -828,13 +753,6 @@ def compare(tasks: list[dict], before: list[bool], after: list[bool]) -> dict:
 def compare_again(tasks: list[dict], verdicts: str) -> dict:
     """:func:`compare` run again on the verdicts one stored (its ``verdicts`` string)."""
     return compare(tasks, [v in "=-" for v in verdicts], [v in "=+" for v in verdicts])
-
-
-def score(checkpoint: Path, pools: dict[str, list[dict]], args) -> dict[str, list[bool]]:
-    from bench.loop_real import score_sealed
-
-    return {name: score_sealed(checkpoint, tasks, max_new_tokens=args.max_new_tokens,
-                               batch=args.batch) for name, tasks in pools.items()}
 
 
 TRAIN_METRICS = "train_metrics.json"
@@ -948,14 +866,6 @@ def score_humaneval(checkpoint: Path, n: int) -> list[bool]:
     return run(checkpoint, n)
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
-                              capture_output=True, text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def run(args: argparse.Namespace) -> dict:
     import pyarrow.parquet as pq
 
@@ -985,7 +895,7 @@ def run(args: argparse.Namespace) -> dict:
         pools = {k: v[:args.limit] for k, v in pools.items()}
     base_scores = champion_scores(champion, pools, args, workdir)
     result: dict = {
-        "date": datetime.date.today().isoformat(), "commit": _commit(),
+        "date": datetime.date.today().isoformat(), "commit": commit(),
         "machine": f"{os.cpu_count()} CPU cores", "load": os.getloadavg()[0],
         "config": str(args.config), "tiny": args.tiny, "tune": args.tune,
         "rows": rows.num_rows, "rows_seed": None if args.rows is not None else args.rows_seed,
@@ -1164,7 +1074,7 @@ def main(argv: list[str] | None = None) -> None:
         def kept(key: str) -> list[dict]:
             return [r for r in before.get(key, []) if r.get("files") != files]
 
-        write({"date": datetime.date.today().isoformat(), "commit": _commit(),
+        write({"date": datetime.date.today().isoformat(), "commit": commit(),
                "comparisons": kept("comparisons") + [{**r, "files": files} for r in rows],
                "by_seeds": kept("by_seeds") + [{**r, "files": files} for r in seeds]}, out)
         say(f"wrote {out}")
@@ -1196,7 +1106,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{'admissible' if name in choice['admissible'] else ''}")
         say(f"KL bound {choice['kl_bound']:.4f}; chosen: {choice['chosen']}")
         write({"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-               "commit": _commit(), "tuning_file": args.choose_local.name, **choice}, out)
+               "commit": commit(), "tuning_file": args.choose_local.name, **choice}, out)
         say(f"wrote {out}")
         return
     if args.choose:

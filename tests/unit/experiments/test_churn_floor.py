@@ -1,11 +1,12 @@
-"""bench/churn_floor.py: noise of a given scale on the trained weights, its KL and its churn."""
+"""experiments/churn_floor.py: noise of a given scale on the trained weights, its KL and its
+churn."""
 
 import json
 
 import pytest
 import torch
 
-from bench import churn_floor as cf
+from experiments import churn_floor as cf
 
 
 def test_noise_is_a_share_of_each_tensors_spread_and_seeded():
@@ -82,7 +83,7 @@ def test_candidates_judged_on_the_stable_tasks_by_hand():
     """Every champion verdict a pass; noise seeds 0-1 flip guard tasks 0-9, the check seed task
     10; a candidate that loses guard tasks 0-9 churns 10/72 of the whole pool and none of the
     62 stable tasks, and the check move churns 1/62 of them."""
-    from bench import local_update as lu
+    from experiments import local_update as lu
     from tasks.pyfuncs import read_jsonl
 
     n = {p: len(read_jsonl(lu.POOLS[p])) for p in ("sealed_fresh2", "transfer_fresh2",

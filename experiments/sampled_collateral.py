@@ -8,7 +8,7 @@ each prompt whose greedy answer departs from the champion's, the champion's log-
 of its own token over the candidate's at the first token where they part (a margin near 0 is a
 near-tie a small update flips).
 
-    .venv/bin/python -m bench.sampled_collateral --champion DIR --candidates DIR... \
+    .venv/bin/python -m experiments.sampled_collateral --champion DIR --candidates DIR... \
         --families count_even --samples 32 --out bench/results/sampled_collateral.json
 
 Left out: the whole guard pool (on this 2-core machine 32 samples of 7 prompts take about six
@@ -39,7 +39,7 @@ def say(msg: str) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.sampled_collateral",
+    p = argparse.ArgumentParser(prog="python -m experiments.sampled_collateral",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--champion", type=Path, required=True, help="the champion's checkpoint")
     p.add_argument("--candidates", type=Path, nargs="+", required=True)

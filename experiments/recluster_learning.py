@@ -1,6 +1,6 @@
 """Old and new intervals of a finished bench/learning.py run, side by side, without re-training.
 
-    python -m bench.recluster_learning [--results bench/results/learning.json]
+    python -m experiments.recluster_learning [--results bench/results/learning.json]
 
 A learning run keeps every run's per-task greedy verdicts in its sidecar (``*_runs.jsonl``). Its
 published CIs resample the 2,000 tasks of the fresh set as independent rows; the fresh set of that
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 from pathlib import Path
 
@@ -26,24 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def legacy_fresh_tasks(n: int, seed: int = 0):
-    """The fresh set as drawn before the sealed split: held-out bucket, tuning draw left out."""
-    from tasks.toy import _KINDS, KINDS, _tuning_task_ids, is_heldout
-
-    rng = random.Random(f"ratchet.tasks/{seed}/fresh")
-    excluded = _tuning_task_ids()
-    out = []
-    while len(out) < n:
-        task = _KINDS[KINDS[len(out) % len(KINDS)]](rng)
-        if is_heldout(task) and task.task_id not in excluded:
-            out.append(task)
-    return out
-
-
 def main(argv: list[str] | None = None) -> None:
     import numpy as np
 
-    from bench.learning import BOOTSTRAP, paired_bootstrap
+    from bench.learning import BOOTSTRAP, legacy_fresh_tasks, paired_bootstrap
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", type=Path, default=ROOT / "bench/results/learning.json")

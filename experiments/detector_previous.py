@@ -1,6 +1,6 @@
 """The previous detector generation against the current one on the real evaluation half, paired.
 
-    python bench/detector_previous.py [--rev 7aabd0d]
+    python experiments/detector_previous.py [--rev 7aabd0d]
 
 Extracts ``ingest/detector`` as it was at ``rev`` (the last commit of the first generation,
 ``fu-018022c03a14``) into a temporary folder with ``git archive``, scores the ``eval`` half of

@@ -1,6 +1,6 @@
 """Calibrate the pyfuncs families on SmolLM2-135M-Instruct: greedy pass@1 and pass@k per family.
 
-    python bench/pyfuncs_calibrate.py [--per-family 3] [--samples 8] [--temperature 0.8]
+    python experiments/pyfuncs_calibrate.py [--per-family 3] [--samples 8] [--temperature 0.8]
         [--max-new-tokens 64] [--batch 32] [--threads 1] [--seed 1000]
 
 Draws ``--per-family`` prompts of every template with the calibration seed (a draw the suite pools

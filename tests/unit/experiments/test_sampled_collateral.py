@@ -1,9 +1,9 @@
-"""bench/sampled_collateral.py: its arguments and the paired change over prompts by hand (the
+"""experiments/sampled_collateral.py: its arguments and the paired change over prompts by hand (the
 figures need the real checkpoints: bench/results/sampled_collateral.json)."""
 
 import pytest
 
-from bench import sampled_collateral as sc
+from experiments import sampled_collateral as sc
 
 
 def test_paired_change_by_hand():

@@ -1,4 +1,4 @@
-"""bench/local_update.py: its arguments, the arm grid and trainer configs, the comparison
+"""experiments/local_update.py: its arguments, the arm grid and trainer configs, the comparison
 figures by hand, and a dry run on a tiny random Mixtral (the figures themselves are meaningless
 there: the experiment is bench/results/local_update.json on the real preset)."""
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import local_update as lu
+from bench import _common
+from experiments import local_update as lu
 from ratchet.config import load_config
 
 
@@ -33,12 +34,12 @@ def test_bad_arguments_exit(argv):
 
 def test_another_rows_seed_is_another_cycles_traffic_in_its_own_file(tmp_path):
     pool = [{"prompt": f"p{i}"} for i in range(50)]
-    assert lu.traffic_tasks(pool, 4, 0) == pool[:4]  # what every committed run sampled
-    assert [t["prompt"] for t in lu.traffic_tasks(pool[:3], 5, 0)] == ["p0", "p1", "p2", "p0",
+    assert _common.traffic_tasks(pool, 4, 0) == pool[:4]  # what every committed run sampled
+    assert [t["prompt"] for t in _common.traffic_tasks(pool[:3], 5, 0)] == ["p0", "p1", "p2", "p0",
                                                                        "p1"]
-    fresh = lu.traffic_tasks(pool, 10, 1)
+    fresh = _common.traffic_tasks(pool, 10, 1)
     assert len({t["prompt"] for t in fresh}) == 10 and fresh != pool[:10]
-    assert fresh == lu.traffic_tasks(pool, 10, 1) != lu.traffic_tasks(pool, 10, 2)
+    assert fresh == _common.traffic_tasks(pool, 10, 1) != _common.traffic_tasks(pool, 10, 2)
     assert lu.rows_cache(tmp_path, tune=False, requests=64, seed=0).name == \
         "rows_train_64.parquet"
     assert lu.rows_cache(tmp_path, tune=True, requests=64, seed=1).name == \
@@ -303,7 +304,7 @@ def test_the_bench_keeps_deepspeeds_accelerator_guess_off_its_output(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
     out = subprocess.run(
-        [sys.executable, "-m", "bench.local_update", "--tiny", "--settings", "full preset",
+        [sys.executable, "-m", "experiments.local_update", "--tiny", "--settings", "full preset",
          "--seeds", "1", "--requests", "2", "--steps", "1", "--pools", "sealed", "--limit", "1",
          "--max-new-tokens", "4", "--workdir", str(tmp_path / "w"), "--out",
          str(tmp_path / "r.json")], capture_output=True, text=True, env=env,
