@@ -10,7 +10,8 @@ a family's functions flip together. Pools v2 fix both:
   :data:`CALIBRATION_FUNCTIONS` functions, each answered :data:`CALIBRATION_SAMPLES` times at the
   serving temperature, as chat turns whose reply ends once its code block is closed (as served);
   one JSON line per family, appended as it finishes, so a cut-short run resumes where it stopped.
-- **The rule** (fixed before any calibration ran): a family whose sampled pass lies in
+- **The rule** (fixed before any calibration ran): a family with no function left to calibrate
+  (every one in the tuning draw) takes no part; a family whose sampled pass lies in
   :data:`SAMPLED_BAND` is usable for training and scoring; one above it is one the model already
   does (a guard family); one below it is left out. Of the usable families, every fifth in a
   seeded order (at least :data:`MIN_TRANSFER_FAMILIES`) is held out of traffic whole, for
@@ -93,6 +94,18 @@ def retain_functions(data: Path = DATA) -> set[str]:
     from tasks.jsonl_suite import cluster_key
 
     return {cluster_key(t) for t in read_jsonl(Path(data) / "pyfuncs_retain.jsonl")}
+
+
+GUARD_V1 = DATA / "pyfuncs_guard.jsonl"
+"""The first generation's guard pool: 37 families the model already solves greedily. It guards
+the preset where the rule's own guard families are too few for the share rule; no pool v2 then
+uses its functions."""
+
+
+def guard_v1_functions() -> set[str]:
+    from tasks.jsonl_suite import cluster_key
+
+    return {cluster_key(t) for t in read_jsonl(GUARD_V1)}
 
 
 def seen_functions(data: Path = DATA) -> set[str]:
@@ -263,25 +276,40 @@ def check_pools(pools: dict[str, list], exclude: set[str]) -> dict[str, dict]:
 def write(out: Path = OUT, calibration: Path = CALIBRATION) -> dict:
     """Write the pool files and ``manifest.json`` under ``out`` from the calibration file."""
     records = _read(calibration)
-    missing = [f for f in BY_V2 if f not in {r["family"] for r in records}]
+    tuning, seen = tuning_functions(), seen_functions()
+    done = {r["family"] for r in records}
+    missing = [f for f in BY_V2 if f not in done and calibration_tasks(BY_V2[f], tuning, seen)]
     if missing:
         raise ValueError(f"{len(missing)} families are not calibrated yet (e.g. {missing[:3]}): "
                          "run `python -m bench.real_gate calibrate` first")
-    tuning, seen = tuning_functions() | retain_functions(), seen_functions()
+    tuning |= retain_functions() | guard_v1_functions()
     pools = build_pools(records, tuning, seen)
-    stats = check_pools(pools, tuning)
     from tasks.jsonl_suite import cluster_key
 
+    guard_note = "the rule's own guard pool"
+    try:
+        check_pools({"guard": pools["guard"]}, tuning)
+        if not pools["guard"]:
+            raise ValueError("no guard family has a function to spare")
+    except ValueError as e:  # too few guard families for the share rule: the first one guards
+        guard_note = (f"{GUARD_V1.name} (the first generation's guard pool; the rule's own, "
+                      f"{len({t.family for t in pools['guard']})} families: {e})")
+        pools["guard"] = []
+    stats = check_pools(pools, tuning)
     if {cluster_key(t.to_json()) for t in pools["sealed"]} & seen:
         raise ValueError("the sealed pool uses a function something has seen")
     for name, file in FILES.items():
-        write_jsonl(pools[name], out / file)
+        if pools[name]:
+            write_jsonl(pools[name], out / file)
+        else:
+            (out / file).unlink(missing_ok=True)
+            stats.pop(name)
     manifest = {"seed": SEED, "rule": {"sampled_band": list(SAMPLED_BAND),
                                        "samples": CALIBRATION_SAMPLES,
                                        "temperature": CALIBRATION_TEMPERATURE,
                                        "transfer": f"every {TRANSFER_EVERY}th usable family, at "
                                        f"least {MIN_TRANSFER_FAMILIES}"},
-                "independence_unit": "family",
+                "independence_unit": "family", "guard": guard_note,
                 "roles": roles(records, spare_functions(records, tuning)), "pools": stats}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
