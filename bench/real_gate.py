@@ -71,8 +71,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # -- units ----------------------------------------------------------------------------------------
 def _suite(gate, pool: str):
-    """The gate's suite config on a pool v2 file (every task of it)."""
+    """The gate's suite config on a pool v2 file (every task of it); the guard pool is the first
+    generation's where pools v2 have none (tasks/data/pools_v2/manifest.json says why)."""
     path = POOLS_V2 / f"{pool}.jsonl"
+    if not path.exists():
+        path = POOLS_V2.parent / f"pyfuncs_{pool}.jsonl"
     n = sum(1 for line in path.read_text().splitlines() if line.strip())
     return gate.suite.model_copy(update={"path": path, "size": n})
 
