@@ -457,7 +457,7 @@ class GateConfig(_Config):
         default_factory=list, max_length=4,
         description=(
             "Temperatures (each in (0, 2]) at which the champion's sampled pass rate is also "
-            "measured and recorded (``champion.sampled_pass_rate@T``) beside the greedy one and "
+            "measured and recorded (``champion.pass_rate.t<T>``) beside the greedy one and "
             "the suite's temperature, with ``suite.samples`` samples: a candidate that only "
             "learned a lower temperature shows as no better than the champion at its best. "
             "Cached per champion version."

@@ -188,7 +188,7 @@ class GateRunner:
             result = self._cached_suite(self.champion_dir, self.champion, tasks, checker,
                                         f"t{t:g}", suite=swept)
             rates[t] = result.sampled_pass_rate if result.sampled_pass_rate is not None else 0.0
-        out = {f"champion.pass_rate@{t:g}": r for t, r in sorted(rates.items())}
+        out = {f"champion.pass_rate.t{t:g}": r for t, r in sorted(rates.items())}
         best_t = max(rates, key=lambda t: (rates[t], -t))
         out["champion.best_temperature"] = best_t
         out["champion.best_pass_rate"] = rates[best_t]

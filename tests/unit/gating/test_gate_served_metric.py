@@ -109,3 +109,18 @@ def test_a_sampled_primary_needs_samples():
         GateConfig.model_validate({"primary_metric": "sampled"})
     with pytest.raises(ValidationError, match="champion_temperatures"):
         GateConfig.model_validate({"suite": {"samples": 4}, "champion_temperatures": [0.0]})
+
+
+def test_the_champion_at_its_best_is_recorded_under_names_mlflow_accepts():
+    import re
+
+    from gating.gate import GateRunner
+
+    runner = object.__new__(GateRunner)  # only the config is read without champion_temperatures
+    runner.config = GateConfig.model_validate({"suite": {"samples": 4}})
+    champ = _suite([True, False], families=["a", "b"], sampled=[0.5, 0.25])
+    cand = _suite([True, True], families=["a", "b"], sampled=[0.75, 0.25])
+    out = runner._champion_at_its_best([], None, cand, champ)
+    assert out["champion.best_pass_rate"] == 0.5 and out["champion.best_temperature"] == 0.0
+    assert out["candidate.served_minus_champion_best"] == 0.0
+    assert all(re.fullmatch(r"[\w\-. :/]+", k) for k in out), sorted(out)
