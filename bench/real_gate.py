@@ -63,7 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scale", type=float, default=0.067,
                    help="noise std as a share of each tensor's std (0.03 moved the traffic KL "
                    "to a fifth of a real candidate's; KL grows with the square of the scale)")
-    p.add_argument("--power-draws", type=int, default=2000)
+    p.add_argument("--power-draws", type=int, default=200)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "real_gate")
     return p.parse_args(argv)
@@ -208,7 +208,7 @@ def planted_power(champ, null_changes: list[dict[str, float]], gate, *, effect: 
     return promoted / draws
 
 
-def run_nulls(args, gate, trainer, workdir: Path) -> dict:
+def run_nulls(args, gate, trainer, workdir: Path, on_update=lambda summary: None) -> dict:
     from gating.gates import evaluate_gates
 
     _, policy = _champion(args, workdir)
@@ -236,7 +236,13 @@ def run_nulls(args, gate, trainer, workdir: Path) -> dict:
                       "improvement": evidence.detail})
         say(f"null {seed}: sampled {nulls[-1]['sampled_change']:+.3f}, promoted "
             f"{nulls[-1]['promoted']}")
+        on_update(_summary(args, gate, champ, nulls, changes, t, complete=False))
     _perturb(params, saved, scale=0.0, seed=0)
+    return _summary(args, gate, champ, nulls, changes, t, complete=True)
+
+
+def _summary(args, gate, champ, nulls: list[dict], changes: list[dict], t: float, *,
+             complete: bool) -> dict:
     k = sum(n["promoted"] for n in nulls)
     return {"date": provenance.now(), "commit": provenance.commit(),
             "machine": provenance.machine(), "load1_end": provenance.load1(),
@@ -249,7 +255,9 @@ def run_nulls(args, gate, trainer, workdir: Path) -> dict:
             "upper95": round(clopper_pearson_upper(k, len(nulls)), 4),
             f"power_sampled_{PLANTED:.2f}": round(planted_power(
                 champ, changes, gate, effect=PLANTED, draws=args.power_draws), 4),
-            "power_note": "planted +0.10 per family plus a noise null's family change"}
+            "power_note": "planted +0.10 per family plus a noise null's family change",
+            "power_draws": args.power_draws, "complete": complete,
+            "wanted": {"noise_nulls": args.noise, "placebo_nulls": 4}}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -280,10 +288,13 @@ def main(argv: list[str] | None = None) -> None:
         SCORES_OUT.write_text(json.dumps(result, indent=1) + "\n")
         say(f"wrote {SCORES_OUT}")
         return
-    result = run_nulls(args, preset.gate, preset.trainer, workdir)
-    doc = json.loads(AA_OUT.read_text()) if AA_OUT.exists() else {}
-    doc["real_nulls"] = result
-    AA_OUT.write_text(json.dumps(doc, indent=1) + "\n")
+    def write(summary: dict) -> None:  # after every null: a run cut short keeps its figures
+        doc = json.loads(AA_OUT.read_text()) if AA_OUT.exists() else {}
+        doc["real_nulls"] = summary
+        AA_OUT.write_text(json.dumps(doc, indent=1) + "\n")
+
+    result = run_nulls(args, preset.gate, preset.trainer, workdir, on_update=write)
+    write(result)
     say(f"wrote real_nulls to {AA_OUT}: {result['promoted']} of {result['n']} promoted "
         f"(upper95 {result['upper95']}), power {result[f'power_sampled_{PLANTED:.2f}']}")
 
