@@ -23,13 +23,15 @@ from ingest.synthetic import append_records, completion, followup, persistence, 
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-GOLDEN = "d57b052dcb10b823fb7b78d11eb6713d72703287afb135ab80d62a496f9e6007"
+GOLDEN = "d8b5f6748de5b8317587f274912c2bf38097ceac094dd8eeef4a6095c668ba35"
 """sha256 of ``_canonical`` over the span of ``_recorded``. First computed with the single-file
 commit (one driver sorting, validating and merging every part; commit 9432717, 2026-11-26:
 f923a439…); recomputed on 2026-11-26 when the rows changed by design (latency left the reward,
 length costs from the first token, the ``trainable`` column, a drain keeps open persistence
 windows pending: 657009a4…) and again when the follow-up detector became fu3 (its score and
-version columns: d57b052d…), the same in process and on two worker processes."""
+version columns: d57b052d…) and when it became fu4 (VADER and named features: d8b5f674…, the
+same at the detector's own commit 430a410, before any other change), the same in process and on
+two worker processes."""
 
 T0 = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
 
