@@ -39,9 +39,14 @@ def test_a_champion_surely_worse_than_the_anchor_is_rolled_back(tmp_path):
     state = cycle.store.new()
     state.stage = "ingested"
     result = CycleResult(index=0, run_id="")
+    previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(uri)
-    with mlflow.start_run(run_name="cycle"):
-        cycle._impact(state, result)
+    try:  # its own experiment: another test's active experiment is not in this store
+        experiment = mlflow.set_experiment("drift")
+        with mlflow.start_run(run_name="cycle", experiment_id=experiment.experiment_id):
+            cycle._impact(state, result)
+    finally:
+        mlflow.set_tracking_uri(previous)
     assert result.drift.startswith("drift: champion v3 surely worse than the holdback's anchor v1")
     assert state.stage == "skipped" and served == [1]
     assert registry.resolve_alias(uri, "m", registry.CHAMPION) == 1

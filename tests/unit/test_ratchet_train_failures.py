@@ -21,6 +21,7 @@ def _cycle_with_a_span(tmp_path) -> Cycle:
         "files": ["spans/date=2026-01-01/hour=00/span-000001.parquet"]}))
     cycle = Cycle(RatchetConfig(), tracking_uri="unused", bootstrap="unused", workdir=tmp_path)
     cycle._settle_orphan_candidate = lambda state: None  # no registry here: no other candidate
+    cycle._impact = lambda state, result: None  # nor an impact table (no registry, no spans)
     state = cycle.store.new()
     state.span_ids, state.span_rows = ["span-000001"], {"span-000001": 40}
     state.champion_version, state.stage = 1, "ingested"
