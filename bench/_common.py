@@ -9,6 +9,7 @@ Left out: any statistic (bench/loop_real.py holds the paired ones) and any train
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import subprocess
 import time
@@ -89,9 +90,10 @@ def traffic_tasks(tasks: list[dict], n: int, seed: int) -> list[dict]:
 
 
 def sample_traffic(champion: Path, tasks: list[dict], *, n: int, temperature: float,
-                   max_new_tokens: int, seed: int):
+                   max_new_tokens: int, seed: int, stop_after_code_block: bool = False):
     """``n`` reward rows the champion samples on :func:`traffic_tasks` of ``tasks`` (``seed``
-    picks the tasks and the sampling), graded by their asserts."""
+    picks the tasks and the sampling), graded by their asserts; with ``stop_after_code_block``
+    each reply ends once its code block is closed, as the real preset's clients ask."""
     import pyarrow as pa
 
     from policy.loader import load_policy
@@ -99,8 +101,14 @@ def sample_traffic(champion: Path, tasks: list[dict], *, n: int, temperature: fl
 
     plug = load_policy(champion)
     chosen = traffic_tasks(tasks, n, seed)
+    stop = {}
+    if stop_after_code_block:
+        from tasks.humaneval import reply_complete
+
+        stop = {"stop_when": reply_complete}
     gens = plug.generate([plug.encode_prompt(t["prompt"]) for t in chosen],
-                         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+                         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+                         **stop)
     return pa.table({
         "prompt": [t["prompt"] for t in chosen],
         "prompt_token_ids": [g.prompt_token_ids for g in gens],
@@ -121,3 +129,50 @@ def score(checkpoint: Path, pools: dict[str, list[dict]], args) -> dict[str, lis
 
     return {name: score_sealed(checkpoint, tasks, max_new_tokens=args.max_new_tokens,
                                batch=args.batch) for name, tasks in pools.items()}
+
+
+TRAIN_METRICS = "train_metrics.json"
+"""The trainer's summary a :func:`train_apart` child writes beside its candidate, so that a resumed
+run scores the candidate again without training it again."""
+
+
+def train_apart(champion: Path, rows, cfg, out: Path, *, threads: int | None) -> dict:
+    """``trainer.recipe.run_training`` in a child process, which returns its memory when it ends
+    (the allocator keeps what a LoRA update used, ~14 GB here, for the life of the process);
+    the child writes the trainer's summary to ``out``/:data:`TRAIN_METRICS`."""
+    import multiprocessing
+
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True, exist_ok=True)
+    rows_file = out / "rows.parquet"
+    pq.write_table(rows, rows_file)
+    child = multiprocessing.get_context("spawn").Process(
+        target=_train_child, args=(str(champion), str(rows_file), cfg.model_dump_json(),
+                                   str(out), threads))
+    child.start()
+    try:
+        child.join()
+    except BaseException:
+        child.terminate()
+        child.join()
+        raise
+    rows_file.unlink(missing_ok=True)
+    if child.exitcode != 0:
+        raise RuntimeError(f"training {out} failed (exit code {child.exitcode})")
+    return json.loads((out / TRAIN_METRICS).read_text())
+
+
+def _train_child(champion: str, rows_file: str, cfg_json: str, out: str,
+                 threads: int | None) -> None:
+    import pyarrow.parquet as pq
+    import torch
+
+    from trainer.config import TrainerConfig
+    from trainer.recipe import run_training
+
+    if threads:
+        torch.set_num_threads(threads)
+    metrics = run_training(Path(champion), pq.read_table(rows_file),
+                           TrainerConfig.model_validate_json(cfg_json), Path(out))
+    (Path(out) / TRAIN_METRICS).write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")

@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.real_gate calibrate         # tasks/data/pools_v2 (calibration, pools)
     .venv/bin/python -m bench.real_gate scores            # bench/results/pool_scores_v1.json
     .venv/bin/python -m bench.real_gate nulls --noise 16  # bench/results/aa_gate.json real_nulls
+    .venv/bin/python -m bench.real_gate placebo --placebo 4  # the placebo candidates (cached)
 
 **calibrate**: tasks.pyfuncs_v2's calibration of every family on the preset's model (SmolLM2,
 dense, as served) at the serving temperature, resumable by family, then the pools v2 from it.
@@ -20,7 +21,16 @@ clusters, common random numbers): weight-noise moves of the champion (Gaussian n
 every gate but the guards passes (the guards only make promotion harder, so this counts an upper
 bound of the promotions). ``promoted`` and its exact one-sided 95% upper bound, and the power for
 a planted +0.10 in sampled pass at the family-level churn the nulls show: each family of the
-champion's gate result moved by +0.10 plus a draw of a null's family change.
+champion's gate result moved by +0.10 plus a draw of a null's family change. The placebo
+candidates the ``placebo`` part has finished are counted with the weight-noise ones.
+
+**placebo**: shuffled-reward candidates, each trained as a cycle of the preset trains one: the
+first champion serves the preset's ``requests_per_round`` requests on the train pool v2 (the
+simulator's temperature, max tokens and stop after the code block; seed ``s + 1`` draws the
+requests and the samples), each row rewarded +1 when its answer passes its asserts and -1
+otherwise, the rewards permuted (``trainer.online.shuffle_rewards``, key ``placebo/<s>``), and the
+preset's trainer (seed ``s``) run on them; the candidate is then scored on the gate pool like a
+noise null and its weights dropped.
 
 Every unit (one model on one pool at one temperature) is cached under ``--workdir`` as it
 finishes: a run cut short resumes where it stopped.
@@ -56,10 +66,11 @@ def say(msg: str) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.real_gate",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("part", choices=("calibrate", "scores", "nulls"))
+    p.add_argument("part", choices=("calibrate", "scores", "nulls", "placebo"))
     p.add_argument("--config", type=Path, default=CONFIG)
     p.add_argument("--pools", default="gate,sealed,transfer,guard")
     p.add_argument("--noise", type=int, default=16, help="weight-noise nulls")
+    p.add_argument("--placebo", type=int, default=4, help="shuffled-reward placebo candidates")
     p.add_argument("--scale", type=float, default=0.067,
                    help="noise std as a share of each tensor's std (0.03 moved the traffic KL "
                    "to a fifth of a real candidate's; KL grows with the square of the scale)")
@@ -105,13 +116,17 @@ def _score(policy, suite, temperature: float):
                      temperature=temperature)
 
 
-def _champion(args, workdir: Path):
+def _champion_path(args, workdir: Path) -> Path:
     from bench._common import build_champion
+
+    return build_champion(argparse.Namespace(config=args.config, tiny=False), workdir)
+
+
+def _champion(args, workdir: Path):
     from policy.config import HFPolicyConfig
     from policy.loader import load_policy
 
-    ns = argparse.Namespace(config=args.config, tiny=False)
-    path = build_champion(ns, workdir)
+    path = _champion_path(args, workdir)
     return path, load_policy(HFPolicyConfig(path=path, chat_template=True))
 
 
@@ -209,8 +224,6 @@ def planted_power(champ, null_changes: list[dict[str, float]], gate, *, effect: 
 
 
 def run_nulls(args, gate, trainer, workdir: Path, on_update=lambda summary: None) -> dict:
-    from gating.gates import evaluate_gates
-
     _, policy = _champion(args, workdir)
     suite = _suite(gate, "gate")
     t = gate.suite.temperature
@@ -222,42 +235,119 @@ def run_nulls(args, gate, trainer, workdir: Path, on_update=lambda summary: None
         _perturb(params, saved, scale=args.scale, seed=seed)
         cand = _unit(workdir, f"noise{args.scale:g}-seed{seed}-gate-t{t:g}",
                      lambda: _score(policy, suite, t))
-        gates = evaluate_gates(cand, champ, gate)
-        evidence = next(g for g in gates if g.name == "improvement_evidence")
-        fam_change: dict[str, list[float]] = {}
-        for c, h in zip(cand.tasks, champ.tasks, strict=True):
-            fam_change.setdefault(c.kind, []).append(c.sampled_pass - h.sampled_pass)
-        changes.append({f: sum(v) / len(v) for f, v in fam_change.items()})
-        nulls.append({"seed": seed, "scale": args.scale,
-                      "sampled_change": round(cand.sampled_pass_rate - champ.sampled_pass_rate, 4),
-                      "greedy_change": round(cand.pass_rate - champ.pass_rate, 4),
-                      "promoted": all(g.passed for g in gates),
-                      "failed_gates": [g.name for g in gates if not g.passed],
-                      "improvement": evidence.detail})
+        nulls.append(_null(cand, champ, gate, {"seed": seed, "scale": args.scale}, changes))
         say(f"null {seed}: sampled {nulls[-1]['sampled_change']:+.3f}, promoted "
             f"{nulls[-1]['promoted']}")
-        on_update(_summary(args, gate, champ, nulls, changes, t, complete=False))
+        on_update(_summary(args, gate, champ, nulls, _placebos(args, gate, champ, workdir, changes),
+                           changes, t, complete=False))
     _perturb(params, saved, scale=0.0, seed=0)
-    return _summary(args, gate, champ, nulls, changes, t, complete=True)
+    placebos = _placebos(args, gate, champ, workdir, changes)
+    return _summary(args, gate, champ, nulls, placebos, changes, t,
+                    complete=len(placebos) >= args.placebo)
 
 
-def _summary(args, gate, champ, nulls: list[dict], changes: list[dict], t: float, *,
-             complete: bool) -> dict:
-    k = sum(n["promoted"] for n in nulls)
+def _null(cand, champ, gate, what: dict, changes: list[dict]) -> dict:
+    """One null gated against the champion by the preset's rule; its family changes of sampled
+    pass are appended to ``changes`` (the churn the planted power draws from)."""
+    from gating.gates import evaluate_gates
+
+    gates = evaluate_gates(cand, champ, gate)
+    evidence = next(g for g in gates if g.name == "improvement_evidence")
+    fam_change: dict[str, list[float]] = {}
+    for c, h in zip(cand.tasks, champ.tasks, strict=True):
+        fam_change.setdefault(c.kind, []).append(c.sampled_pass - h.sampled_pass)
+    changes.append({f: sum(v) / len(v) for f, v in fam_change.items()})
+    return {**what, "sampled_change": round(cand.sampled_pass_rate - champ.sampled_pass_rate, 4),
+            "greedy_change": round(cand.pass_rate - champ.pass_rate, 4),
+            "promoted": all(g.passed for g in gates),
+            "failed_gates": [g.name for g in gates if not g.passed],
+            "improvement": evidence.detail}
+
+
+def _placebo_name(seed: int, t: float) -> str:
+    return f"placebo-seed{seed}-gate-t{t:g}"
+
+
+def _placebos(args, gate, champ, workdir: Path, changes: list[dict]) -> list[dict]:
+    """The placebo candidates the ``placebo`` part has scored (read from their units)."""
+    from gating.records import SuiteResult
+
+    t = gate.suite.temperature
+    out = []
+    for seed in range(args.placebo):
+        unit = workdir / "units" / f"{_placebo_name(seed, t)}.json"
+        if unit.is_file():
+            meta = workdir / "placebo" / f"seed{seed}.json"
+            train = json.loads(meta.read_text()) if meta.is_file() else {}
+            out.append(_null(SuiteResult.model_validate_json(unit.read_text()), champ, gate,
+                             {"seed": seed, **train}, changes))
+    return out
+
+
+def run_placebos(args, preset, workdir: Path) -> None:
+    """Train, score and cache each placebo candidate not yet scored (see the module's text)."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from bench._common import sample_traffic, train_apart
+    from policy.config import HFPolicyConfig
+    from policy.loader import load_policy
+    from trainer.online import shuffle_rewards
+
+    gate, sim = preset.gate, preset.simulator
+    t = gate.suite.temperature
+    champion = _champion_path(args, workdir)
+    suite = _suite(gate, "gate")
+    traffic = sim.load_tasks()
+    for seed in range(args.placebo):
+        if (workdir / "units" / f"{_placebo_name(seed, t)}.json").is_file():
+            continue
+        here = workdir / "placebo"
+        rows_file = here / f"rows_seed{seed}.parquet"
+        if rows_file.is_file():
+            rows = pq.read_table(rows_file)
+        else:
+            say(f"placebo {seed}: the champion serves {sim.requests_per_round} requests")
+            rows = sample_traffic(champion, traffic, n=sim.requests_per_round,
+                                  temperature=sim.temperature, max_new_tokens=sim.max_tokens,
+                                  seed=seed + 1, stop_after_code_block=sim.stop_after_code_block)
+            here.mkdir(parents=True, exist_ok=True)
+            pq.write_table(rows, rows_file)
+        rewards = rows.column("reward").to_pylist()
+        say(f"placebo {seed}: training on {len(rewards)} rows ({rewards.count(1.0)} passing), "
+            "rewards shuffled")
+        out = here / f"seed{seed}"
+        cfg = preset.trainer.model_copy(update={"seed": seed})
+        metrics = train_apart(champion, shuffle_rewards(rows, f"placebo/{seed}"), cfg, out,
+                              threads=args.threads)
+        (here / f"seed{seed}.json").write_text(json.dumps({
+            "rows": len(rewards), "passing_rows": rewards.count(1.0),
+            "train": {k: v for k, v in metrics.items() if "kl" in k or k == "loss"}}, indent=1))
+        policy = load_policy(HFPolicyConfig(path=out, chat_template=True))
+        _unit(workdir, _placebo_name(seed, t), lambda p=policy: _score(p, suite, t))
+        del policy
+        shutil.rmtree(out)
+
+
+def _summary(args, gate, champ, nulls: list[dict], placebos: list[dict], changes: list[dict],
+             t: float, *, complete: bool) -> dict:
+    k = sum(n["promoted"] for n in nulls + placebos)
+    n = len(nulls) + len(placebos)
     return {"date": provenance.now(), "commit": provenance.commit(),
             "machine": provenance.machine(), "load1_end": provenance.load1(),
             "gate": "configs/smollm2-pyfuncs.json gate (pools v2, sampled primary k = "
             f"{gate.suite.samples} at {t:g}, family clusters)",
             "tasks": len(champ.tasks), "families": len(set(champ.families)),
             "champion_sampled": round(champ.sampled_pass_rate, 4),
-            "noise_nulls": nulls, "placebo_nulls": [],
-            "promoted": k, "n": len(nulls),
-            "upper95": round(clopper_pearson_upper(k, len(nulls)), 4),
+            "noise_nulls": nulls, "placebo_nulls": placebos,
+            "promoted": k, "n": n, "upper95": round(clopper_pearson_upper(k, n), 4),
             f"power_sampled_{PLANTED:.2f}": round(planted_power(
                 champ, changes, gate, effect=PLANTED, draws=args.power_draws), 4),
-            "power_note": "planted +0.10 per family plus a noise null's family change",
+            "power_note": "planted +0.10 per family plus one null's family change (noise and "
+            "placebo nulls alike)",
             "power_draws": args.power_draws, "complete": complete,
-            "wanted": {"noise_nulls": args.noise, "placebo_nulls": 4}}
+            "wanted": {"noise_nulls": args.noise, "placebo_nulls": args.placebo}}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -283,6 +373,10 @@ def main(argv: list[str] | None = None) -> None:
     preset = load_config(args.config)
     workdir = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
+    if args.part == "placebo":
+        run_placebos(args, preset, workdir)
+        say("placebo candidates scored; `nulls` counts them")
+        return
     if args.part == "scores":
         result = run_scores(args, preset.gate, workdir)
         SCORES_OUT.write_text(json.dumps(result, indent=1) + "\n")

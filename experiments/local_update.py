@@ -102,12 +102,14 @@ from bench._common import (  # noqa: E402
     CONFIG,
     DATA,
     POOLS,
+    TRAIN_METRICS,
     build_champion,
     choices,
     commit,
     sample_traffic,
     say,
     score,
+    train_apart,
 )
 
 RESULTS = ROOT / "bench" / "results" / "local_update.json"
@@ -755,11 +757,6 @@ def compare_again(tasks: list[dict], verdicts: str) -> dict:
     return compare(tasks, [v in "=-" for v in verdicts], [v in "=+" for v in verdicts])
 
 
-TRAIN_METRICS = "train_metrics.json"
-"""The trainer's summary, saved beside a candidate so that a resumed run scores it again without
-training it again."""
-
-
 @contextlib.contextmanager
 def _exclusive(workdir: Path):
     """One process at a time under ``workdir`` (runs that share it: the parts of a sweep): a LoRA
@@ -772,48 +769,6 @@ def _exclusive(workdir: Path):
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def train_apart(champion: Path, rows, cfg, out: Path, *, threads: int | None) -> dict:
-    """``trainer.recipe.run_training`` in a child process, which returns its memory when it ends
-    (the allocator keeps what a LoRA update used, ~14 GB here, for the life of the process);
-    the child writes the trainer's summary to ``out``/:data:`TRAIN_METRICS`."""
-    import multiprocessing
-
-    import pyarrow.parquet as pq
-
-    out.mkdir(parents=True, exist_ok=True)
-    rows_file = out / "rows.parquet"
-    pq.write_table(rows, rows_file)
-    child = multiprocessing.get_context("spawn").Process(
-        target=_train_child, args=(str(champion), str(rows_file), cfg.model_dump_json(),
-                                   str(out), threads))
-    child.start()
-    try:
-        child.join()
-    except BaseException:
-        child.terminate()
-        child.join()
-        raise
-    rows_file.unlink(missing_ok=True)
-    if child.exitcode != 0:
-        raise RuntimeError(f"training {out} failed (exit code {child.exitcode})")
-    return json.loads((out / TRAIN_METRICS).read_text())
-
-
-def _train_child(champion: str, rows_file: str, cfg_json: str, out: str,
-                 threads: int | None) -> None:
-    import pyarrow.parquet as pq
-    import torch
-
-    from trainer.config import TrainerConfig
-    from trainer.recipe import run_training
-
-    if threads:
-        torch.set_num_threads(threads)
-    metrics = run_training(Path(champion), pq.read_table(rows_file),
-                           TrainerConfig.model_validate_json(cfg_json), Path(out))
-    (Path(out) / TRAIN_METRICS).write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
 
 
 def champion_scores(champion: Path, pools: dict[str, list[dict]], args, workdir: Path
