@@ -43,7 +43,7 @@ def local_store(workdir: Path) -> tuple[str, Path]:
     ``ratchet demo`` leaves it in ``WORKDIR/mlflow``)."""
     root = Path(workdir) / "mlflow"
     if not (root / "mlflow.db").exists():
-        raise GateLookupError(f"{workdir} holds no MLflow store ({root / 'mlflow.db'} is missing)")
+        raise NoStore(f"{workdir} holds no MLflow store ({root / 'mlflow.db'} is missing)")
     return f"sqlite:///{root / 'mlflow.db'}", root / "artifacts"
 
 
@@ -63,6 +63,10 @@ def load_verdict(
 
 class VersionNotFound(GateLookupError):
     """The registry has no such model version (the command exits 2: a bad argument)."""
+
+
+class NoStore(GateLookupError):
+    """The workdir given holds no MLflow store (the operator's mistake: exit code 2)."""
 
 
 def _load_local(db: Path, model_name: str, version: int,

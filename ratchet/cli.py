@@ -279,13 +279,19 @@ def _rollout(args: argparse.Namespace, config) -> int:
 
 
 def _gates_show(args: argparse.Namespace, config) -> int:
-    from gating.show import GateLookupError, VersionNotFound, format_gate_table, local_store
+    from gating.show import (
+        GateLookupError,
+        NoStore,
+        VersionNotFound,
+        format_gate_table,
+        local_store,
+    )
 
     try:
         uri, artifacts = (args.tracking_uri, None) if args.workdir is None else local_store(
             args.workdir)
         print(format_gate_table(uri, config.model_name, args.version, artifacts))
-    except VersionNotFound as e:
+    except (VersionNotFound, NoStore) as e:
         print(f"ratchet: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except GateLookupError as e:
@@ -297,7 +303,7 @@ def _gates_show(args: argparse.Namespace, config) -> int:
 def _gates_compare(args: argparse.Namespace, config) -> int:
     from gating.compare import compare_versions
     from gating.report import format_table
-    from gating.show import GateLookupError, check_reachable, local_store
+    from gating.show import GateLookupError, NoStore, check_reachable, local_store
 
     server = None
     try:
@@ -314,6 +320,9 @@ def _gates_compare(args: argparse.Namespace, config) -> int:
             tracking_uri=uri, model_name=config.model_name, baseline=args.version_a,
             candidate=args.version_b, suite_path=args.suite, config=config.gate,
             workdir=scratch)
+    except NoStore as e:
+        print(f"ratchet: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except (GateLookupError, ValueError, FileNotFoundError) as e:
         print(f"ratchet: error: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -331,7 +340,7 @@ def _impact(args: argparse.Namespace) -> int:
     if last is None:
         print(f"ratchet: error: no impact table in {args.workdir / 'impact'} (a cycle writes one)",
               file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_USAGE
     table = impact_from_spans(
         args.workdir / "spans", model_name=last.model_name,
         champion_version=args.champion or last.champion_version,
@@ -342,12 +351,15 @@ def _impact(args: argparse.Namespace) -> int:
 
 
 def _anchor(args: argparse.Namespace, config) -> int:
-    from gating.show import GateLookupError, local_store
+    from gating.show import GateLookupError, NoStore, local_store
     from runtime import registry
 
     try:
         uri = args.tracking_uri or local_store(args.workdir)[0]
         before = registry.move_anchor(uri, config.model_name, args.version, args.reason)
+    except NoStore as e:
+        print(f"ratchet: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except (ValueError, GateLookupError) as e:
         print(f"ratchet: error: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -390,9 +402,9 @@ def _spans(args: argparse.Namespace) -> int:
 
         try:
             print(describe_span(args.workdir, args.span_id))
-        except LookupError as e:
+        except LookupError as e:  # no spans there, or no such span: the operator's mistake
             print(f"ratchet: error: {e}", file=sys.stderr)
-            return EXIT_FAILED
+            return EXIT_USAGE
         return 0
     if args.spans_command == "list":
         spans = store.manifests_list()

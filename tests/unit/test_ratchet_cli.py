@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -161,7 +162,19 @@ def test_spans_list_without_spans_says_which_workdir_it_read(tmp_path, capsys):
 
 def test_spans_show_without_spans(tmp_path, capsys):
     code, err = _run(capsys, "spans", "show", "span-000001", "--workdir", str(tmp_path))
-    assert code == EXIT_FAILED and "has no spans" in err
+    assert code == EXIT_USAGE and "has no spans" in err
+
+
+SUITE = str(Path(__file__).resolve().parents[2] / "tasks" / "data" / "pools_v2" / "gate.jsonl")
+
+
+@pytest.mark.parametrize("argv", [("gates", "show", "2"),
+                                  ("gates", "compare", "1", "2", "--suite", SUITE),
+                                  ("anchor", "2", "--reason", "pin")])
+def test_a_workdir_without_a_store_is_bad_input(tmp_path, capsys, argv):
+    """A workdir that holds no MLflow store is the operator's mistake (exit 2), not a failure."""
+    code, err = _run(capsys, *argv, "--workdir", str(tmp_path))
+    assert code == EXIT_USAGE and "holds no MLflow store" in err
 
 
 def test_terminal_shows_own_lines_and_real_warnings_only():

@@ -7,7 +7,7 @@ import sys
 import pyarrow.parquet as pq
 
 from deploy.fleet.impact import impact_table, write_impact
-from ratchet.cli import EXIT_FAILED, main
+from ratchet.cli import EXIT_USAGE, main
 from tests.unit.deploy.test_impact import _table
 
 
@@ -41,5 +41,5 @@ def test_impact_prints_the_table_without_heavy_imports(tmp_path):
 
 
 def test_impact_without_a_cycle_says_so(tmp_path, capsys):
-    assert main(["impact", "--workdir", str(tmp_path)]) == EXIT_FAILED
+    assert main(["impact", "--workdir", str(tmp_path)]) == EXIT_USAGE
     assert "no impact table" in capsys.readouterr().err
