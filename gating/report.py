@@ -74,9 +74,27 @@ def _power_note(v: GateVerdict) -> str:
     e = v.extras
     if "power.mde" not in e:
         return ""
-    return (f"{int(e['power.clusters'])} independent clusters, {e['power.discordant_share']:.0%} "
-            f"discordant; detects +{e['power.mde']:.3f} with {e.get('power.target', 0.8):.0%} "
-            "power")
+    head = (f"{int(e['power.clusters'])} independent clusters, "
+            f"{e['power.discordant_share']:.0%} discordant; ")
+    target = f"{e.get('power.target', 0.8):.0%} power"
+    if e["power.mde"] >= 1.0:  # the gain it would take is more than the whole suite
+        return head + f"too few to detect any gain with {target}"
+    return head + f"detects +{e['power.mde']:.3f} with {target}"
+
+
+MALFORMED_WARNING = 0.5
+"""Above this share of malformed answers on either side, the table warns that the suite may not
+fit the model (its prompt format or its checker) rather than measure it."""
+
+
+def _malformed_warning(v: GateVerdict, sides: tuple[str, str]) -> str:
+    shares = [(name, s.malformed_rate) for name, s in zip(sides, (v.candidate, v.champion))
+              if s is not None]
+    if not any(rate > MALFORMED_WARNING for _, rate in shares):
+        return ""
+    return ("warning: malformed on more than half the suite: "
+            + ", ".join(f"{name} {rate:.0%}" for name, rate in shares)
+            + " (the suite may not fit the model: its prompt format or its checker)")
 
 
 def decision_line(v: GateVerdict, verbs: tuple[str, str] = ("promoted", "rejected")) -> str:
@@ -120,18 +138,22 @@ def sampled_line(extras: dict[str, float]) -> str:
     return line + "; recorded, not gated"
 
 
-def format_table(verdict: GateVerdict) -> str:
-    """The gate table for the terminal: the decision line, the power of the draw, the gates."""
-    head = [_title(verdict), verdict.decision or decision_line(verdict)]
+def format_table(verdict: GateVerdict, *, sides: tuple[str, str] = ("candidate", "champion"),
+                 title: str | None = None) -> str:
+    """The gate table for the terminal: the decision line, the power of the draw, the gates.
+    ``sides`` name the two columns of the suite summary and ``title`` replaces the gate's own
+    (``ratchet gates compare`` names the versions as the user gave them)."""
+    head = [title or _title(verdict), verdict.decision or decision_line(verdict)]
+    if warning := _malformed_warning(verdict, sides):
+        head.append(warning)
     if _power_note(verdict):
         head.append(f"power: {_power_note(verdict)} at one-sided "
                     f"{verdict.extras['power.level']:.2g}")
     if "sampled.candidate_pass_rate" in verdict.extras:
         head.append(sampled_line(verdict.extras))
     parts = [*head, "", _text_table(_HEAD, gate_rows(verdict.gates)), ""]
-    parts.append(_text_table(
-        ("suite", "candidate", "champion"), summary_rows(verdict.candidate, verdict.champion)
-    ))
+    parts.append(_text_table(("suite", *sides),
+                             summary_rows(verdict.candidate, verdict.champion)))
     if verdict.extras:
         parts += ["", *(f"{k}: {_fmt(v)}" for k, v in sorted(verdict.extras.items()))]
     return "\n".join(parts)

@@ -329,7 +329,9 @@ def _gates_compare(args: argparse.Namespace, config) -> int:
     finally:
         if server is not None:
             server.stop()
-    print(format_table(verdict))
+    b, a = f"v{args.version_b} (B)", f"v{args.version_a} (A)"
+    print(format_table(verdict, sides=(b, a), title=f"{config.model_name}: {b} against {a} on "
+                       f"{args.suite}; nothing recorded, no alias moved"))
     return 0
 
 

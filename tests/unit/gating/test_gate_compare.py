@@ -43,3 +43,24 @@ def test_compare_refuses_a_missing_or_bad_suite(tmp_path, capsys):
                  "--tracking-uri", "http://127.0.0.1:9"])
     err = capsys.readouterr().err
     assert code == EXIT_USAGE and "colour" in err, err
+
+
+def _malformed(n: int, kinds: list[str]) -> SuiteResult:
+    return SuiteResult(tasks=[
+        TaskOutcome(task_id=f"t{i}", kind=k, prompt_key=f"p{i}", passed=False, malformed=True,
+                    no_edit=False, completion_tokens=6, score=0.0)
+        for i, k in zip(range(n), kinds, strict=True)])
+
+
+def test_the_comparison_names_the_versions_as_given_and_warns_when_the_suite_does_not_fit():
+    kinds = ["a", "b"]
+    v = compare_results(_malformed(2, kinds), _malformed(2, kinds), GateConfig(), model_name="m",
+                        baseline_version=3, candidate_version=5)
+    table = format_table(v, sides=("v5 (B)", "v3 (A)"), title="m: v5 (B) against v3 (A)")
+    head = table.splitlines()[:6]
+    assert head[0] == "m: v5 (B) against v3 (A)"
+    assert "champion" not in table and "(run -)" not in table
+    assert any(line.startswith("warning: malformed on more than half the suite: v5 (B) 100%, "
+                               "v3 (A) 100%") for line in head), head
+    # 2 clusters cannot show any gain: the power figure is no share above 1
+    assert "too few to detect" in table and "detects +1." not in table
