@@ -220,7 +220,8 @@ def improvement_gate(e: Evidence, rule: ImprovementEvidence) -> GateResult:
         low, high = sign_test_interval(e.better, e.worse, n, a_primary)
         figures = (f"{value:+.3f} [{low:+.3f}, {high:+.3f}] net share of {n} clusters better, "
                    f"superiority p = {p:.2g} {'<=' if p <= a_primary else '>'} {a_primary:.2g} "
-                   f"({e.better} better / {e.worse} worse); pass rate {e.passed_ci.mean:+.3f}")
+                   f"({e.better} better / {e.worse} worse); pass-rate change over tasks "
+                   f"{e.passed_ci.mean:+.3f}")
     else:
         value, low, high = e.passed_ci.low, e.passed_ci.low, e.passed_ci.high
         figures = (f"{e.passed_ci.mean:+.3f} [{low:+.3f}, {high:+.3f}], superiority p = "

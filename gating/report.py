@@ -100,7 +100,7 @@ def _malformed_warning(v: GateVerdict, sides: tuple[str, str]) -> str:
 def decision_line(v: GateVerdict, verbs: tuple[str, str] = ("promoted", "rejected")) -> str:
     """The verdict in one line: which rule decided, with its figures. E.g. ``promoted: +0.062
     [+0.011, +0.095] net share of 162 clusters better, superiority p = 0.015 <= 0.04 (14 better /
-    4 worse); pass rate +0.062; guardrails held`` (the bracket is the deciding test's interval,
+    4 worse); pass-rate change over tasks +0.062; guardrails held`` (the bracket is the deciding test's interval,
     :func:`gating.gates.improvement_gate`) or ``rejected: guard
     `count_even` dropped 5 of 7, p = 0.03 <= 0.05 (largest of 31 families)``. ``verbs``: the
     words for a pass and a fail (a comparison that decides nothing says "would promote")."""
@@ -138,6 +138,17 @@ def sampled_line(extras: dict[str, float]) -> str:
     return line + "; recorded, not gated"
 
 
+def level_line(extras: dict[str, float]) -> str:
+    """The one level of a decision, printed as its decision line prints it: the superiority
+    test's (``power.level``), and where it comes from when the model's error control, the
+    shorter route or the looks made it differ from ``alpha_k``."""
+    line = f"level: one-sided {extras['power.level']:.2g}, the superiority test's"
+    if "alpha_k" in extras and abs(extras["alpha_k"] - extras["power.level"]) > 1e-12:
+        line += (f" (this decision's share {extras['alpha_k']:.2g} of the model's error budget, "
+                 "less the shorter route's part and the looks' spending)")
+    return line
+
+
 def format_table(verdict: GateVerdict, *, sides: tuple[str, str] = ("candidate", "champion"),
                  title: str | None = None) -> str:
     """The gate table for the terminal: the decision line, the power of the draw, the gates.
@@ -146,9 +157,10 @@ def format_table(verdict: GateVerdict, *, sides: tuple[str, str] = ("candidate",
     head = [title or _title(verdict), verdict.decision or decision_line(verdict)]
     if warning := _malformed_warning(verdict, sides):
         head.append(warning)
+    if "power.level" in verdict.extras:
+        head.append(level_line(verdict.extras))
     if _power_note(verdict):
-        head.append(f"power: {_power_note(verdict)} at one-sided "
-                    f"{verdict.extras['power.level']:.2g}")
+        head.append(f"power: {_power_note(verdict)} at that level")
     if "sampled.candidate_pass_rate" in verdict.extras:
         head.append(sampled_line(verdict.extras))
     parts = [*head, "", _text_table(_HEAD, gate_rows(verdict.gates)), ""]

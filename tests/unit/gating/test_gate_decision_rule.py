@@ -20,7 +20,7 @@ import pytest
 from gating.config import BootstrapConfig, GateConfig, GuardrailConfig, GuardSuite
 from gating.gates import evaluate_gates, families_gate, guard_gate, power_figures
 from gating.records import GateVerdict, SuiteResult, TaskOutcome
-from gating.report import decision_line
+from gating.report import decision_line, format_table
 from gating.stats import AlphaSpending, mcnemar_power
 
 DATA = Path(__file__).parent / "data" / "v2_guard_pool.json"
@@ -141,7 +141,13 @@ def test_the_decision_line_names_the_rule_that_decided():
                     candidate=win.summary(), champion=champ.summary(), champion_version=1)
     line = decision_line(v)
     assert line.startswith("promoted: +0.500 [") and "superiority p = " in line
-    assert line.endswith("<= 0.04 (200 better / 0 worse); pass rate +0.500; guardrails held")
+    assert line.endswith("<= 0.04 (200 better / 0 worse); pass-rate change over tasks +0.500; "
+                         "guardrails held")
+    v = v.model_copy(update={"extras": power_figures(win, champ, GateConfig(), 0.05)})
+    table = format_table(v)
+    # one level, printed as the decision line prints it, with what it is
+    assert "level: one-sided 0.04, the superiority test's" in table
+    assert "alpha_k" not in table.split("\n\n")[0]
     tie = _suite([False, True] * 10 + [True, False] * 190)  # 10 better, 10 worse
     gates = evaluate_gates(tie, champ, GateConfig())
     v = GateVerdict(passed=False, run_id="r", gates=gates, candidate=tie.summary(),
