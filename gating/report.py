@@ -100,9 +100,9 @@ def _malformed_warning(v: GateVerdict, sides: tuple[str, str]) -> str:
 def decision_line(v: GateVerdict, verbs: tuple[str, str] = ("promoted", "rejected")) -> str:
     """The verdict in one line: which rule decided, with its figures. E.g. ``promoted: +0.062
     [+0.011, +0.095] net share of 162 clusters better, superiority p = 0.015 <= 0.04 (14 better /
-    4 worse); pass-rate change over tasks +0.062; guardrails held`` (the bracket is the deciding test's interval,
-    :func:`gating.gates.improvement_gate`) or ``rejected: guard
-    `count_even` dropped 5 of 7, p = 0.03 <= 0.05 (largest of 31 families)``. ``verbs``: the
+    4 worse); pass-rate change over tasks +0.062; guardrails held`` (the bracket is the deciding
+    test's interval, :func:`gating.gates.improvement_gate`) or ``rejected: guard `count_even`
+    dropped 5 of 7, p = 0.03 <= 0.05 (largest of 31 families)``. ``verbs``: the
     words for a pass and a fail (a comparison that decides nothing says "would promote")."""
     yes, no = verbs
     by_name = {g.name: g for g in v.gates}
