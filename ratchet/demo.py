@@ -189,10 +189,11 @@ _SE_KEYS = {"pass_rate_live": "pass_rate", "completion_tokens": "mean_completion
 
 
 def plot(rows: list[CycleRow], path: Path, gain: dict | None = None) -> None:
-    """A 2 x 3 grid: the gate panel (candidate and champion pass rates, the CI of the change,
-    promotions and rollbacks) and one panel per live metric with its 95% interval (1.96 standard
-    errors across the round's requests). The three rates share one 0-1 axis, so noise cannot pass
-    for a trend; latency is flagged as load-bound."""
+    """A 2 x 4 grid: the gate's pass rates, the decision's interval on its own axis (a net share
+    of clusters, not a pass rate), and one panel per live metric with its 95% interval (1.96
+    standard errors across the round's requests) and the first cycle's value as the warm
+    start's reference. The three rates share one 0-1 axis, so noise cannot pass for a trend;
+    latency is flagged as load-bound; the last cell says what the marks mean."""
     import matplotlib.pyplot as plt
 
     fig = figure(rows, gain)
@@ -208,7 +209,7 @@ def figure(rows: list[CycleRow], gain: dict | None = None):  # -> matplotlib Fig
     import matplotlib.pyplot as plt
 
     x = [r.cycle for r in rows]
-    fig, grid = plt.subplots(2, 3, figsize=(13, 7.2))
+    fig, grid = plt.subplots(2, 4, figsize=(16, 7.4))
     axes = list(grid.flat)
     _gate_panel(axes[0], rows)
     if gain is not None:
@@ -216,34 +217,63 @@ def figure(rows: list[CycleRow], gain: dict | None = None):  # -> matplotlib Fig
                           f"v{gain['first_version']} -> v{gain['final_version']}: "
                           f"{gain['delta']:+.3f} [{gain['ci_low']:+.3f}, {gain['ci_high']:+.3f}]",
                           fontsize=8)
-    for ax, (title, name, better, scale) in zip(axes[1:], _PANELS):
+    _decision_panel(axes[1], rows)
+    for ax, (title, name, better, scale) in zip(axes[2:7], _PANELS):
         se_key = _SE_KEYS.get(name, name)
         ys = [getattr(r, name) for r in rows]
         err = [1.96 * r.live_se.get(se_key, 0.0) for r in rows]
-        ax.errorbar(x, ys, yerr=err, marker="o", capsize=3, color="tab:blue")
+        ax.errorbar(x, ys, yerr=err, marker="o", capsize=3, color="tab:blue", label="live")
+        if ys:
+            ax.axhline(ys[0], color="gray", linestyle="--", linewidth=1,
+                       label=f"cycle {x[0]} (warm start's traffic)")
         ax.set_title(f"{title}\n({better} is better; bars: 95% interval)", fontsize=8)
         ax.set_xlabel("cycle (traffic served by that cycle's champion)", fontsize=7)
         ax.set_xticks(x)
+        ax.legend(fontsize=6, loc="upper right")
         if scale == "rate":
             ax.set_ylim(0.0, 1.0)
         else:
             top = max((y + e for y, e in zip(ys, err)), default=1.0)
-            ax.set_ylim(0.0, top * 1.15 or 1.0)
-    for ax in axes:
-        for r in rows:
-            if r.promoted and not r.rolled_back:
-                ax.axvline(r.cycle, color="green", alpha=0.15)
-            if r.rolled_back:
-                ax.axvline(r.cycle, color="red", alpha=0.15)
+            ax.set_ylim(0.0, top * 1.3 or 1.0)
+    axes[7].axis("off")
+    axes[7].text(0.0, 0.95, _PLOT_KEY, fontsize=8, va="top", wrap=True)
     fig.tight_layout()
     return fig
 
 
+_PLOT_KEY = (
+    "How to read it\n\n"
+    "gate pass rate: the candidate each cycle trained and\n"
+    "the champion it was gated against, on the same n\n"
+    "gate tasks; dashed: the first champion (warm start).\n\n"
+    "decision: the interval of the test that decided, as a\n"
+    "net share of independent clusters the candidate\n"
+    "answers better; above 0 is a win (a guardrail can\n"
+    "still reject it). Under each cycle: what decided.\n\n"
+    "live panels: what the round's users got from the\n"
+    "version serving it; the champion changes the cycle\n"
+    "after a promotion.")
+
+
 def short_reason(decision: str, width: int = 28) -> str:
     """The rule that decided, cut to fit a plot label: "rejected: guard `count_even` dropped 5 of
-    7, p = 0.029 ..." -> "guard `count_even` dropped 5 of 7"."""
+    7, p = 0.029 ..." -> "guard `count_even` dropped…"."""
     reason = decision.split(":", 1)[-1].strip().split(",")[0].split(":")[0]
     return reason if len(reason) <= width else reason[: width - 1].rstrip() + "…"
+
+
+def _outcome_word(r: CycleRow) -> str:
+    """What decided a cycle, in a word or two for a tick label."""
+    if r.rolled_back:
+        return "rolled back"
+    if r.promoted or not r.gate_decision:
+        return r.outcome
+    reason = short_reason(r.gate_decision, 40)
+    if reason.startswith("no evidence"):
+        return "no win"
+    if reason.startswith("guard "):
+        return "guard\n" + reason.split("`")[1] if "`" in reason else "guard"
+    return reason.split(" ")[0]
 
 
 def _gate_panel(ax, rows: list[CycleRow]) -> None:
@@ -253,11 +283,9 @@ def _gate_panel(ax, rows: list[CycleRow]) -> None:
     ax.plot(x, [float("nan") if c is None else c for c in champ], marker="s", color="gray",
             label="champion (the version gated against)")
     ax.plot(x, [r.gate_candidate for r in gated], "o", color="tab:blue", label="candidate")
-    bars = [r for r in gated if r.gate_ci_low is not None and r.gate_champion is not None]
-    if bars:  # the decision's interval need not hold the pass-rate point (a cluster-level test)
-        ax.vlines([r.cycle for r in bars], [r.gate_champion + r.gate_ci_low for r in bars],
-                  [r.gate_champion + r.gate_ci_high for r in bars], color="tab:blue", alpha=0.6,
-                  label="champion + the decision's interval")
+    first = next((c for c in champ if c is not None), None)
+    if first is not None:
+        ax.axhline(first, color="gray", linestyle="--", linewidth=1, label="first champion")
     promoted = [r for r in gated if r.promoted and not r.rolled_back]
     rolled = [r for r in gated if r.rolled_back]
     if promoted:
@@ -270,17 +298,28 @@ def _gate_panel(ax, rows: list[CycleRow]) -> None:
     if rejected:
         ax.scatter([r.cycle for r in rejected], [r.gate_candidate for r in rejected],
                    marker="v", s=60, color="tab:orange", zorder=3, label="rejected")
-    for i, r in enumerate(gated):
-        note = f"n={r.gate_tasks}" if r.gate_tasks else ""
-        if r in rejected and r.gate_decision:
-            note += "\n" + short_reason(r.gate_decision)
-        if note:  # alternately above and below the point, so neighbours do not overlap
-            ax.annotate(note, (r.cycle, r.gate_candidate), fontsize=6,
-                        textcoords="offset points", xytext=(4, 6 if i % 2 == 0 else -18))
-    ax.set_title("gate pass rate\n(higher is better)", fontsize=9)
+    sizes = sorted({r.gate_tasks for r in gated if r.gate_tasks})
+    n = "" if not sizes else f", n = {'/'.join(map(str, sizes))} tasks"
+    ax.set_title(f"gate pass rate\n(higher is better{n})", fontsize=9)
     ax.set_xlabel("cycle", fontsize=7)
     ax.set_xticks([r.cycle for r in rows])
-    ax.legend(fontsize=6)
+    ax.margins(y=0.25)
+    ax.legend(fontsize=6, loc="best")
+
+
+def _decision_panel(ax, rows: list[CycleRow]) -> None:
+    """Each cycle's decision interval (net share of clusters better) around 0, its outcome
+    under the cycle."""
+    bars = [r for r in rows if r.gate_ci_low is not None and r.gate_ci_high is not None]
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    for r in bars:
+        colour = ("red" if r.rolled_back else "green" if r.promoted else "tab:orange")
+        ax.vlines(r.cycle, r.gate_ci_low, r.gate_ci_high, color=colour, linewidth=3)
+    ax.set_title("decision: net share of clusters better\n(interval of the deciding test; "
+                 "above 0: a win)", fontsize=8)
+    ax.set_xticks([r.cycle for r in rows])
+    ax.set_xticklabels([f"{r.cycle}\n{_outcome_word(r)}" for r in rows], fontsize=7)
+    ax.margins(y=0.2)
 
 
 GAIN_TASKS = 1000

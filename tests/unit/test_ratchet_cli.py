@@ -493,12 +493,38 @@ def test_demo_plot_shows_intervals_and_one_scale_for_the_rates():
     rows = [dataclasses.replace(_row(i, 1, i + 1, False), live_se=se) for i in (1, 2)]
     fig = figure(rows)
     try:
-        pass_ax, edit_ax, dissat_ax = fig.axes[1:4]
+        by_title = {ax.get_title().split("\n")[0]: ax for ax in fig.axes}
+        pass_ax, edit_ax, dissat_ax = (by_title["live pass rate"],
+                                       by_title["live edit persistence (600 s)"],
+                                       by_title["live dissatisfied follow-ups"])
         assert pass_ax.get_ylim() == edit_ax.get_ylim() == dissat_ax.get_ylim() == (0.0, 1.0)
         [bars] = [c for c in edit_ax.containers]  # one errorbar: the 95% interval
         segments = bars.lines[2][0].get_segments()
         assert [round(seg[1][1] - seg[0][1], 4) for seg in segments] == [2 * 1.96 * 0.03] * 2
-        assert "load" in fig.axes[5].get_title()  # latency is flagged as load-bound
+        assert "load" in by_title["live mean latency (ms): follows the"].get_title()
+        for ax in (pass_ax, edit_ax, dissat_ax):  # the warm start's traffic as the reference
+            assert any("warm start" in t.get_text() for t in ax.get_legend().get_texts())
+    finally:
+        plt.close(fig)
+
+
+def test_the_decision_interval_has_its_own_axis_not_the_pass_rates():
+    """The decision's interval is a net share of clusters: it is drawn around 0 on its own
+    panel, never as champion + interval on the pass-rate axis."""
+    import matplotlib.pyplot as plt
+
+    from ratchet.demo import figure
+
+    fig = figure([_row(1, 1, 2, True), _row(2, 2, 3, False)])
+    try:
+        gate, decision = fig.axes[:2]
+        assert not any(len(coll.get_segments()) for coll in gate.collections
+                       if hasattr(coll, "get_segments"))
+        assert decision.get_title().startswith("decision: net share of clusters better")
+        spans = [seg for coll in decision.collections for seg in coll.get_segments()]
+        assert sorted((s[0][1], s[1][1]) for s in spans) == [(0.01, 0.09)] * 2
+        labels = [t.get_text() for t in gate.get_legend().get_texts()]
+        assert "first champion" in labels
     finally:
         plt.close(fig)
 
@@ -561,10 +587,11 @@ def test_the_plot_marks_rejections_with_their_reason(tmp_path):
     assert short_reason("rejected: no evidence of a win: +0.013 [-0.006, +0.040], p") == (
         "no evidence of a win")
     rows = [_row(1, 1, 2, True), dataclasses.replace(_row(2, 2, 3, False), gate_decision=line)]
-    ax = figure(rows).axes[0]
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    fig = figure(rows)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "promoted" in labels and "rejected" in labels
-    assert any("count_even" in t.get_text() for t in ax.texts)
+    ticks = [t.get_text() for t in fig.axes[1].get_xticklabels()]
+    assert ticks == ["1\npromoted", "2\nguard\ncount_even"]
 
 
 @pytest.mark.skipif(__import__("pathlib").Path("/dev/nvidiactl").exists(),
