@@ -18,16 +18,17 @@ export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
 # where PYTHONDONTWRITEBYTECODE is set (some CI images), Python would otherwise compile every
 # module it imports again in every process (mlflow's server imported in 5.7 s instead of 2.7 s).
 $(BIN)/.bootstrapped: requirements.lock pyproject.toml
+	@echo "setting up $(VENV) from requirements.lock (log: $(VENV)/bootstrap.log)"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@printf "setting up $(VENV) from requirements.lock (log: $(VENV)/bootstrap.log) ... "
-	@( $(BIN)/pip install -q --disable-pip-version-check uv==0.13.9 \
+	@scripts/heartbeat.sh "  installing packages" sh -c '( $(BIN)/pip install -q \
+	  --disable-pip-version-check uv==0.13.9 \
 	  && ( $(BIN)/uv pip sync --compile-bytecode --python $(BIN)/python --find-links $(FIND_LINKS) \
 	       requirements.lock \
 	       || $(BIN)/pip install -q -r requirements.lock ) \
 	  && ( $(BIN)/uv pip install --python $(BIN)/python --no-deps -e . \
-	       || $(BIN)/pip install -q --no-deps -e . ) ) > $(VENV)/bootstrap.log 2>&1 \
-	  || { echo; tail -n 30 $(VENV)/bootstrap.log; exit 1; }
-	@echo "ready: $$($(BIN)/python -m pip list --disable-pip-version-check 2>/dev/null | tail -n +3 | wc -l) packages"
+	       || $(BIN)/pip install -q --no-deps -e . ) ) > $(VENV)/bootstrap.log 2>&1' \
+	  || { tail -n 30 $(VENV)/bootstrap.log; exit 1; }
+	@echo "  ready: $$($(BIN)/python -m pip list --disable-pip-version-check 2>/dev/null | tail -n +3 | wc -l) packages"
 	@touch $@
 
 # The grader runs untrusted code in bubblewrap (tasks/sandbox.py), which refuses to run without it.
