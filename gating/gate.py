@@ -255,16 +255,25 @@ class GateRunner:
 
         return build_suite(self.config.suite, self.decision)
 
-    def _run_suite(self, model: Policy, tasks, checker, suite: SuiteConfig | None = None
-                   ) -> SuiteResult:
+    def _run_suite(self, model: Policy, tasks, checker, suite: SuiteConfig | None = None,
+                   label: str = "gate suite") -> SuiteResult:
         from gating.suite import run_suite, uses_chat
 
         s = suite or self.config.suite
         return run_suite(
             model, tasks, max_new_tokens=s.max_new_tokens, seed=s.seed, checker=checker,
             token_penalty=s.token_penalty, batch_size=s.batch_size, chat=uses_chat(model, s),
-            samples=s.samples, temperature=s.temperature,
+            samples=s.samples, temperature=s.temperature, label=label,
         )
+
+    def suite_label(self, ckpt: Path, part: str = "", guard: str = "") -> str:
+        """What a suite's progress line names: the suite (gate or a guard), the model and its
+        version, and the look or temperature, e.g. ``gate: candidate v3, look 2``."""
+        who = (f"candidate v{self.candidate_version}" if ckpt == self.candidate_dir
+               else f"champion v{self.champion_version}")
+        where = {"look1": ", look 1", "look2": ", look 2"}.get(
+            part, f" at temperature {part[1:]}" if part.startswith("t") else "")
+        return f"{f'guard {guard}' if guard else 'gate'}: {who}{where}"
 
     def _cached_suite(self, ckpt: Path, model: Policy, tasks, checker, part: str = "", *,
                       suite: SuiteConfig | None = None) -> SuiteResult:
@@ -277,7 +286,10 @@ class GateRunner:
         path = self.workdir / "suite-cache" / f"{key}.json"
         if path.exists():
             return SuiteResult.model_validate_json(path.read_text())
-        result = self._run_suite(model, tasks, checker, suite)
+        guard = next((g.name for g in self.config.guards if suite is not None
+                      and g.suite == suite), "")
+        result = self._run_suite(model, tasks, checker, suite,
+                                 label=self.suite_label(ckpt, part, guard))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(result.model_dump_json())
         return result

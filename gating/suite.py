@@ -196,13 +196,14 @@ def run_suite(
     chat: bool = False,
     samples: int = 0,
     temperature: float = 0.8,
+    label: str = "gate suite",
 ) -> SuiteResult:
     """Greedy completions for ``tasks``, graded by ``checker`` and scored by length. ``model``:
     a policy (a bare toy ``MoETransformer`` is wrapped). ``chat``: prompts go in as chat turns
     (:func:`task_prompt_ids`), a reply stops once its code block is closed and the checker is
     called with ``chat=True``. ``samples``: that many more completions per task at
     ``temperature`` (seeded by ``seed`` and the sample's index), graded alike; each task records
-    the share that passed."""
+    the share that passed. ``label`` names the progress line (which model, which look)."""
     from policy.loader import as_policy
 
     start = time.perf_counter()
@@ -216,7 +217,7 @@ def run_suite(
         from tasks.humaneval import reply_complete
 
         stop = {"stop_when": reply_complete}
-    progress = Progress(f"gate suite ({len(tasks)} tasks)", total=len(tasks), unit="task")
+    progress = Progress(f"{label} ({len(tasks)} tasks)", total=len(tasks), unit="task")
     for i in range(0, len(tasks), batch_size):
         batch = tasks[i : i + batch_size]
         progress.update(len(batch))

@@ -144,3 +144,18 @@ def test_a_degenerate_answer_counts_as_malformed_not_as_a_grader_crash(model, an
                        checker=checker)
     assert result.malformed_rate == 1.0 and result.pass_rate == 0.0
     assert all(t.detail.startswith("does not compile") for t in result.tasks)
+
+
+def test_a_gate_suites_progress_names_the_model_and_the_look(tmp_path):
+    """Four identical "gate suite (1000 tasks)" bars told a user nothing: each names its model,
+    version and look (or the guard, or the champion's temperature)."""
+    from gating.gate import GateRunner
+
+    runner = object.__new__(GateRunner)
+    runner.candidate_version, runner.champion_version = 3, 2
+    runner.candidate_dir, runner.champion_dir = tmp_path / "cand", tmp_path / "champ"
+    assert runner.suite_label(tmp_path / "cand", "look1") == "gate: candidate v3, look 1"
+    assert runner.suite_label(tmp_path / "champ", "look2") == "gate: champion v2, look 2"
+    assert runner.suite_label(tmp_path / "champ", "t0.3") == "gate: champion v2 at temperature 0.3"
+    assert runner.suite_label(tmp_path / "cand", guard="humaneval") == (
+        "guard humaneval: candidate v3")
