@@ -36,3 +36,32 @@ def test_planted_gains_are_found_and_no_gain_is_not():
     assert planted_power(champ, quiet, gate, effect=0.10, draws=5) == 1.0
     churn = [{f"fam{f}": (0.05 if f % 2 else -0.05) for f in range(30)}]
     assert planted_power(champ, churn, gate, effect=0.0, draws=5) == 0.0
+
+
+def test_scored_placebo_candidates_count_with_the_noise_nulls(tmp_path):
+    """A placebo the `placebo` part scored (its unit cached) is gated against the champion by
+    the preset's rule and counted in the promotions and their upper bound; one not yet scored
+    leaves the summary incomplete."""
+    import argparse
+
+    from bench.real_gate import _placebo_name, _placebos, _summary
+
+    gate = GateConfig.model_validate(json.loads(PRESET.read_text())["gate"])
+    champ = _champion()
+    better = champ.model_copy(update={"tasks": [t.model_copy(update={"sampled_pass": 1.0})
+                                                for t in champ.tasks]})
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / f"{_placebo_name(0, gate.suite.temperature)}.json").write_text(
+        better.model_dump_json())
+    (tmp_path / "placebo").mkdir()
+    (tmp_path / "placebo" / "seed0.json").write_text(json.dumps({"passing_rows": 41}))
+    args = argparse.Namespace(placebo=2, noise=0, power_draws=2)
+    changes: list[dict] = []
+    placebos = _placebos(args, gate, champ, tmp_path, changes)
+    assert [p["seed"] for p in placebos] == [0] and placebos[0]["passing_rows"] == 41
+    assert placebos[0]["sampled_change"] == pytest.approx(0.75) and placebos[0]["promoted"]
+    assert changes == [{f"fam{f}": pytest.approx(0.75) for f in range(30)}]
+    s = _summary(args, gate, champ, [], placebos, changes, gate.suite.temperature,
+                 complete=len(placebos) >= args.placebo)
+    assert s["promoted"] == 1 and s["n"] == 1 and s["upper95"] == 1.0 and not s["complete"]

@@ -9,6 +9,7 @@ import torch
 
 from policy.loader import load_policy
 from tasks.toy import check, generate_tasks
+from tests.unit.gating.test_gating_suite import _Says  # every greedy answer is one text
 from trainer.config import TrainerConfig
 from trainer.fixtures import COMMITTED
 from trainer.recipe import RLRecipe
@@ -80,22 +81,6 @@ def test_a_task_without_a_check_is_named(tmp_path):
     path.write_text('{"prompt": "1+1="}\n')
     with pytest.raises(ValueError, match=r"p.jsonl:1: .*'tests'"):
         load_graded_tasks(path, 4, timeout_s=1.0)
-
-
-class _Says:
-    """The committed champion, except that every greedy answer is ``text``."""
-
-    def __init__(self, policy, text):
-        self._policy, self._text = policy, text
-
-    def __getattr__(self, name):
-        return getattr(self._policy, name)
-
-    def generate(self, prompts, **_):
-        from policy.base import Sampled
-
-        return [Sampled(self._text, list(p), [7] * 51, [0.0] * 51, [], [], "length")
-                for p in prompts]
 
 
 @pytest.mark.parametrize("answer", ["-" * 6000, "def f(x):\n    return " + "-" * 3000 + "x\n",
