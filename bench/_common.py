@@ -176,3 +176,16 @@ def _train_child(champion: str, rows_file: str, cfg_json: str, out: str,
     metrics = run_training(Path(champion), pq.read_table(rows_file),
                            TrainerConfig.model_validate_json(cfg_json), Path(out))
     (Path(out) / TRAIN_METRICS).write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
+
+
+def perturb(params, saved, *, scale: float, seed: int) -> None:
+    """Each of ``params`` set to its ``saved`` value plus ``scale`` x that value's std x N(0, 1)
+    (seeded); a one-element tensor's std is its absolute value."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p, w in zip(params, saved, strict=True):
+            spread = w.float().std() if w.numel() > 1 else w.float().abs().reshape(())
+            noise = torch.randn(w.shape, generator=gen, dtype=torch.float32)
+            p.copy_((w.float() + scale * spread * noise).to(w.dtype))

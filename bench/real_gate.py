@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import provenance  # noqa: E402
+from bench._common import perturb  # noqa: E402
 
 CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 POOLS_V2 = ROOT / "tasks" / "data" / "pools_v2"
@@ -183,17 +184,6 @@ def _trained_params(policy, top_layers: int):
     return [p for layer in list(layers)[-top_layers:] for p in layer.parameters()]
 
 
-def _perturb(params, saved, *, scale: float, seed: int) -> None:
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p, w in zip(params, saved, strict=True):
-            spread = w.float().std() if w.numel() > 1 else w.float().abs().reshape(())
-            noise = torch.randn(w.shape, generator=gen, dtype=torch.float32)
-            p.copy_((w.float() + scale * spread * noise).to(w.dtype))
-
-
 def clopper_pearson_upper(k: int, n: int, level: float = 0.95) -> float:
     """Exact one-sided upper bound of a binomial proportion."""
     from scipy.stats import beta
@@ -232,7 +222,7 @@ def run_nulls(args, gate, trainer, workdir: Path, on_update=lambda summary: None
     saved = [p.detach().clone() for p in params]
     nulls, changes = [], []
     for seed in range(args.noise):
-        _perturb(params, saved, scale=args.scale, seed=seed)
+        perturb(params, saved, scale=args.scale, seed=seed)
         cand = _unit(workdir, f"noise{args.scale:g}-seed{seed}-gate-t{t:g}",
                      lambda: _score(policy, suite, t))
         nulls.append(_null(cand, champ, gate, {"seed": seed, "scale": args.scale}, changes))
@@ -240,7 +230,7 @@ def run_nulls(args, gate, trainer, workdir: Path, on_update=lambda summary: None
             f"{nulls[-1]['promoted']}")
         on_update(_summary(args, gate, champ, nulls, _placebos(args, gate, champ, workdir, changes),
                            changes, t, complete=False))
-    _perturb(params, saved, scale=0.0, seed=0)
+    perturb(params, saved, scale=0.0, seed=0)
     placebos = _placebos(args, gate, champ, workdir, changes)
     return _summary(args, gate, champ, nulls, placebos, changes, t,
                     complete=len(placebos) >= args.placebo)

@@ -44,6 +44,7 @@ import shutil
 import time
 from pathlib import Path
 
+from bench._common import perturb
 from experiments import local_update as lu
 
 OUT = lu.ROOT / "bench" / "results" / "churn_floor.json"
@@ -111,19 +112,6 @@ def noise_config(trainer, *, tiny: bool):
         cfg = cfg.model_copy(update={"trainable": cfg.trainable.model_copy(
             update={"top_layers": 1})})
     return cfg
-
-
-def perturb(params, saved, *, scale: float, seed: int) -> None:
-    """Each of ``params`` set to its ``saved`` value plus ``scale`` x that value's std x N(0, 1)
-    (seeded); a one-element tensor's std is its absolute value."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p, w in zip(params, saved, strict=True):
-            spread = w.float().std() if w.numel() > 1 else w.float().abs().reshape(())
-            noise = torch.randn(w.shape, generator=gen, dtype=torch.float32)
-            p.copy_((w.float() + scale * spread * noise).to(w.dtype))
 
 
 def run(args: argparse.Namespace) -> dict:
