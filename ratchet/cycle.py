@@ -557,7 +557,8 @@ class Cycle:
             rows, self.holdback_left_out = without_holdback(
                 rows, anchor_version=anchor, champion_version=state.champion_version)
             if self.holdback_left_out:
-                log.info("left out %d holdback rows (anchor v%s)", self.holdback_left_out, anchor)
+                log.info("left out %d holdback rows (anchor v%s)", self.holdback_left_out, anchor,
+                         extra={"terminal": False})
         if self.config.trainer.shuffle_rewards:  # the placebo control
             from trainer.online import shuffle_rewards
 

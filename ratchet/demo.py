@@ -576,9 +576,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
         table = format_table(rows)
         print("\n" + table)
         print(textwrap.fill(LEGEND, width=100))
-        for r in rows:
-            if r.gate_decision:
-                print(f"cycle {r.cycle}: {r.gate_decision}")
+        for r in rows:  # each decision line was shown after its cycle; what came later is here
             if r.audit:
                 print(f"cycle {r.cycle}: {r.audit}")
             if r.drift:

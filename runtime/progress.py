@@ -36,8 +36,10 @@ SHORT_S = 10.0
 """A step is only reported by its quarters once it has run this long (a step of seconds prints
 just its "done" line), and a quarter only this long after the step's previous line."""
 
-QUIET_S = 20.0
-"""...or when this many seconds passed since the last line (also while no update comes)."""
+QUIET_S = 18.0
+"""...or when this many seconds passed since the last line (also while no update comes): below
+20 s, so that with the watchers' one-second tick and a loaded machine's delays no silence
+reaches 20 s."""
 
 RATE_AFTER_S = 2.0
 """A step younger than this shows no rate or time left (a first batch done in milliseconds

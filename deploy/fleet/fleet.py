@@ -181,7 +181,11 @@ class Fleet:
                     r.replica_id, body["previous_version"], version, time.perf_counter() - start
                 )
             )
-            log.info("replica %s now serves version %d", r.replica_id, version)
+            log.info("replica %s now serves version %d", r.replica_id, version,
+                     extra={"terminal": False})
+        if results:  # one terminal line for the fleet, each replica in the log
+            log.info("%s now serve%s version %d", ", ".join(x.replica_id for x in results),
+                     "s" if len(results) == 1 else "", version)
         self.reload_log.extend(results)
         return results
 
