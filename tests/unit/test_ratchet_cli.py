@@ -205,6 +205,7 @@ def test_progress_without_a_terminal_logs_lines_with_time_left(caplog, monkeypat
 
     now = [0.0]
     monkeypatch.setattr(runtime.progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(runtime.progress, "QUIET_S", 20.0)  # quarters come first, not silences
     monkeypatch.setitem(runtime.progress._terminal, "last", 0.0)  # a line as the step starts
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         with Progress("warm start", total=20, unit="step", bar=False) as p:
