@@ -213,7 +213,9 @@ def figure(rows: list[CycleRow], gain: dict | None = None):  # -> matplotlib Fig
     axes = list(grid.flat)
     _gate_panel(axes[0], rows)
     if gain is not None:
-        axes[0].set_title(f"gate pass rate (higher is better)\n{gain.get('split', 'fresh')} set "
+        n = sorted({r.gate_tasks for r in rows if r.gate_tasks})
+        axes[0].set_title(f"gate pass rate (higher is better, n = {'/'.join(map(str, n))})\n"
+                          f"{gain.get('split', 'fresh')} set "
                           f"v{gain['first_version']} -> v{gain['final_version']}: "
                           f"{gain['delta']:+.3f} [{gain['ci_low']:+.3f}, {gain['ci_high']:+.3f}]",
                           fontsize=8)
@@ -599,8 +601,10 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
         print(f"demo took {total_s:.0f} s (bootstrap {bootstrap_s:.0f} s); "
               f"{summary['promotions']} promotion(s); plot: {png}; full log: "
               f"{workdir / 'ratchet.log'}")
-        print(f"MLflow UI: {registry.runs_page(ep.tracking_uri, config.experiment)}  "
-              f"(after the demo: ratchet ui --workdir {workdir})")
+        print(f"the champion's decision in MLflow: {ep.tracking_uri}/#/models/"
+              f"{config.model_name}/versions/{final}; every run: "
+              f"{registry.runs_page(ep.tracking_uri, config.experiment)} (both while the demo "
+              f"runs; after it: .venv/bin/ratchet ui --workdir {workdir})")
         from deploy.fleet.impact import format_impact
 
         print("what the loop did for users, live (ratchet impact --workdir "
