@@ -144,10 +144,8 @@ reject it; the decision line names which)."""
 LEGEND = (
     "live: version serving the round; pass/edit/dissat/tokens: its live pass rate, edit "
     "persistence, dissatisfied follow-ups, answer tokens; rows: new span rows[/all trained on]; "
-    "detect: follow-up detector agreement with the simulated users; gated: candidate/champion; "
-    "cand/champ: their gate pass rates on n tasks; decision CI: the exact test's interval of the "
-    "net share of clusters the candidate answers better (above 0: a win). "
-    "Each cycle's decision line says which rule decided.")
+    "detect: follow-up detector agreement; gated: candidate/champion; cand/champ: gate pass rates "
+    "on n tasks; decision CI: net share of clusters better (above 0: a win).")
 
 
 def format_table(rows: list[CycleRow]) -> str:
