@@ -75,7 +75,7 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
             out, model_name=config.model_name, alias=registry.CHAMPION,
             tags={"ratchet.origin": origin},
         )
-    log.info("bootstrapped champion v%d (%s) in %.1f s", ref.version, origin, seconds)
+    log.info("first champion v%d registered (%s) in %.1f s", ref.version, origin, seconds)
     return ref.version
 
 

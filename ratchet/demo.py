@@ -596,7 +596,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
             "cycles": [asdict(r) for r in rows],
         }
         (workdir / "demo_summary.json").write_text(json.dumps(summary, indent=2))
-        print(f"demo took {total_s:.0f} s (bootstrap {bootstrap_s:.0f} s); "
+        print(f"demo took {total_s:.0f} s (services and first champion {bootstrap_s:.0f} s); "
               f"{summary['promotions']} promotion(s); plot: {png}; full log: "
               f"{workdir / 'ratchet.log'}")
         print(f"the champion's decision in MLflow: {ep.tracking_uri}/#/models/"
