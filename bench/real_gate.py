@@ -228,8 +228,9 @@ def run_nulls(args, gate, trainer, workdir: Path, on_update=lambda summary: None
         nulls.append(_null(cand, champ, gate, {"seed": seed, "scale": args.scale}, changes))
         say(f"null {seed}: sampled {nulls[-1]['sampled_change']:+.3f}, promoted "
             f"{nulls[-1]['promoted']}")
-        on_update(_summary(args, gate, champ, nulls, _placebos(args, gate, champ, workdir, changes),
-                           changes, t, complete=False))
+        so_far = list(changes)  # the placebos' changes join a copy: each counts once at the end
+        on_update(_summary(args, gate, champ, nulls, _placebos(args, gate, champ, workdir, so_far),
+                           so_far, t, complete=False))
     perturb(params, saved, scale=0.0, seed=0)
     placebos = _placebos(args, gate, champ, workdir, changes)
     return _summary(args, gate, champ, nulls, placebos, changes, t,

@@ -65,3 +65,30 @@ def test_scored_placebo_candidates_count_with_the_noise_nulls(tmp_path):
     s = _summary(args, gate, champ, [], placebos, changes, gate.suite.temperature,
                  complete=len(placebos) >= args.placebo)
     assert s["promoted"] == 1 and s["n"] == 1 and s["upper95"] == 1.0 and not s["complete"]
+
+
+def test_each_null_counts_once_in_the_power_draws(tmp_path, monkeypatch):
+    """The summary written after every noise null reads the scored placebos too; their family
+    changes must enter the final power draws once, not once per noise null."""
+    import argparse
+
+    import bench.real_gate as rg
+
+    gate = GateConfig.model_validate(json.loads(PRESET.read_text())["gate"])
+    champ = _champion()
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / f"{rg._placebo_name(0, gate.suite.temperature)}.json").write_text(
+        champ.model_dump_json())
+    seen: list[int] = []
+    monkeypatch.setattr(rg, "_champion", lambda args, workdir: (tmp_path, object()))
+    monkeypatch.setattr(rg, "_trained_params", lambda policy, top: [])
+    monkeypatch.setattr(rg, "perturb", lambda *a, **k: None)
+    monkeypatch.setattr(rg, "_unit", lambda workdir, name, run: champ)
+    monkeypatch.setattr(rg, "planted_power", lambda c, changes, g, **k: seen.append(len(changes))
+                        or 0.0)
+    args = argparse.Namespace(noise=3, placebo=1, power_draws=1, scale=0.1)
+    trainer = argparse.Namespace(trainable=argparse.Namespace(top_layers=1))
+    out = rg.run_nulls(args, gate, trainer, tmp_path)
+    assert out["n"] == 4 and out["complete"]
+    assert seen[-1] == 4  # 3 noise nulls and 1 placebo, each once
