@@ -276,18 +276,16 @@ class GateRunner:
         return f"{f'guard {guard}' if guard else 'gate'}: {who}{where}"
 
     def _cached_suite(self, ckpt: Path, model: Policy, tasks, checker, part: str = "", *,
-                      suite: SuiteConfig | None = None) -> SuiteResult:
+                      suite: SuiteConfig | None = None, guard: str = "") -> SuiteResult:
         """Greedy decoding is deterministic: a suite result is reused for the same weights and
         suite config (keyed by their hashes, so a re-created registry cannot hit a stale one);
         ``part`` names a look of a sequential gate; ``suite``: another suite than the target one
-        (a guard)."""
+        (a guard, named by ``guard`` in its progress line)."""
         key = suite_cache_key(self.config, ckpt, suite=suite, tasks=tasks) + (
             f"-{part}" if part else "")
         path = self.workdir / "suite-cache" / f"{key}.json"
         if path.exists():
             return SuiteResult.model_validate_json(path.read_text())
-        guard = next((g.name for g in self.config.guards if suite is not None
-                      and g.suite == suite), "")
         result = self._run_suite(model, tasks, checker, suite,
                                  label=self.suite_label(ckpt, part, guard))
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -305,7 +303,8 @@ class GateRunner:
         gates, pairs = [], []
         for guard in self.config.guards:
             tasks, checker = build_suite(guard.suite, self.decision)
-            results = [self._cached_suite(ckpt, model, tasks, checker, suite=guard.suite)
+            results = [self._cached_suite(ckpt, model, tasks, checker, suite=guard.suite,
+                                          guard=guard.name)
                        for ckpt, model in ((self.candidate_dir, self.candidate),
                                            (self.champion_dir, self.champion))]
             if guard.test != "families_only":
