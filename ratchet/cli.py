@@ -278,32 +278,31 @@ def _rollout(args: argparse.Namespace, config) -> int:
     return 0 if state == "promoted" else 1
 
 
+def _lookup_failed(e: Exception) -> int:
+    """Print a failed lookup; its exit code: 2 for the operator's mistake (no such version, a
+    workdir with no store), 1 for anything else (an unreachable server, a bad record)."""
+    from gating.show import NoStore, VersionNotFound
+
+    print(f"ratchet: error: {e}", file=sys.stderr)
+    return EXIT_USAGE if isinstance(e, VersionNotFound | NoStore) else EXIT_FAILED
+
+
 def _gates_show(args: argparse.Namespace, config) -> int:
-    from gating.show import (
-        GateLookupError,
-        NoStore,
-        VersionNotFound,
-        format_gate_table,
-        local_store,
-    )
+    from gating.show import GateLookupError, format_gate_table, local_store
 
     try:
         uri, artifacts = (args.tracking_uri, None) if args.workdir is None else local_store(
             args.workdir)
         print(format_gate_table(uri, config.model_name, args.version, artifacts))
-    except (VersionNotFound, NoStore) as e:
-        print(f"ratchet: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
     except GateLookupError as e:
-        print(f"ratchet: error: {e}", file=sys.stderr)
-        return EXIT_FAILED
+        return _lookup_failed(e)
     return 0
 
 
 def _gates_compare(args: argparse.Namespace, config) -> int:
     from gating.compare import compare_versions
     from gating.report import format_table
-    from gating.show import GateLookupError, NoStore, check_reachable, local_store
+    from gating.show import GateLookupError, check_reachable, local_store
 
     server = None
     try:
@@ -320,12 +319,8 @@ def _gates_compare(args: argparse.Namespace, config) -> int:
             tracking_uri=uri, model_name=config.model_name, baseline=args.version_a,
             candidate=args.version_b, suite_path=args.suite, config=config.gate,
             workdir=scratch)
-    except NoStore as e:
-        print(f"ratchet: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
     except (GateLookupError, ValueError, FileNotFoundError) as e:
-        print(f"ratchet: error: {e}", file=sys.stderr)
-        return EXIT_FAILED
+        return _lookup_failed(e)
     finally:
         if server is not None:
             server.stop()
@@ -353,18 +348,14 @@ def _impact(args: argparse.Namespace) -> int:
 
 
 def _anchor(args: argparse.Namespace, config) -> int:
-    from gating.show import GateLookupError, NoStore, local_store
+    from gating.show import GateLookupError, local_store
     from runtime import registry
 
     try:
         uri = args.tracking_uri or local_store(args.workdir)[0]
         before = registry.move_anchor(uri, config.model_name, args.version, args.reason)
-    except NoStore as e:
-        print(f"ratchet: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
     except (ValueError, GateLookupError) as e:
-        print(f"ratchet: error: {e}", file=sys.stderr)
-        return EXIT_FAILED
+        return _lookup_failed(e)
     print(f"{config.model_name}: anchor v{before} -> v{args.version} ({args.reason})")
     if config.fleet.router_url:
         from deploy.fleet.canary import RouterTarget, reload_replicas
