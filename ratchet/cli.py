@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ratchet: error: {e}", file=sys.stderr)
             return EXIT_USAGE
     console.setup(log_file, verbose=args.verbose)
-    if log_file is not None:
+    if log_file is not None and args.command != "demo":  # the demo's last line names it
         print(f"ratchet: full log in {log_file}", file=sys.stderr, flush=True)
     return _dispatch(args, config)
 

@@ -146,6 +146,8 @@ LEGEND = (
     "persistence, dissatisfied follow-ups, answer tokens; rows: new span rows[/all trained on]; "
     "detect: follow-up detector agreement; gated: candidate/champion; cand/champ: gate pass rates "
     "on n tasks; decision CI: net share of clusters better (above 0: a win).")
+LEGEND_WIDTH = 120
+"""The legend wraps at the table's widest line (three lines under the table)."""
 
 
 def format_table(rows: list[CycleRow]) -> str:
@@ -575,7 +577,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
         total_s = time.perf_counter() - t0
         table = format_table(rows)
         print("\n" + table)
-        print(textwrap.fill(LEGEND, width=100))
+        print(textwrap.fill(LEGEND, width=LEGEND_WIDTH))
         for r in rows:  # each decision line was shown after its cycle; what came later is here
             if r.audit:
                 print(f"cycle {r.cycle}: {r.audit}")

@@ -337,6 +337,22 @@ def test_demo_table_names_the_versions_it_compared():
     assert max(len(line) for line in lines) <= 120
     for header in lines[0].split():  # every column is in the legend printed under the table
         assert header in LEGEND or header in ("cycle", "n", "outcome", "sec", "lat_ms"), header
+    import textwrap
+
+    from ratchet.demo import LEGEND_WIDTH
+
+    assert max(len(line) for line in lines) <= LEGEND_WIDTH
+    assert len(textwrap.wrap(LEGEND, LEGEND_WIDTH)) <= 3  # the demo's 80 lines hold it
+
+
+def test_make_demo_preset_decodes_each_gate_task_once_per_model():
+    # the toy preset decides on greedy answers: sampled answers beside them would double the
+    # gate's decode and decide nothing
+    from ratchet.config import load_config
+
+    config = load_config(Path(__file__).resolve().parents[2] / "configs" / "toy-lazy-fix.json")
+    assert config.gate.primary_metric == "greedy"
+    assert config.gate.suite.samples == 0 and not config.gate.champion_temperatures
 
 
 def test_demo_cycle_report_says_which_rule_decided():
