@@ -187,7 +187,7 @@ def run_loop(args, *, seed: int, placebo: bool, fresh, workdir: Path, scores: di
         v1 = _register_first(uri, name, first_champion(args.champion))
         common = dict(n_replicas=1, tracking_uri=uri, model_name=name, bootstrap=ep.bootstrap,
                       admin_token=TOKEN, api_keys_path=workdir / "api_keys.json",
-                      signal_max_skew_s=SIMULATED_SKEW_S, version=v1)
+                      signal_max_skew_s=SIMULATED_SKEW_S, version=v1, behind_router=True)
         say(f"[{arm} seed {seed}] starting the stable and canary replicas and the router")
         with (
             Fleet.start(**common, workdir=workdir / "stable", name="stable") as stable,

@@ -341,6 +341,7 @@ def reward_row(
         "completion_tokens": n_tokens,
         "latency_ms": float(c["latency_ms"]),
         "client_id": c.get("client_id"),
+        "arm": c.get("arm"),
     }
     row.update(
         signal_columns(

@@ -45,6 +45,7 @@ COMPLETION_FIELDS = pa.schema(
         ("finish_reason", pa.string()),
         ("latency_ms", pa.float64()),
         ("client_id", pa.string()),
+        ("arm", pa.string()),
     ]
 )
 """The completion payload's fields a reward row copies, as the JSON reader parses them (64-bit;

@@ -27,6 +27,10 @@ experts came from, top_p in reward rows, and the follow-up detector's fields. Ve
 spans are still read (``upgrade_reward_table``)."""
 READABLE_SCHEMA_VERSIONS = (1, 2)
 
+Arm = Literal["stable", "canary", "holdback"]
+"""The fleet router's arms (deploy/fleet/router.py): a completion records the one that served it."""
+ARMS: tuple[Arm, ...] = ("stable", "canary", "holdback")
+
 EDIT_WINDOWS_S: tuple[int, ...] = (30, 120, 300, 600)
 """Edit-persistence checkpoints, seconds after the completion (as in Copilot's telemetry)."""
 
@@ -82,6 +86,13 @@ class Completion(_Event):
         description="Which client (editor plugin, telemetry importer) the suggestion was served "
         "to: the key of its declaration in ``RewardConfig.clients`` (optional; without it the "
         "client declares nothing).",
+    )
+    arm: Arm | None = Field(
+        default=None,
+        description="The fleet router's arm that served the request (stable, canary or holdback: "
+        "deploy/fleet/router.py); None where no router chose (a lone replica, an importer). "
+        "Lets the holdback comparison tell its users from the champion's even when both arms "
+        "serve one version.",
     )
     model_name: str = Field(min_length=1, description="gen_ai.request.model: registry name.")
     model_version: int = Field(ge=1, description="Registry version of the behaviour policy.")
@@ -222,6 +233,7 @@ class _FastCompletion(
     usage: _FastUsage
     schema_version: Literal[1, 2] = SCHEMA_VERSION
     client_id: Annotated[str, msgspec.Meta(max_length=128)] | None = None
+    arm: Arm | None = None
     prompt_token_ids: list[int] = msgspec.field(default_factory=list)
     prompt_routed_experts: list[list[list[int]]] = msgspec.field(default_factory=list)
     routed_experts_source: Literal["engine", "teacher_forced", "none"] = "engine"
@@ -369,6 +381,8 @@ REWARD_SCHEMA = pa.schema(
         # Which client, and what it declared it reports (decides what a missing signal means)
         pa.field("client_id", pa.string()),
         pa.field("client_reports_persistence", pa.bool_()),
+        # The router's arm that served it (null: no router chose), for the holdback comparison
+        pa.field("arm", pa.string()),
         # Rewards
         pa.field("reward", pa.float32(), nullable=False),
         pa.field("reward_components", pa.map_(pa.string(), pa.float32()), nullable=False),

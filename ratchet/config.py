@@ -78,9 +78,10 @@ class HoldbackConfig(_Config):
     )
     train_on_holdback: bool = Field(
         False,
-        description="Train on the rows the holdback served (the anchor version's rows while the "
-        "anchor is not the champion). Off: they are measured, never trained on, so the holdback "
-        "stays an untouched comparison.",
+        description="Train on the rows the holdback served (rows whose recorded arm is "
+        "'holdback'; rows without an arm: the anchor version's while the anchor is not the "
+        "champion). Off: they are measured, never trained on, so the holdback stays an "
+        "untouched comparison.",
     )
     alpha: float = Field(
         0.05, gt=0.0, lt=0.5,

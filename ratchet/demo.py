@@ -460,6 +460,7 @@ def _holdback(config: RatchetConfig, ep, fleet, workdir: Path):
         bootstrap=ep.bootstrap, workdir=workdir / "fleet-holdback",
         admin_token=config.fleet.admin_token, alias=registry.ANCHOR, name="holdback",
         signal_max_skew_s=SIMULATED_SKEW_S, api_keys_path=fleet.api_keys_path,
+        behind_router=True,
     )
     try:
         router = RouterProcess.start(
@@ -515,6 +516,7 @@ def run(config: RatchetConfig, *, workdir: Path, cycles: int, keep_running: bool
             model_name=config.model_name, bootstrap=ep.bootstrap, workdir=workdir / "fleet",
             admin_token=config.fleet.admin_token,
             signal_max_skew_s=SIMULATED_SKEW_S,
+            behind_router=config.fleet.holdback.share > 0 and config.fleet.holdback.replicas > 0,
         )
         holdback = router = None
         try:

@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             admin_token=token,
             api_keys_path=workdir / "api_keys.json",
             signal_max_skew_s=SIMULATED_SKEW_S,  # the simulator dates signals in compressed time
+            behind_router=True,
         )
         with (
             Fleet.start(

@@ -106,16 +106,20 @@ def without_holdback(rows: pa.Table, *, anchor_version: int | None,
                      champion_version: int) -> tuple[pa.Table, int]:
     """``rows`` less those the holdback served, and how many were left out.
 
-    The holdback serves the anchor version; while the anchor is not the champion being trained,
-    every row of the anchor version is a holdback row (the stable and canary arms serve the
-    champion and its candidates). While the anchor is the champion, its rows are the champion's
-    own traffic and all are kept. (A row the anchor served as champion, read after a promotion,
-    is left out with them: the version alone cannot tell the two apart.)"""
+    A row that records the router's arm (``arm``) is a holdback row when its arm is
+    ``holdback``, whatever the version, also while the anchor is the champion. A row without one
+    falls back to its version: the holdback serves the anchor version, so while the anchor is
+    not the champion being trained every such row of the anchor version is a holdback row (the
+    stable and canary arms serve the champion and its candidates); while the anchor is the
+    champion they are kept (the version alone cannot tell the arms apart)."""
     import pyarrow.compute as pc
 
-    if anchor_version is None or anchor_version == champion_version:
-        return rows, 0
-    kept = rows.filter(pc.not_equal(rows["model_version"], anchor_version))
+    arm = rows["arm"] if "arm" in rows.column_names else pa.nulls(rows.num_rows, pa.string())
+    held = pc.equal(pc.fill_null(arm, ""), "holdback")
+    if anchor_version is not None and anchor_version != champion_version:
+        held = pc.or_(held, pc.and_(pc.is_null(arm),
+                                    pc.equal(rows["model_version"], anchor_version)))
+    kept = rows.filter(pc.invert(held))
     return kept, rows.num_rows - kept.num_rows
 
 

@@ -91,6 +91,7 @@ class Fleet:
         port: int | None = None,
         api_keys_path: Path | None = None,
         wait: bool = True,
+        behind_router: bool = False,
     ) -> Fleet:
         """Start ``n_replicas`` replicas of ``model_name`` (``version`` pinned, else ``alias``).
 
@@ -101,6 +102,8 @@ class Fleet:
         replica there instead of a free port. ``wait=False`` returns once the processes are
         spawned (a replica retries until the registry and the alias exist): the caller can
         bootstrap the champion while the replicas import, then :meth:`wait_ready`.
+        ``behind_router``: clients reach the replicas only through the fleet's router, so they
+        record its arm header in each completion event (replica setting ``trust_arm_header``).
         """
         if n_replicas < 1:
             raise ValueError(f"n_replicas must be >= 1, got {n_replicas}")
@@ -121,6 +124,7 @@ class Fleet:
                     "RATCHET_SPOOL_DIR": str(workdir / "spool"),
                     "RATCHET_CACHE_DIR": str(workdir / "model-cache"),
                     "RATCHET_API_KEYS_PATH": str(keys),
+                    "RATCHET_TRUST_ARM_HEADER": "true" if behind_router else "false",
                     **(
                         {"RATCHET_SIGNAL_MAX_SKEW_S": str(signal_max_skew_s)}
                         if signal_max_skew_s is not None

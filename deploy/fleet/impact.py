@@ -16,8 +16,13 @@ with an always-valid interval: the normal-mixture confidence sequence of deploy/
 (n_h m_h^4)``, at ``alpha`` over the metrics (Bonferroni). A table recomputed every cycle may be
 read every cycle: the chance that any interval ever misses its truth stays below ``alpha``.
 
-Only concurrent traffic is compared: holdback rows from the champion's first served row on.
-While the champion is the anchor there is nothing to compare, and the table says so. A metric
+Only concurrent traffic is compared: holdback rows from the champion's first served row on. A
+row's side is the router's arm it records (``arm``: ``stable`` rows of the champion's version
+against ``holdback`` rows), so the table exists even while the champion is the anchor: an A/A
+comparison of two groups of users served one version, whose intervals should cover 0. Rows
+without an arm (written before the column existed, or served with no router) fall back to their
+version: the champion's against the anchor's; with no arm and the champion the anchor there is
+nothing to compare, and the table says so. A metric
 is ``worse`` when its whole interval lies on the bad side of 0; :attr:`ImpactTable.drift` lists
 the alarmed ones (edit persistence, dissatisfied follow-ups, pass).
 
@@ -129,6 +134,25 @@ def _metric_values(rows) -> dict[str, tuple[Better, list[float]]]:
     }
 
 
+def _sides(rows, champion_version: int, anchor_version: int):
+    """Boolean masks of ``rows``: the champion's side and the holdback's (None: no row records
+    an arm and the champion is the anchor, so no side can be told apart)."""
+    import pyarrow.compute as pc
+
+    arm = rows["arm"]
+    no_arm = pc.is_null(arm)
+    champ = pc.and_(pc.equal(rows["model_version"], champion_version),
+                    pc.or_(pc.equal(pc.fill_null(arm, ""), "stable"), no_arm))
+    hold = pc.or_(pc.equal(pc.fill_null(arm, ""), "holdback"),
+                  pc.and_(no_arm, pc.equal(rows["model_version"], anchor_version)))
+    if champion_version != anchor_version:
+        return champ, hold
+    if pc.all(no_arm).as_py() is not False:
+        return pc.and_(champ, pc.invert(no_arm)), None
+    # one version on both sides: only rows that record their arm tell them apart
+    return pc.and_(champ, pc.invert(no_arm)), pc.and_(hold, pc.invert(no_arm))
+
+
 def impact_table(rows, *, model_name: str, champion_version: int | None,
                  anchor_version: int | None, alpha: float = 0.05,
                  relative_scale: float = 0.1) -> ImpactTable:
@@ -141,18 +165,17 @@ def impact_table(rows, *, model_name: str, champion_version: int | None,
     if champion_version is None or anchor_version is None:
         table.note = "no champion or no anchor: nothing to compare"
         return table
-    if champion_version == anchor_version:
-        table.note = f"the champion v{champion_version} is the anchor: nothing to compare yet"
-        return table
     mine = rows.filter(pc.equal(rows["model_name"], model_name))
-    champ = mine.filter(pc.equal(mine["model_version"], champion_version))
+    champ_side, hold_side = _sides(mine, champion_version, anchor_version)
+    champ = mine.filter(champ_side)
     if champ.num_rows == 0:
-        table.note = f"no rows of the champion v{champion_version} yet"
+        table.note = (f"the champion v{champion_version} is the anchor: nothing to compare yet"
+                      if champion_version == anchor_version and hold_side is None
+                      else f"no rows of the champion v{champion_version} yet")
         return table
     since = pc.min(champ["event_time"])
     table.since = since.as_py().isoformat()
-    hold = mine.filter(pc.and_(pc.equal(mine["model_version"], anchor_version),
-                               pc.greater_equal(mine["event_time"], since)))
+    hold = mine.filter(pc.and_(hold_side, pc.greater_equal(mine["event_time"], since)))
     if hold.num_rows == 0:
         table.note = f"no holdback rows (anchor v{anchor_version}) since the champion's first"
     c_values, h_values = _metric_values(champ), _metric_values(hold)

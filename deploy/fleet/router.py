@@ -58,7 +58,7 @@ import time
 import uuid
 from collections import deque
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import httpx
@@ -75,9 +75,11 @@ from deploy.replica.api import RESPONSE_KNOWN_HEADER
 from deploy.replica.errors import validation_error
 from deploy.replica.http_limits import RequestLimits, header_timeout_protocol
 from deploy.replica.settings import DEFAULT_ADMIN_TOKEN, is_loopback, weak_token_reason
+from ingest.schema import ARMS, Arm
 
-Arm = Literal["stable", "canary", "holdback"]
-ARMS: tuple[Arm, ...] = ("stable", "canary", "holdback")
+ARM_HEADER = "x-ratchet-arm"
+"""The arm that served a request: on the response to the client, and on the request to the
+replica, which records it in the completion event (``ingest.schema.Completion.arm``)."""
 
 
 def bucket(conversation_id: str) -> float:
@@ -318,7 +320,8 @@ async def _forward(request: Request, state: _State, path: str) -> Response:
     body = await request.body()
     conversation_id = _conversation_id(request, body)
     arm, url = state.pick(conversation_id, user_key(body, request.headers.get("authorization")))
-    headers = {"content-type": "application/json", "x-conversation-id": conversation_id}
+    headers = {"content-type": "application/json", "x-conversation-id": conversation_id,
+               ARM_HEADER: arm}
     if auth := request.headers.get("authorization"):
         headers["authorization"] = auth
     when, start = datetime.now(UTC), time.perf_counter()
@@ -334,7 +337,7 @@ async def _forward(request: Request, state: _State, path: str) -> Response:
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"{arm} upstream unreachable") from None
     key = (arm, upstream.status_code)
     state.counts[key] = state.counts.get(key, 0) + 1
-    out_headers = {"x-ratchet-arm": arm}
+    out_headers = {ARM_HEADER: arm}
     for name in ("x-conversation-id", "x-ratchet-response-ids", "x-ratchet-replica"):
         if name in upstream.headers:
             out_headers[name] = upstream.headers[name]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from deploy.replica.engines.base import EngineResult, SamplingRequest
-from ingest.schema import TOPICS, Completion, SamplingParams, Usage
+from ingest.schema import TOPICS, Arm, Completion, SamplingParams, Usage
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,8 @@ class RequestContext:
     task_kind: str
     model_name: str
     created: datetime
+    arm: Arm | None = None
+    """The fleet router's arm that served the request (None: no router chose)."""
 
 
 def build_event(
@@ -51,6 +53,7 @@ def build_event(
         event_time=ctx.created,
         conversation_id=ctx.conversation_id,
         user_hash=hash_user(ctx.user),
+        arm=ctx.arm,
         model_name=ctx.model_name,
         model_version=result.model_version,
         task_kind=ctx.task_kind,

@@ -38,6 +38,7 @@ from deploy.replica.engines.base import (
     SamplingRequest,
 )
 from deploy.replica.errors import APIError, error_body
+from ingest.schema import ARMS
 
 log = logging.getLogger(__name__)
 
@@ -132,13 +133,18 @@ def plan(
     )
 
 
-def context(request: Request, body, model_name: str) -> RequestContext:
+def context(request: Request, body, model_name: str, *, trust_arm: bool = False
+            ) -> RequestContext:
+    """Who asked, in which conversation; with ``trust_arm`` (a replica behind the fleet router)
+    also the router's arm header, when it names an arm."""
+    arm = request.headers.get("x-ratchet-arm") if trust_arm else None
     return RequestContext(
         conversation_id=conversation_id(request, body.meta("conversation_id")),
         user=body.user or body.user_id or "anonymous",
         task_kind=body.meta("task_kind") or "unknown",
         model_name=model_name,
         created=datetime.now(UTC),
+        arm=arm if arm in ARMS else None,
     )
 
 

@@ -255,6 +255,12 @@ class ServerSettings(BaseSettings):
     torch_threads: int = Field(
         default=1, ge=1, le=64, description="torch intra-op threads of this replica."
     )
+    trust_arm_header: bool = Field(
+        default=False,
+        description="Record the fleet router's ``x-ratchet-arm`` header (stable, canary, "
+        "holdback) in each completion event. On for replicas a fleet starts behind its router; "
+        "off for a replica clients reach directly, which could otherwise name any arm.",
+    )
     api_keys_path: Path = Field(
         default=Path("runs/api_keys.json"),
         description="Hashed client API keys of inference and the signals API "

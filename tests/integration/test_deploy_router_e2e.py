@@ -38,6 +38,7 @@ def deployment(mlflow_server, broker, tmp_path_factory):
         admin_token=TOKEN,
         api_keys_path=work / "api_keys.json",
         signal_max_skew_s=SIMULATED_SKEW_S,
+        behind_router=True,
     )
     with (
         Fleet.start(**common, version=v1, workdir=work / "stable", name="stable") as stable,
@@ -107,6 +108,19 @@ def test_both_sides_of_a_window_are_measured(deployment, broker):
     assert len(stable.dissatisfied) == serving["stable"].requests
     assert len(canary.dissatisfied) == serving["canary"].requests
     assert len(stable.edit_persistence) == serving["stable"].requests  # all 4 windows arrived
+    # each row records the arm the router chose for it (the header it forwarded to the replica)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ingest.spans import read_spans
+
+    rows = read_spans(work / "spans")
+    rows = rows.filter(pc.and_(pc.equal(rows["model_name"], name),
+                               pc.greater_equal(rows["event_time"], pa.scalar(start))))
+    arms = {arm: rows.filter(pc.equal(rows["arm"], arm)).num_rows for arm in ("stable", "canary")}
+    assert arms == {arm: serving[arm].requests for arm in arms}
+    assert rows.filter(pc.equal(rows["arm"], "stable"))["model_version"].unique().to_pylist() \
+        == [v1]
     verdict = judge(serving["stable"], serving["canary"], JudgeConfig())
     assert verdict.decision == "extend"  # 40 requests are below the minimum sample sizes
 

@@ -23,15 +23,16 @@ from ingest.synthetic import append_records, completion, followup, persistence, 
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-GOLDEN = "d8b5f6748de5b8317587f274912c2bf38097ceac094dd8eeef4a6095c668ba35"
+GOLDEN = "18519c47d3e4c9b517bf325aa4c769d584cca40fc2dbc18a06a41a35a8373ed8"
 """sha256 of ``_canonical`` over the span of ``_recorded``. First computed with the single-file
 commit (one driver sorting, validating and merging every part; commit 9432717, 2026-11-26:
 f923a439…); recomputed on 2026-11-26 when the rows changed by design (latency left the reward,
 length costs from the first token, the ``trainable`` column, a drain keeps open persistence
 windows pending: 657009a4…) and again when the follow-up detector became fu3 (its score and
 version columns: d57b052d…) and when it became fu4 (VADER and named features: d8b5f674…, the
-same at the detector's own commit 430a410, before any other change), the same in process and on
-two worker processes."""
+same at the detector's own commit 430a410, before any other change), and when rows gained the
+router's ``arm`` (null in these events: 18519c47…; with the column dropped the rows still hash to
+d8b5f674…, checked on 2026-12-02), the same in process and on two worker processes."""
 
 T0 = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
 

@@ -262,3 +262,20 @@ def test_long_and_short_prompts_in_one_batch_fit_the_context(model):
     assert engine.batches == 1  # taken together, decoded in two parts
     assert len(long_out.token_ids) <= 192 - 170
     assert len(short_out.token_ids) == 60 or short_out.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_the_router_arm_is_logged_only_behind_the_router(tmp_path, model, trusted):
+    # a replica clients reach directly ignores the header: a client could name any arm
+    settings = ServerSettings(
+        tracking_uri="http://127.0.0.1:9", model_name="toy", admin_token="unit-test-admin-token",
+        spool_dir=tmp_path / "spool", cache_dir=tmp_path / "cache", trust_arm_header=trusted)
+    app = create_app(settings)
+    with TestClient(app) as client:
+        app.state.host._current = ServedModel(model, 7)
+        for arm in ("holdback", "not-an-arm"):
+            r = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 2},
+                            headers={"X-Ratchet-Arm": arm, "X-Conversation-Id": f"c-{arm}"})
+            assert r.status_code == 200, r.text
+        arms = {e.conversation_id: e.arm for e in logged(app)}
+    assert arms == {"c-holdback": "holdback" if trusted else None, "c-not-an-arm": None}

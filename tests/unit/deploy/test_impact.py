@@ -20,8 +20,8 @@ from ingest.schema import REWARD_SCHEMA
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _row(rng, version, seconds, *, persist, dissat, accept, tokens, latency=100.0):
-    return {
+def _row(rng, version, seconds, *, persist, dissat, accept, tokens, latency=100.0, arm=None):
+    return {"arm": arm,
         "schema_version": 1, "response_id": f"r{version}-{seconds}-{rng.random()}",
         "conversation_id": "c", "event_time": T0 + timedelta(seconds=seconds),
         "model_name": "m", "model_version": version, "task_kind": "arith", "prompt": "p",
@@ -96,3 +96,40 @@ def test_nothing_to_compare_while_the_champion_is_the_anchor(tmp_path):
     assert (tmp_path / "impact-0002.json").exists()
     again = latest_impact(tmp_path)
     assert isinstance(again, ImpactTable) and again.note == table.note
+
+
+def _arm_rows(n, seed, arm, effect):
+    rng = random.Random(seed)
+    return [_row(rng, 1, 100 + i, arm=arm, **effect) for i in range(n)]
+
+
+def test_the_champion_as_anchor_is_compared_by_arm():
+    # A/A: one version serves both arms; the rows' arms tell the groups of users apart
+    rows = _arm_rows(2000, 1, "stable", HOLD) + _arm_rows(500, 2, "holdback", HOLD)
+    rows += _arm_rows(300, 3, "canary", CHAMP)  # a canary of the same version: neither side
+    table = impact_table(pa.Table.from_pylist(rows, schema=REWARD_SCHEMA), model_name="m",
+                         champion_version=1, anchor_version=1)
+    got = {r.metric: r for r in table.rows}
+    assert got["edit_persistence_600"].n_champion == 2000
+    assert got["edit_persistence_600"].n_holdback == 500
+    assert all(r.low < 0 < r.high for r in table.rows), format_impact(table)
+    assert table.drift == []
+    # a planted effect between the arms of one version is found the same way
+    rows = _arm_rows(2000, 1, "stable", CHAMP) + _arm_rows(2000, 2, "holdback", HOLD)
+    table = impact_table(pa.Table.from_pylist(rows, schema=REWARD_SCHEMA), model_name="m",
+                         champion_version=1, anchor_version=1)
+    assert {r.metric: r.verdict for r in table.rows}["edit_persistence_600"] == "better"
+
+
+def test_rows_with_an_arm_side_by_their_arm_not_their_version():
+    # a holdback user's row is the holdback's whatever the version; an unrouted row of the
+    # champion's version (no arm) still counts for the champion
+    rng = random.Random(4)
+    rows = [_row(rng, 3, 100 + i, arm="stable", **CHAMP) for i in range(1000)]
+    rows += [_row(rng, 3, 100 + i, **CHAMP) for i in range(200)]
+    rows += [_row(rng, 1, 100 + i, arm="holdback", **HOLD) for i in range(700)]
+    table = impact_table(pa.Table.from_pylist(rows, schema=REWARD_SCHEMA), model_name="m",
+                         champion_version=3, anchor_version=1)
+    got = {r.metric: r for r in table.rows}
+    assert (got["edit_persistence_600"].n_champion, got["edit_persistence_600"].n_holdback) \
+        == (1200, 700)

@@ -70,6 +70,14 @@ def test_schema_violation_names_the_field_and_value():
     assert "model_version" in dl.detail and "0" in dl.detail
 
 
+def test_the_router_arm_is_kept_and_an_unknown_arm_is_named():
+    got = classify(_rec(json.dumps(_completion_dict(arm="holdback")).encode()), **LIMITS)
+    assert not isinstance(got, DeadLetter), got
+    assert json.loads(got[1].value)["arm"] == "holdback"
+    dl = _reason(json.dumps(_completion_dict(arm="control")).encode())
+    assert dl.reason == "schema_violation" and "arm" in dl.detail and "control" in dl.detail
+
+
 def test_missing_field_is_named():
     d = _completion_dict()
     del d["prompt"]
