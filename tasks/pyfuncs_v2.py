@@ -24,19 +24,37 @@ a family's functions flip together. Pools v2 fix both:
   the tuning draw and the retain set, the sealed pool also from every pool file of the first
   generation, and the scoring pools from the calibration's own functions (which go to
   traffic); the family is each pool's independence unit (``bootstrap.cluster: family``), and no
-  family holds more than :data:`MAX_FAMILY_SHARE` of a scoring pool.
+  family holds more than :data:`MAX_FAMILY_SHARE` of a scoring pool. A trained family enters
+  the pools only with at least one gate and one sealed function.
+- **The sealed pool's constants**: a trained family's sealed functions are ones nothing has
+  seen, the last of its own constants where at least :data:`SEALED_FUNCTIONS` are left.
+  The first generation's pools and their tuning draw used up the small domains (a threshold in
+  -5..15, a prefix of 1..6 characters), so a family with fewer draws them instead from a domain
+  beyond every value its template draws (:data:`SEALED_CONSTANTS`, e.g. ``count_above`` with k
+  in 16..40 where the template draws -5..15), with test inputs drawn around the constant where
+  the template's would all fall on one side of it (:data:`SEALED_INPUTS`). Its own constants
+  are then left to the gate and traffic. Only the sealed pool widens: the calibration, gate,
+  traffic and transfer pools keep each template's domain, so the calibration still describes
+  what is trained and gated; on a widened family the sealed pool asks how far a gain reaches
+  past that domain.
 
 Left out: choosing how many families the gate needs for a given power (docs/STATISTICS.md says
 how); the calibration's decode is the real model's, so it runs only where that model is installed
-(``make real-model``).
+(``make real-model``). Trained families whose own domain leaves no gate or traffic function
+take no part, widened sealed domain or not: the families without constants (one function, which
+the calibration asked) and the first generation's guard families, whose every constant is in the
+retain set, that generation's guard pool or its tuning draw; a gate and traffic from a widened
+domain would ask functions no calibration did.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from tasks.pyfuncs import (
@@ -44,6 +62,9 @@ from tasks.pyfuncs import (
     TEMPLATES,
     PyTask,
     Template,
+    _ints,
+    _k,
+    _near_k,
     constants,
     function_id,
     function_tasks,
@@ -77,6 +98,64 @@ CALIBRATION = OUT / "calibration.jsonl"
 FILES = {"train": "train.jsonl", "gate": "gate.jsonl", "sealed": "sealed.jsonl",
          "transfer": "transfer.jsonl", "guard": "guard.jsonl"}
 SCORING = ("gate", "sealed", "transfer", "guard")
+
+
+def _near_list(rng: random.Random, k: dict) -> tuple:
+    """A list of 1-6 numbers within 6 of ``k``: both sides of a far threshold."""
+    return ([rng.randint(k["k"] - 6, k["k"] + 6) for _ in range(rng.randint(1, 6))],)
+
+
+def _near_values(rng: random.Random, k: dict) -> tuple:
+    """A list of 0-7 numbers within 3 of ``k``, so that ``k`` itself turns up."""
+    return (_ints(rng, rng.randint(0, 7), k["k"] - 3, k["k"] + 3),)
+
+
+def _letters(rng: random.Random, k: dict) -> str:
+    """Lower-case letters, 3 fewer to 3 more than ``k`` (none below 0)."""
+    return "".join(rng.choice(string.ascii_lowercase)
+                   for _ in range(rng.randint(max(0, k["k"] - 3), k["k"] + 3)))
+
+
+SEALED_CONSTANTS: dict[str, Callable[[random.Random], dict]] = {
+    "all_below": _k(16, 40), "any_above": _k(16, 40), "count_above": _k(16, 40),
+    "sum_at_least": _k(13, 40), "sum_at_most": _k(13, 40), "at_least": _k(-60, -21),
+    "count_equal": _k(10, 40), "keep_value": _k(10, 40), "len_times": _k(13, 40),
+    "square_minus": _k(61, 150), "square_plus": _k(151, 250), "sub_each": _k(41, 99),
+    "count_longer": _k(6, 12), "long_enough": _k(9, 20), "prefix_k": _k(7, 12),
+    "suffix_k": _k(6, 12), "last_k": _k(5, 12),
+}
+"""The sealed pool's constant domains of the trained families whose own constants hold fewer
+than :data:`SEALED_FUNCTIONS` functions nothing has seen: beyond every value the family's
+template draws (``at_least`` below it, since the first generation's fresh pools took k in
+41..140; ``square_plus`` above 150, past theirs), so that each is a function no pool, tuning draw
+or calibration has asked. Same names, description and reference; the test inputs are drawn
+around the constant where the template's own would all fall on one side of it
+(:data:`SEALED_INPUTS`)."""
+SEALED_INPUTS: dict[str, Callable[[random.Random, dict], tuple]] = {
+    "all_below": _near_list, "any_above": _near_list, "count_above": _near_list,
+    "sum_at_least": _near_list, "sum_at_most": _near_list, "at_least": _near_k,
+    "count_equal": _near_values, "keep_value": _near_values,
+    "count_longer": lambda rng, k: ([_letters(rng, k) for _ in range(rng.randint(0, 6))],),
+    "long_enough": lambda rng, k: (_letters(rng, k),),
+    "prefix_k": lambda rng, k: (_letters(rng, k),),
+    "suffix_k": lambda rng, k: (_letters(rng, k),),
+    "last_k": lambda rng, k: (_ints(rng, rng.randint(k["k"], k["k"] + 4)),),
+}
+SEALED_EDGE_CASES: dict[str, Callable[[dict], list[tuple]]] = {
+    "last_k": lambda k: [(list(range(1, k["k"] + 3)),), (list(range(k["k"] + 1, -1, -1)),)],
+}
+"""Edge cases of a widened family whose template's own assume its small constants (``last_k``:
+lists of 6 and 7 numbers, shorter than most widened k)."""
+
+
+def sealed_template(family: str) -> Template:
+    """The trained family ``family`` as its sealed functions draw it: from
+    :data:`SEALED_CONSTANTS` where it has a domain there, else its own template."""
+    t = BY_V2[family]
+    if family not in SEALED_CONSTANTS:
+        return t
+    return replace(t, draw=SEALED_CONSTANTS[family], inputs=SEALED_INPUTS.get(family, t.inputs),
+                   edge=SEALED_EDGE_CASES.get(family, t.edge))
 
 
 def tuning_functions(data: Path = DATA) -> set[str]:
@@ -215,20 +294,35 @@ def spare_functions(calibration: Sequence[dict], tuning: set[str]) -> dict[str, 
             for r in calibration}
 
 
+def sealed_functions(family: str, own: list[dict], exclude: set[str]) -> list[dict]:
+    """Up to :data:`SEALED_FUNCTIONS` constants of ``family`` for the sealed pool, none in
+    ``exclude``: the last of its own shuffled constants ``own`` (:func:`_functions`, never-seen
+    last), or, for a family of :data:`SEALED_CONSTANTS`, the first of its widened domain in a
+    seeded order, checked to lie outside the template's own."""
+    if family not in SEALED_CONSTANTS:
+        return [k for k in own if function_id(family, k) not in exclude][-SEALED_FUNCTIONS:]
+    template = BY_V2[family]
+    inside = {function_id(family, k) for k in constants(template)}
+    widened = _functions(sealed_template(family), exclude, None, "sealed")
+    if any(function_id(family, k) in inside for k in widened):
+        raise ValueError(f"SEALED_CONSTANTS[{family!r}] overlaps the template's own constants")
+    return widened[:SEALED_FUNCTIONS]
+
+
 def build_pools(calibration: Sequence[dict], tuning: set[str], seen: set[str]
                 ) -> dict[str, list[PyTask]]:
     """The pools v2 (module docstring) from calibration records. No pool uses a function of the
-    tuning draw (``tuning``); the sealed pool uses only functions nothing has seen (``seen``);
-    the calibration's functions go to traffic only. A trained family needs at least one sealed
-    and one gate function, else it trains nothing."""
+    tuning draw (``tuning``); the sealed pool uses only functions nothing has seen (``seen``),
+    of the family's own domain or, for a family of :data:`SEALED_CONSTANTS`, of its widened one
+    (:func:`sealed_functions`); the calibration's functions go to traffic only. A trained family
+    needs at least one sealed and one gate function, else it trains nothing."""
     calibrated = {f for r in calibration for f in r["functions"]}
     role = roles(calibration, spare_functions(calibration, tuning))
     pools: dict[str, list[PyTask]] = {p: [] for p in FILES}
     for fam in role["trained"]:
         t = BY_V2[fam]
         ks = _functions(t, tuning, seen, "split")
-        fresh = [k for k in ks if function_id(fam, k) not in seen | calibrated]
-        sealed = fresh[-SEALED_FUNCTIONS:]
+        sealed = sealed_functions(fam, ks, tuning | seen | calibrated)
         taken = {function_id(fam, k) for k in sealed} | calibrated
         gate = [k for k in ks if function_id(fam, k) not in taken][:GATE_FUNCTIONS]
         if not sealed or not gate:
@@ -236,7 +330,7 @@ def build_pools(calibration: Sequence[dict], tuning: set[str], seen: set[str]
         taken |= {function_id(fam, k) for k in gate}
         train = [k for k in ks if function_id(fam, k) in calibrated]
         train += [k for k in ks if function_id(fam, k) not in taken][:TRAIN_FUNCTIONS]
-        pools["sealed"] += function_tasks(t, sealed, "sealed", seed=SEED)
+        pools["sealed"] += function_tasks(sealed_template(fam), sealed, "sealed", seed=SEED)
         pools["gate"] += function_tasks(t, gate, "gate", seed=SEED)
         pools["train"] += function_tasks(t, train[:TRAIN_FUNCTIONS], "train", seed=SEED,
                                          per_function=2)

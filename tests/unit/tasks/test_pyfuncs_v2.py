@@ -1,18 +1,20 @@
 """Pools v2: the calibration rule, and pools that are disjoint, balanced and sealed.
 
 The calibration records here are written by hand (no model runs): the rule and the split are
-what is under test; the committed pools are checked against the same invariants.
+what is under test; the committed pools are checked against the same invariants, and the
+sealed pool's widened domains against solutions written from their descriptions.
 """
 
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
 from tasks import pyfuncs_v2 as v2
 from tasks.jsonl_suite import cluster_key
-from tasks.pyfuncs import read_jsonl
+from tasks.pyfuncs import constants, function_id, function_tasks, read_jsonl
 
 
 def _records(rates: dict[str, float]) -> list[dict]:
@@ -81,3 +83,91 @@ def test_the_committed_pools_keep_the_invariants():
         p: s["tasks"] for p, s in manifest["pools"].items()}
     assert not {cluster_key(t) for t in pools["sealed"]} & seen
     assert manifest["independence_unit"] == "family"
+
+
+@pytest.fixture(scope="module")
+def committed():
+    """The committed calibration with what the writer excludes: (records, tuning, seen)."""
+    records = v2._read(v2.CALIBRATION)
+    if not records:
+        pytest.skip("pools v2 are not calibrated yet (python -m bench.real_gate calibrate)")
+    tuning = v2.tuning_functions() | v2.retain_functions() | v2.guard_v1_functions()
+    return records, tuning, v2.seen_functions()
+
+
+def test_a_trained_family_is_left_out_only_when_its_own_domain_leaves_no_gate_function(
+        committed):
+    records, tuning, seen = committed
+    pools = v2.build_pools(records, tuning, seen)
+    gate = {t.family for t in pools["gate"]}
+    assert gate == {t.family for t in pools["sealed"]} == {t.family for t in pools["train"]}
+    calibrated = {f for r in records for f in r["functions"]}
+    role = v2.roles(records, v2.spare_functions(records, tuning))
+    for fam in set(role["trained"]) - gate:
+        own = {function_id(fam, k) for k in constants(v2.BY_V2[fam])}
+        assert own <= tuning | calibrated, fam
+    assert len(gate) >= 30  # 14 while the sealed pool drew from the templates' own domains only
+
+
+def test_the_widened_families_are_trained_ones_short_of_never_seen_functions(committed):
+    records, tuning, seen = committed
+    calibrated = {f for r in records for f in r["functions"]}
+    role = v2.roles(records, v2.spare_functions(records, tuning))
+    for fam in v2.SEALED_CONSTANTS:
+        assert fam in role["trained"], fam
+        own = {function_id(fam, k) for k in constants(v2.BY_V2[fam])}
+        assert len(own - tuning - seen - calibrated) < v2.SEALED_FUNCTIONS, fam
+
+
+def test_the_committed_sealed_pool_asks_only_unseen_functions_beyond_widened_domains(committed):
+    _, tuning, seen = committed
+    sealed = read_jsonl(v2.OUT / v2.FILES["sealed"])
+    fams = {t["family"] for t in sealed}
+    assert set(v2.SEALED_CONSTANTS) <= fams
+    for t in sealed:
+        assert t["function"] not in seen | tuning, t["function"]
+        if t["family"] in v2.SEALED_CONSTANTS:
+            own = {function_id(t["family"], k) for k in constants(v2.BY_V2[t["family"]])}
+            assert t["function"] not in own, t["function"]
+    per = {f: sum(t["family"] == f for t in sealed) for f in fams}
+    assert set(per.values()) == {v2.SEALED_FUNCTIONS}
+
+
+SOLUTIONS = {  # what each widened family's description asks, written from the text alone
+    "all_below": "all(x < {k} for x in xs)", "any_above": "any(x > {k} for x in xs)",
+    "count_above": "len([x for x in xs if x > {k}])",
+    "sum_at_least": "sum(x for x in xs if x >= {k})",
+    "sum_at_most": "sum(x for x in xs if x <= {k})", "at_least": "max(x, {k})",
+    "count_equal": "xs.count({k})", "keep_value": "[x for x in xs if x == {k}]",
+    "len_times": "len(s) * {k}", "square_minus": "x ** 2 - {k}", "square_plus": "x ** 2 + {k}",
+    "sub_each": "[x - {k} for x in xs]", "count_longer": "len([w for w in words if len(w) > {k}])",
+    "long_enough": "len(s) >= {k}", "prefix_k": "s[:{k}]", "suffix_k": "s[max(0, len(s) - {k}):]",
+    "last_k": "xs[max(0, len(xs) - {k}):]",
+}
+
+
+def test_every_widened_family_has_a_solution_written_from_its_description():
+    assert set(SOLUTIONS) == set(v2.SEALED_CONSTANTS)
+
+
+@pytest.mark.parametrize("fam", sorted(v2.SEALED_CONSTANTS))
+def test_a_widened_family_asks_discriminating_tests_its_description_answers(fam):
+    t = v2.sealed_template(fam)
+    ks = sorted(constants(t), key=lambda k: k["k"])
+    own = {function_id(fam, k) for k in constants(v2.BY_V2[fam])}
+    assert len(ks) >= v2.SEALED_FUNCTIONS and not {function_id(fam, k) for k in ks} & own
+    for k in (ks[0], ks[len(ks) // 2], ks[-1]):
+        rng = random.Random(f"test/{fam}")
+        drawn = [t.inputs(rng, k) for _ in range(40)]
+        assert len({repr(t.ref(k)(*x)) for x in drawn}) >= 2, (fam, k)
+        for near in ({"k": k["k"] - 3}, {"k": k["k"] + 3}):  # not all on one side of k
+            assert any(t.ref(k)(*x) != t.ref(near)(*x) for x in drawn), (fam, k, near)
+        (task,) = function_tasks(t, [k], "sealed", seed=v2.SEED)
+        assert f" {k['k']} " in task.prompt or f" {k['k']}." in task.prompt, task.prompt
+        answers = {line.split(" == ", 1)[1] for line in task.tests}
+        assert len(task.tests) >= 3 and len(answers) >= 2, task.tests
+        scope: dict = {}
+        exec(f"def {task.entry_point}({t.args}):\n"
+             f"    return {SOLUTIONS[fam].format(k=k['k'])}", scope)
+        for line in task.tests:  # the task's own asserts, generated above
+            exec(line, scope)
