@@ -401,6 +401,7 @@ class Cycle:
                              "impact.champion_version": str(champion),
                              "impact.anchor_version": str(anchor),
                              "impact.drift": ",".join(table.drift) or "none",
+                             "impact.split_alarm": ",".join(table.split_alarm) or "none",
                              "mlflow.note.content": f"```\n{text}\n```"})
             figures = {}
             for r in table.rows:
@@ -416,6 +417,9 @@ class Cycle:
         write_impact(table, self.workdir / "impact", state.seq)
         result.impact = table.to_json()
         log.info("%s", text, extra={"terminal": False})
+        if table.split_alarm:  # one version against itself: nothing to roll back, much to check
+            log.warning("impact: both arms serve v%s, yet they differ on %s (A/A alarm: check "
+                        "the holdback split)", champion, ", ".join(table.split_alarm))
         self._guard()
         MlflowClient(self.tracking_uri).update_registered_model(
             name, description=f"Live impact, cycle {state.seq} (champion vs holdback):\n\n"

@@ -19,7 +19,9 @@ read every cycle: the chance that any interval ever misses its truth stays below
 Only concurrent traffic is compared: holdback rows from the champion's first served row on. A
 row's side is the router's arm it records (``arm``: ``stable`` rows of the champion's version
 against ``holdback`` rows), so the table exists even while the champion is the anchor: an A/A
-comparison of two groups of users served one version, whose intervals should cover 0. Rows
+comparison of two groups of users served one version, whose intervals should cover 0 (a sure
+difference there is :attr:`ImpactTable.split_alarm`, never a drift: there is nothing to roll
+back to). Rows
 without an arm (written before the column existed, or served with no router) fall back to their
 version: the champion's against the anchor's; with no arm and the champion the anchor there is
 nothing to compare, and the table says so. A metric
@@ -74,16 +76,31 @@ class ImpactTable:
     note: str = ""
 
     @property
+    def a_a(self) -> bool:
+        """Both arms serve one version (the champion is still the anchor): an A/A comparison."""
+        return self.champion_version is not None and self.champion_version == self.anchor_version
+
+    @property
     def drift(self) -> list[str]:
-        """Alarmed metrics on which the champion is surely worse than the holdback."""
+        """Alarmed metrics on which the champion is surely worse than the holdback (never in an
+        A/A comparison: there is no other version to roll back to)."""
+        if self.a_a:
+            return []
         return [r.metric for r in self.rows if r.metric in ALARMED and r.verdict == "worse"]
 
+    @property
+    def split_alarm(self) -> list[str]:
+        """In an A/A comparison, the metrics on which one arm is surely better than the other:
+        one version cannot differ from itself, so the split or the interval is off (or a chance
+        of at most ``alpha`` came up)."""
+        return [r.metric for r in self.rows if self.a_a and r.verdict in ("better", "worse")]
+
     def to_json(self) -> dict:
-        return {**asdict(self), "drift": self.drift}
+        return {**asdict(self), "drift": self.drift, "split_alarm": self.split_alarm}
 
     @classmethod
     def from_json(cls, data: dict) -> ImpactTable:
-        data = {k: v for k, v in data.items() if k != "drift"}
+        data = {k: v for k, v in data.items() if k not in ("drift", "split_alarm")}
         return cls(**{**data, "rows": [ImpactRow(**r) for r in data.get("rows", [])]})
 
 
@@ -235,6 +252,9 @@ def format_impact(table: ImpactTable) -> str:
     if table.drift:
         lines.append(f"  DRIFT: the champion is surely worse than the anchor on "
                      f"{', '.join(table.drift)}")
+    if table.split_alarm:
+        lines.append(f"  A/A ALARM: both arms serve v{table.champion_version}, yet they differ on "
+                     f"{', '.join(table.split_alarm)}: check the holdback split")
     return "\n".join(lines)
 
 

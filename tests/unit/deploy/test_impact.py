@@ -119,6 +119,13 @@ def test_the_champion_as_anchor_is_compared_by_arm():
     table = impact_table(pa.Table.from_pylist(rows, schema=REWARD_SCHEMA), model_name="m",
                          champion_version=1, anchor_version=1)
     assert {r.metric: r.verdict for r in table.rows}["edit_persistence_600"] == "better"
+    # the arms of one version differ: a split alarm, never a drift (nothing to roll back to)
+    rows = _arm_rows(2000, 1, "stable", HOLD) + _arm_rows(2000, 2, "holdback", CHAMP)
+    table = impact_table(pa.Table.from_pylist(rows, schema=REWARD_SCHEMA), model_name="m",
+                         champion_version=1, anchor_version=1)
+    assert table.drift == [] and "edit_persistence_600" in table.split_alarm
+    assert "A/A ALARM" in format_impact(table) and "DRIFT" not in format_impact(table)
+    assert ImpactTable.from_json(table.to_json()).split_alarm == table.split_alarm
 
 
 def test_rows_with_an_arm_side_by_their_arm_not_their_version():
