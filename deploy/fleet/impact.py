@@ -90,10 +90,12 @@ class ImpactTable:
 
     @property
     def split_alarm(self) -> list[str]:
-        """In an A/A comparison, the metrics on which one arm is surely better than the other:
-        one version cannot differ from itself, so the split or the interval is off (or a chance
-        of at most ``alpha`` came up)."""
-        return [r.metric for r in self.rows if self.a_a and r.verdict in ("better", "worse")]
+        """In an A/A comparison, the alarmed metrics on which one arm is surely better than the
+        other: one version cannot differ from itself, so the split or the interval is off (or a
+        chance of at most ``alpha`` came up). Latency and tokens are left out as in the drift:
+        latency follows each arm's replicas' load."""
+        return [r.metric for r in self.rows
+                if self.a_a and r.metric in ALARMED and r.verdict in ("better", "worse")]
 
     def to_json(self) -> dict:
         return {**asdict(self), "drift": self.drift, "split_alarm": self.split_alarm}
