@@ -6,7 +6,8 @@ a family's functions flip together. Pools v2 fix both:
 
 - **Calibration** (:func:`calibrate`, ``python -m bench.real_gate calibrate`` on the real
   model): every family of
-  :data:`TEMPLATES_V2` (the first three template batches and the fresh pools' batch) is asked
+  :data:`TEMPLATES_V2` (the first three template batches, the fresh pools' batch and the fifth
+  batch) is asked
   :data:`CALIBRATION_FUNCTIONS` functions, each answered :data:`CALIBRATION_SAMPLES` times at the
   serving temperature, as chat turns whose reply ends once its code block is closed (as served);
   one JSON line per family, appended as it finishes, so a cut-short run resumes where it stopped.
@@ -37,6 +38,11 @@ a family's functions flip together. Pools v2 fix both:
   traffic and transfer pools keep each template's domain, so the calibration still describes
   what is trained and gated; on a widened family the sealed pool asks how far a gain reaches
   past that domain.
+- **The fifth batch** (tasks.pyfuncs_batch5.TEMPLATES_5): 30 families nothing had asked, each
+  drawing from at least 30 constants, declared before any model answered them. The earlier
+  batches' small domains were used up by the first generation, so most of their usable
+  families have no gate function of their own left; a fifth-batch family in the band enters the
+  gate, sealed and train pools whole, from its own domain.
 
 Left out: choosing how many families the gate needs for a given power (docs/STATISTICS.md says
 how); the calibration's decode is the real model's, so it runs only where that model is installed
@@ -73,9 +79,10 @@ from tasks.pyfuncs import (
     read_jsonl,
     write_jsonl,
 )
+from tasks.pyfuncs_batch5 import TEMPLATES_5
 from tasks.pyfuncs_fresh import TEMPLATES_4
 
-TEMPLATES_V2: tuple[Template, ...] = TEMPLATES + TEMPLATES_4
+TEMPLATES_V2: tuple[Template, ...] = TEMPLATES + TEMPLATES_4 + TEMPLATES_5
 BY_V2 = {t.family: t for t in TEMPLATES_V2}
 SEED = 2
 """Seed of the calibration draw and of the split."""
