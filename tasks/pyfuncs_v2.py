@@ -68,6 +68,7 @@ from tasks.pyfuncs import (
     TEMPLATES,
     PyTask,
     Template,
+    _a_b,
     _ints,
     _k,
     _near_k,
@@ -124,22 +125,23 @@ def _letters(rng: random.Random, k: dict) -> str:
 
 
 SEALED_CONSTANTS: dict[str, Callable[[random.Random], dict]] = {
-    "all_below": _k(16, 40), "any_above": _k(16, 40), "count_above": _k(16, 40),
+    "all_below": _k(16, 40), "all_above": _k(-40, -6), "count_above": _k(16, 40),
     "sum_at_least": _k(13, 40), "sum_at_most": _k(13, 40), "at_least": _k(-60, -21),
     "count_equal": _k(10, 40), "keep_value": _k(10, 40), "len_times": _k(13, 40),
-    "square_minus": _k(61, 150), "square_plus": _k(151, 250), "sub_each": _k(41, 99),
+    "mod_add": _a_b((51, 90), (2, 9)), "sub_each": _k(41, 99),
     "count_longer": _k(6, 12), "long_enough": _k(9, 20), "prefix_k": _k(7, 12),
     "suffix_k": _k(6, 12), "last_k": _k(5, 12),
 }
 """The sealed pool's constant domains of the trained families whose own constants hold fewer
 than :data:`SEALED_FUNCTIONS` functions nothing has seen: beyond every value the family's
-template draws (``at_least`` below it, since the first generation's fresh pools took k in
-41..140; ``square_plus`` above 150, past theirs), so that each is a function no pool, tuning draw
-or calibration has asked. Same names, description and reference; the test inputs are drawn
-around the constant where the template's own would all fall on one side of it
-(:data:`SEALED_INPUTS`)."""
+template draws (``at_least`` and ``all_above`` below it, since the first generation's fresh
+pools took k in 41..140 and 16..64; ``mod_add`` with a above 50, past theirs), so that each is a
+function no pool, tuning draw or calibration has asked. Same names, description and reference;
+the test inputs are drawn around the constant where the template's own would all fall on one
+side of it (:data:`SEALED_INPUTS`). Which trained families these are follows the rule's roles:
+a family the seeded order moves to transfer has no sealed functions, and none here."""
 SEALED_INPUTS: dict[str, Callable[[random.Random, dict], tuple]] = {
-    "all_below": _near_list, "any_above": _near_list, "count_above": _near_list,
+    "all_below": _near_list, "all_above": _near_list, "count_above": _near_list,
     "sum_at_least": _near_list, "sum_at_most": _near_list, "at_least": _near_k,
     "count_equal": _near_values, "keep_value": _near_values,
     "count_longer": lambda rng, k: ([_letters(rng, k) for _ in range(rng.randint(0, 6))],),
