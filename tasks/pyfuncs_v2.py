@@ -6,7 +6,8 @@ a family's functions flip together. Pools v2 fix both:
 
 - **Calibration** (:func:`calibrate`, ``python -m bench.real_gate calibrate`` on the real
   model): every family of
-  :data:`TEMPLATES_V2` (the first three template batches and the fresh pools' batch) is asked
+  :data:`TEMPLATES_V2` (the first three template batches, the fresh pools' batch and the fifth
+  batch) is asked
   :data:`CALIBRATION_FUNCTIONS` functions, each answered :data:`CALIBRATION_SAMPLES` times at the
   serving temperature, as chat turns whose reply ends once its code block is closed (as served);
   one JSON line per family, appended as it finishes, so a cut-short run resumes where it stopped.
@@ -37,6 +38,11 @@ a family's functions flip together. Pools v2 fix both:
   traffic and transfer pools keep each template's domain, so the calibration still describes
   what is trained and gated; on a widened family the sealed pool asks how far a gain reaches
   past that domain.
+- **The fifth batch** (tasks.pyfuncs_batch5.TEMPLATES_5): 30 families nothing had asked, each
+  drawing from at least 30 constants, declared before any model answered them. The earlier
+  batches' small domains were used up by the first generation, so most of their usable
+  families have no gate function of their own left; a fifth-batch family in the band enters the
+  gate, sealed and train pools whole, from its own domain.
 
 Left out: choosing how many families the gate needs for a given power (docs/STATISTICS.md says
 how); the calibration's decode is the real model's, so it runs only where that model is installed
@@ -62,6 +68,7 @@ from tasks.pyfuncs import (
     TEMPLATES,
     PyTask,
     Template,
+    _a_b,
     _ints,
     _k,
     _near_k,
@@ -73,9 +80,10 @@ from tasks.pyfuncs import (
     read_jsonl,
     write_jsonl,
 )
+from tasks.pyfuncs_batch5 import TEMPLATES_5
 from tasks.pyfuncs_fresh import TEMPLATES_4
 
-TEMPLATES_V2: tuple[Template, ...] = TEMPLATES + TEMPLATES_4
+TEMPLATES_V2: tuple[Template, ...] = TEMPLATES + TEMPLATES_4 + TEMPLATES_5
 BY_V2 = {t.family: t for t in TEMPLATES_V2}
 SEED = 2
 """Seed of the calibration draw and of the split."""
@@ -117,22 +125,23 @@ def _letters(rng: random.Random, k: dict) -> str:
 
 
 SEALED_CONSTANTS: dict[str, Callable[[random.Random], dict]] = {
-    "all_below": _k(16, 40), "any_above": _k(16, 40), "count_above": _k(16, 40),
+    "all_below": _k(16, 40), "all_above": _k(-40, -6), "count_above": _k(16, 40),
     "sum_at_least": _k(13, 40), "sum_at_most": _k(13, 40), "at_least": _k(-60, -21),
     "count_equal": _k(10, 40), "keep_value": _k(10, 40), "len_times": _k(13, 40),
-    "square_minus": _k(61, 150), "square_plus": _k(151, 250), "sub_each": _k(41, 99),
+    "mod_add": _a_b((51, 90), (2, 9)), "sub_each": _k(41, 99),
     "count_longer": _k(6, 12), "long_enough": _k(9, 20), "prefix_k": _k(7, 12),
     "suffix_k": _k(6, 12), "last_k": _k(5, 12),
 }
 """The sealed pool's constant domains of the trained families whose own constants hold fewer
 than :data:`SEALED_FUNCTIONS` functions nothing has seen: beyond every value the family's
-template draws (``at_least`` below it, since the first generation's fresh pools took k in
-41..140; ``square_plus`` above 150, past theirs), so that each is a function no pool, tuning draw
-or calibration has asked. Same names, description and reference; the test inputs are drawn
-around the constant where the template's own would all fall on one side of it
-(:data:`SEALED_INPUTS`)."""
+template draws (``at_least`` and ``all_above`` below it, since the first generation's fresh
+pools took k in 41..140 and 16..64; ``mod_add`` with a above 50, past theirs), so that each is a
+function no pool, tuning draw or calibration has asked. Same names, description and reference;
+the test inputs are drawn around the constant where the template's own would all fall on one
+side of it (:data:`SEALED_INPUTS`). Which trained families these are follows the rule's roles:
+a family the seeded order moves to transfer has no sealed functions, and none here."""
 SEALED_INPUTS: dict[str, Callable[[random.Random, dict], tuple]] = {
-    "all_below": _near_list, "any_above": _near_list, "count_above": _near_list,
+    "all_below": _near_list, "all_above": _near_list, "count_above": _near_list,
     "sum_at_least": _near_list, "sum_at_most": _near_list, "at_least": _near_k,
     "count_equal": _near_values, "keep_value": _near_values,
     "count_longer": lambda rng, k: ([_letters(rng, k) for _ in range(rng.randint(0, 6))],),
