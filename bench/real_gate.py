@@ -32,8 +32,9 @@ otherwise, the rewards permuted (``trainer.online.shuffle_rewards``, key ``place
 preset's trainer (seed ``s``) run on them; the candidate is then scored on the gate pool like a
 noise null and its weights dropped.
 
-Every unit (one model on one pool at one temperature) is cached under ``--workdir`` as it
-finishes: a run cut short resumes where it stopped.
+Every unit (one model on one pool at one temperature) is cached as it finishes, under
+``--workdir``/``pools-<digest>``, the digest of the pool files it reads (:func:`pools_digest`): a
+run cut short resumes where it stopped, and a unit scored on other pools is never read again.
 """
 
 from __future__ import annotations
@@ -82,6 +83,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # -- units ----------------------------------------------------------------------------------------
+def pools_digest(root: Path = POOLS_V2) -> str:
+    """Short sha256 over the pool files the bench reads (pools v2's and the first generation's
+    guard pool, which stands in where pools v2 have none)."""
+    import hashlib
+
+    sink = hashlib.sha256()
+    for path in [*sorted(root.glob("*.jsonl")), root.parent / "pyfuncs_guard.jsonl"]:
+        if path.is_file():
+            sink.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return sink.hexdigest()[:12]
+
+
 def _suite(gate, pool: str):
     """The gate's suite config on a pool v2 file (every task of it); the guard pool is the first
     generation's where pools v2 have none (tasks/data/pools_v2/manifest.json says why)."""
@@ -362,8 +375,9 @@ def main(argv: list[str] | None = None) -> None:
                 f"{st['families']:>4} families, largest family {st['max_family_share']:.0%}")
         return
     preset = load_config(args.config)
-    workdir = args.workdir
+    workdir = args.workdir / f"pools-{pools_digest()}"
     workdir.mkdir(parents=True, exist_ok=True)
+    say(f"units under {workdir}")
     if args.part == "placebo":
         run_placebos(args, preset, workdir)
         say("placebo candidates scored; `nulls` counts them")

@@ -92,3 +92,18 @@ def test_each_null_counts_once_in_the_power_draws(tmp_path, monkeypatch):
     out = rg.run_nulls(args, gate, trainer, tmp_path)
     assert out["n"] == 4 and out["complete"]
     assert seen[-1] == 4  # 3 noise nulls and 1 placebo, each once
+
+
+def test_units_are_keyed_by_the_pools_they_score(tmp_path):
+    """A unit cached on other pools is never read again: the cache directory is named by a
+    digest of the pool files, which moves when any of them changes."""
+    from bench.real_gate import pools_digest
+
+    pools = tmp_path / "pools_v2"
+    pools.mkdir()
+    (pools / "gate.jsonl").write_text('{"task_id": "a"}\n')
+    (pools / "calibration.jsonl").write_text("{}\n")
+    first = pools_digest(pools)
+    assert first == pools_digest(pools)
+    (pools / "gate.jsonl").write_text('{"task_id": "a"}\n{"task_id": "b"}\n')
+    assert pools_digest(pools) != first
