@@ -70,7 +70,9 @@ class HoldbackConfig(_Config):
         description="Share of users (hash of the OpenAI user field, else the API key) the router "
         "sends to the holdback replicas. Fixed for the model's life: changing it moves users "
         "between arms. A production router takes it as RATCHET_ROUTER_HOLDBACK_SHARE; the demo "
-        "starts its router with it. 0 = no holdback.",
+        "starts its router with it. 0 = no holdback. Latency compares across arms only when "
+        "each replica carries the same load: share = holdback replicas / all replicas (the toy "
+        "preset: 1 of 3).",
     )
     replicas: int = Field(
         1, ge=0, le=16,

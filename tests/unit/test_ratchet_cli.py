@@ -355,6 +355,16 @@ def test_make_demo_preset_decodes_each_gate_task_once_per_model():
     assert config.gate.suite.samples == 0 and not config.gate.champion_temperatures
 
 
+def test_make_demo_holdback_replica_carries_a_stable_replicas_load():
+    # the impact table compares latency across arms: equal load per replica makes it comparable
+    from ratchet.config import load_config
+
+    config = load_config(Path(__file__).resolve().parents[2] / "configs" / "toy-lazy-fix.json")
+    hb, replicas = config.fleet.holdback, config.fleet.replicas
+    per_stable, per_holdback = (1 - hb.share) / replicas, hb.share / hb.replicas
+    assert abs(per_stable - per_holdback) < 0.01
+
+
 def test_demo_cycle_report_says_which_rule_decided():
     import dataclasses
 
