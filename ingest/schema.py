@@ -31,6 +31,21 @@ Arm = Literal["stable", "canary", "holdback"]
 """The fleet router's arms (deploy/fleet/router.py): a completion records the one that served it."""
 ARMS: tuple[Arm, ...] = ("stable", "canary", "holdback")
 
+
+def holdback_mask(rows: pa.Table, *, anchor_version: int | None, champion_version: int | None):
+    """Which reward ``rows`` the holdback served: those whose recorded ``arm`` is ``holdback``;
+    of rows without an arm (written before the column, or served with no router), those of the
+    anchor version while the anchor is not the champion (the version alone cannot tell the arms
+    of one version apart). One rule for training (never on them) and the impact table."""
+    import pyarrow.compute as pc
+
+    arm = rows["arm"] if "arm" in rows.column_names else pa.nulls(rows.num_rows, pa.string())
+    held = pc.equal(pc.fill_null(arm, ""), "holdback")
+    if anchor_version is not None and anchor_version != champion_version:
+        held = pc.or_(held, pc.and_(pc.is_null(arm),
+                                    pc.equal(rows["model_version"], anchor_version)))
+    return held
+
 EDIT_WINDOWS_S: tuple[int, ...] = (30, 120, 300, 600)
 """Edit-persistence checkpoints, seconds after the completion (as in Copilot's telemetry)."""
 

@@ -114,11 +114,9 @@ def without_holdback(rows: pa.Table, *, anchor_version: int | None,
     champion they are kept (the version alone cannot tell the arms apart)."""
     import pyarrow.compute as pc
 
-    arm = rows["arm"] if "arm" in rows.column_names else pa.nulls(rows.num_rows, pa.string())
-    held = pc.equal(pc.fill_null(arm, ""), "holdback")
-    if anchor_version is not None and anchor_version != champion_version:
-        held = pc.or_(held, pc.and_(pc.is_null(arm),
-                                    pc.equal(rows["model_version"], anchor_version)))
+    from ingest.schema import holdback_mask
+
+    held = holdback_mask(rows, anchor_version=anchor_version, champion_version=champion_version)
     kept = rows.filter(pc.invert(held))
     return kept, rows.num_rows - kept.num_rows
 

@@ -158,18 +158,18 @@ def _sides(rows, champion_version: int, anchor_version: int):
     an arm and the champion is the anchor, so no side can be told apart)."""
     import pyarrow.compute as pc
 
+    from ingest.schema import holdback_mask
+
     arm = rows["arm"]
     no_arm = pc.is_null(arm)
+    hold = holdback_mask(rows, anchor_version=anchor_version, champion_version=champion_version)
     champ = pc.and_(pc.equal(rows["model_version"], champion_version),
                     pc.or_(pc.equal(pc.fill_null(arm, ""), "stable"), no_arm))
-    hold = pc.or_(pc.equal(pc.fill_null(arm, ""), "holdback"),
-                  pc.and_(no_arm, pc.equal(rows["model_version"], anchor_version)))
     if champion_version != anchor_version:
         return champ, hold
-    if pc.all(no_arm).as_py() is not False:
-        return pc.and_(champ, pc.invert(no_arm)), None
     # one version on both sides: only rows that record their arm tell them apart
-    return pc.and_(champ, pc.invert(no_arm)), pc.and_(hold, pc.invert(no_arm))
+    champ = pc.and_(champ, pc.invert(no_arm))
+    return champ, (None if pc.all(no_arm).as_py() is not False else hold)
 
 
 def impact_table(rows, *, model_name: str, champion_version: int | None,
