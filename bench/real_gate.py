@@ -16,7 +16,8 @@ family and pooled with a 95% interval resampling families (the pools' independen
 
 **nulls**: candidates that learned nothing, gated against the champion by the preset's own rule
 (``gating.gates.evaluate_gates`` with the preset's ``GateConfig``: the sampled primary, family
-clusters, common random numbers): weight-noise moves of the champion (Gaussian noise of
+clusters, common random numbers) on the preset's own draw of the gate pool (``gate.suite.size``
+functions, decision 0's draw; every null on that one draw): weight-noise moves of the champion (Gaussian noise of
 ``--scale`` times each tensor's std on the layers the preset trains). A null is promoted when
 every gate but the guards passes (the guards only make promotion harder, so this counts an upper
 bound of the promotions). ``promoted`` and its exact one-sided 95% upper bound, and the power for
@@ -59,6 +60,9 @@ SCORES_OUT = ROOT / "bench" / "results" / "pool_scores_v1.json"
 AA_OUT = ROOT / "bench" / "results" / "aa_gate.json"
 SWEEP = (0.3, 0.8)
 PLANTED = 0.10
+# The nulls are gated as the preset gates a candidate: on the suite's own draw of the gate pool
+# (its ``size`` functions, decision 0's draw), not on the whole pool.
+DRAW = "gate-draw0"
 
 
 def say(msg: str) -> None:
@@ -228,15 +232,15 @@ def planted_power(champ, null_changes: list[dict[str, float]], gate, *, effect: 
 
 def run_nulls(args, gate, trainer, workdir: Path, on_update=lambda summary: None) -> dict:
     _, policy = _champion(args, workdir)
-    suite = _suite(gate, "gate")
-    t = gate.suite.temperature
-    champ = _unit(workdir, f"v1-gate-t{t:g}", lambda: _score(policy, suite, t))
+    suite = gate.suite
+    t = suite.temperature
+    champ = _unit(workdir, f"v1-{DRAW}-t{t:g}", lambda: _score(policy, suite, t))
     params = _trained_params(policy, trainer.trainable.top_layers)
     saved = [p.detach().clone() for p in params]
     nulls, changes = [], []
     for seed in range(args.noise):
         perturb(params, saved, scale=args.scale, seed=seed)
-        cand = _unit(workdir, f"noise{args.scale:g}-seed{seed}-gate-t{t:g}",
+        cand = _unit(workdir, f"noise{args.scale:g}-seed{seed}-{DRAW}-t{t:g}",
                      lambda: _score(policy, suite, t))
         nulls.append(_null(cand, champ, gate, {"seed": seed, "scale": args.scale}, changes))
         say(f"null {seed}: sampled {nulls[-1]['sampled_change']:+.3f}, promoted "
@@ -269,7 +273,7 @@ def _null(cand, champ, gate, what: dict, changes: list[dict]) -> dict:
 
 
 def _placebo_name(seed: int, t: float) -> str:
-    return f"placebo-seed{seed}-gate-t{t:g}"
+    return f"placebo-seed{seed}-{DRAW}-t{t:g}"
 
 
 def _placebos(args, gate, champ, workdir: Path, changes: list[dict]) -> list[dict]:
@@ -302,7 +306,7 @@ def run_placebos(args, preset, workdir: Path) -> None:
     gate, sim = preset.gate, preset.simulator
     t = gate.suite.temperature
     champion = _champion_path(args, workdir)
-    suite = _suite(gate, "gate")
+    suite = gate.suite
     traffic = sim.load_tasks()
     for seed in range(args.placebo):
         if (workdir / "units" / f"{_placebo_name(seed, t)}.json").is_file():
