@@ -17,10 +17,10 @@ family and pooled with a 95% interval resampling families (the pools' independen
 **nulls**: candidates that learned nothing, gated against the champion by the preset's own rule
 (``gating.gates.evaluate_gates`` with the preset's ``GateConfig``: the sampled primary, family
 clusters, common random numbers) on the preset's own draw of the gate pool (``gate.suite.size``
-functions, decision 0's draw; every null on that one draw): weight-noise moves of the champion (Gaussian noise of
-``--scale`` times each tensor's std on the layers the preset trains). A null is promoted when
-every gate but the guards passes (the guards only make promotion harder, so this counts an upper
-bound of the promotions). ``promoted`` and its exact one-sided 95% upper bound, and the power for
+functions, decision 0's draw; every null on that one draw): weight-noise moves of the champion
+(Gaussian noise of ``--scale`` times each tensor's std on the layers the preset trains). A null
+is promoted when every gate but the guards passes (the guards only make promotion harder, so this
+counts an upper bound of the promotions). ``promoted`` and its exact one-sided 95% upper bound, and the power for
 a planted +0.10 in sampled pass at the family-level churn the nulls show: each family of the
 champion's gate result moved by +0.10 plus a draw of a null's family change. The placebo
 candidates the ``placebo`` part has finished are counted with the weight-noise ones.
@@ -124,13 +124,16 @@ def _unit(workdir: Path, name: str, run):
     return result
 
 
-def _score(policy, suite, temperature: float):
+def score_suite(policy, suite, temperature: float, *, chat: bool = True):
+    """``policy`` on ``suite``'s draw (decision 0) decoded as the gate decodes: greedy and the
+    suite's ``samples`` at ``temperature``, as chat turns unless ``chat`` is off (a model with
+    no chat template)."""
     from gating.suite import build_suite, run_suite
 
     tasks, checker = build_suite(suite, 0)
     return run_suite(policy, tasks, max_new_tokens=suite.max_new_tokens, seed=suite.seed,
                      checker=checker, token_penalty=suite.token_penalty,
-                     batch_size=suite.batch_size, chat=True, samples=suite.samples,
+                     batch_size=suite.batch_size, chat=chat, samples=suite.samples,
                      temperature=temperature)
 
 
@@ -164,7 +167,8 @@ def run_scores(args, gate, workdir: Path) -> dict:
     pools: dict[str, dict] = {}
     for pool in args.pools.split(","):
         suite = _suite(gate, pool)
-        by_t = {t: _unit(workdir, f"v1-{pool}-t{t:g}", lambda s=suite, t=t: _score(policy, s, t))
+        by_t = {t: _unit(workdir, f"v1-{pool}-t{t:g}",
+                         lambda s=suite, t=t: score_suite(policy, s, t))
                 for t in SWEEP}
         first = by_t[SWEEP[0]]
         greedy = [float(x.passed) for x in first.tasks]
@@ -234,14 +238,14 @@ def run_nulls(args, gate, trainer, workdir: Path, on_update=lambda summary: None
     _, policy = _champion(args, workdir)
     suite = gate.suite
     t = suite.temperature
-    champ = _unit(workdir, f"v1-{DRAW}-t{t:g}", lambda: _score(policy, suite, t))
+    champ = _unit(workdir, f"v1-{DRAW}-t{t:g}", lambda: score_suite(policy, suite, t))
     params = _trained_params(policy, trainer.trainable.top_layers)
     saved = [p.detach().clone() for p in params]
     nulls, changes = [], []
     for seed in range(args.noise):
         perturb(params, saved, scale=args.scale, seed=seed)
         cand = _unit(workdir, f"noise{args.scale:g}-seed{seed}-{DRAW}-t{t:g}",
-                     lambda: _score(policy, suite, t))
+                     lambda: score_suite(policy, suite, t))
         nulls.append(_null(cand, champ, gate, {"seed": seed, "scale": args.scale}, changes))
         say(f"null {seed}: sampled {nulls[-1]['sampled_change']:+.3f}, promoted "
             f"{nulls[-1]['promoted']}")
@@ -333,7 +337,7 @@ def run_placebos(args, preset, workdir: Path) -> None:
             "rows": len(rewards), "passing_rows": rewards.count(1.0),
             "train": {k: v for k, v in metrics.items() if "kl" in k or k == "loss"}}, indent=1))
         policy = load_policy(HFPolicyConfig(path=out, chat_template=True))
-        _unit(workdir, _placebo_name(seed, t), lambda p=policy: _score(p, suite, t))
+        _unit(workdir, _placebo_name(seed, t), lambda p=policy: score_suite(p, suite, t))
         del policy
         shutil.rmtree(out)
 
