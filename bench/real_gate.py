@@ -20,10 +20,10 @@ clusters, common random numbers) on the preset's own draw of the gate pool (``ga
 functions, decision 0's draw; every null on that one draw): weight-noise moves of the champion
 (Gaussian noise of ``--scale`` times each tensor's std on the layers the preset trains). A null
 is promoted when every gate but the guards passes (the guards only make promotion harder, so this
-counts an upper bound of the promotions). ``promoted`` and its exact one-sided 95% upper bound, and the power for
-a planted +0.10 in sampled pass at the family-level churn the nulls show: each family of the
-champion's gate result moved by +0.10 plus a draw of a null's family change. The placebo
-candidates the ``placebo`` part has finished are counted with the weight-noise ones.
+counts an upper bound of the promotions). ``promoted`` and its exact one-sided 95% upper bound,
+and the power for a planted +0.10 in sampled pass at the family-level churn the nulls show: each
+family of the champion's gate result moved by +0.10 plus a draw of a null's family change. The
+placebo candidates the ``placebo`` part has finished are counted with the weight-noise ones.
 
 **placebo**: shuffled-reward candidates, each trained as a cycle of the preset trains one: the
 first champion serves the preset's ``requests_per_round`` requests on the train pool v2 (the
