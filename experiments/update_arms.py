@@ -154,10 +154,11 @@ def plan(args) -> list[tuple[str, str, int]]:
 
 
 @contextmanager
-def exclusive(path: Path):
-    """One process at a time for what both parts need once (the champion, the rows)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as fh:
+def exclusive(workdir: Path, what: str):
+    """One process at a time for what both parts need once (the champion, its scores, the rows);
+    the lock files stay in the workdir, out of the committed units."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    with open(workdir / f"{what}.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -224,7 +225,7 @@ def rows_for(args, preset, champion: Path):
     from tasks.pyfuncs import tuning_draw
 
     path = args.units / "rows.parquet"
-    with exclusive(path):
+    with exclusive(args.workdir, "rows"):
         if not path.is_file():
             sim = preset.simulator
             say(f"the champion serves {args.requests} requests on the tuning draw's traffic")
@@ -242,7 +243,7 @@ def champion_scores(args, gate, champion: Path, paths) -> dict[str, list[dict]]:
     from policy.loader import load_policy
 
     path = args.units / "champion.json"
-    with exclusive(path):
+    with exclusive(args.workdir, "champion-scores"):
         if not path.is_file():
             say("scoring the champion on the tuning draw's sides")
             policy = load_policy(HFPolicyConfig(path=champion, chat_template=not args.tiny))
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     preset = load_config(args.config, check_paths=not args.tiny)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    with exclusive(args.workdir / "champion"):
+    with exclusive(args.workdir, "champion"):
         champion = build_champion(argparse.Namespace(config=args.config, tiny=args.tiny),
                                   args.workdir)
     rows = rows_for(args, preset, champion)

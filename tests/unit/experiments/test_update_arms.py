@@ -111,6 +111,7 @@ def test_a_dry_run_writes_its_units_resumes_and_applies_the_rule(tmp_path):
     assert set(unit["change"]) == set(ua.SIDES) and unit["kind"] == "real"
     assert all(len(unit["sides"][s]) == 2 for s in ua.SIDES)
     assert (tmp_path / "units" / "rows.parquet").is_file()
+    assert not list((tmp_path / "units").rglob("*.lock"))  # the locks stay out of the units
     assert not (tmp_path / "work" / "runs" / "filtered_imitation_lr_5e-5" / "real-seed0").exists()
     stamps = real.stat().st_mtime_ns, placebo.stat().st_mtime_ns
     ua.main(common)  # everything is there: nothing is trained again
