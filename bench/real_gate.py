@@ -234,6 +234,15 @@ def planted_power(champ, null_changes: list[dict[str, float]], gate, *, effect: 
     return promoted / draws
 
 
+def centred(changes: list[dict[str, float]]) -> list[dict[str, float]]:
+    """Each null's family changes less their mean (its loss on the whole taken out)."""
+    out = []
+    for change in changes:
+        mean = sum(change.values()) / len(change) if change else 0.0
+        out.append({f: v - mean for f, v in change.items()})
+    return out
+
+
 def run_nulls(args, gate, trainer, workdir: Path, on_update=lambda summary: None) -> dict:
     _, policy = _champion(args, workdir)
     suite = gate.suite
@@ -358,6 +367,11 @@ def _summary(args, gate, champ, nulls: list[dict], placebos: list[dict], changes
                 champ, changes, gate, effect=PLANTED, draws=args.power_draws), 4),
             "power_note": "planted +0.10 per family plus one null's family change (noise and "
             "placebo nulls alike)",
+            f"power_sampled_{PLANTED:.2f}_centred": round(planted_power(
+                champ, centred(changes), gate, effect=PLANTED, draws=args.power_draws), 4),
+            "power_centred_note": "the same with each null's family changes less that null's "
+            "mean family change: a planted candidate that loses nothing on the whole (not the "
+            "rule's figure; it separates the nulls' own loss from the noise)",
             "power_draws": args.power_draws, "complete": complete,
             "wanted": {"noise_nulls": args.noise, "placebo_nulls": args.placebo}}
 

@@ -107,3 +107,17 @@ def test_units_are_keyed_by_the_pools_they_score(tmp_path):
     assert first == pools_digest(pools)
     (pools / "gate.jsonl").write_text('{"task_id": "a"}\n{"task_id": "b"}\n')
     assert pools_digest(pools) != first
+
+
+def test_centred_changes_take_out_each_nulls_loss_on_the_whole():
+    """A null that lost 0.10 on every family eats the planted +0.10 in the rule's figure; the
+    centred figure keeps its spread between families and drops that loss."""
+    from bench.real_gate import centred
+
+    assert centred([{"a": -0.2, "b": 0.0}, {}]) == [{"a": pytest.approx(-0.1),
+                                                    "b": pytest.approx(0.1)}, {}]
+    gate = GateConfig.model_validate(json.loads(PRESET.read_text())["gate"])
+    champ = _champion()
+    lost = [{f"fam{f}": -0.10 for f in range(30)}]
+    assert planted_power(champ, lost, gate, effect=0.10, draws=3) == 0.0
+    assert planted_power(champ, centred(lost), gate, effect=0.10, draws=3) == 1.0
