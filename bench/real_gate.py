@@ -65,6 +65,12 @@ PLANTED = 0.10
 DRAW = "gate-draw0"
 
 
+def _draw_name(gate) -> str:
+    """The units' name of the gate's draw: its samples per function are part of it, so a unit
+    scored at another ``k`` is never read for this one."""
+    return f"{DRAW}-k{gate.suite.samples}"
+
+
 def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -247,13 +253,14 @@ def run_nulls(args, gate, trainer, workdir: Path, on_update=lambda summary: None
     _, policy = _champion(args, workdir)
     suite = gate.suite
     t = suite.temperature
-    champ = _unit(workdir, f"v1-{DRAW}-t{t:g}", lambda: score_suite(policy, suite, t))
+    champ = _unit(workdir, f"v1-{_draw_name(gate)}-t{t:g}",
+                  lambda: score_suite(policy, suite, t))
     params = _trained_params(policy, trainer.trainable.top_layers)
     saved = [p.detach().clone() for p in params]
     nulls, changes = [], []
     for seed in range(args.noise):
         perturb(params, saved, scale=args.scale, seed=seed)
-        cand = _unit(workdir, f"noise{args.scale:g}-seed{seed}-{DRAW}-t{t:g}",
+        cand = _unit(workdir, f"noise{args.scale:g}-seed{seed}-{_draw_name(gate)}-t{t:g}",
                      lambda: score_suite(policy, suite, t))
         nulls.append(_null(cand, champ, gate, {"seed": seed, "scale": args.scale}, changes))
         say(f"null {seed}: sampled {nulls[-1]['sampled_change']:+.3f}, promoted "
@@ -285,18 +292,17 @@ def _null(cand, champ, gate, what: dict, changes: list[dict]) -> dict:
             "improvement": evidence.detail}
 
 
-def _placebo_name(seed: int, t: float) -> str:
-    return f"placebo-seed{seed}-{DRAW}-t{t:g}"
+def _placebo_name(gate, seed: int) -> str:
+    return f"placebo-seed{seed}-{_draw_name(gate)}-t{gate.suite.temperature:g}"
 
 
 def _placebos(args, gate, champ, workdir: Path, changes: list[dict]) -> list[dict]:
     """The placebo candidates the ``placebo`` part has scored (read from their units)."""
     from gating.records import SuiteResult
 
-    t = gate.suite.temperature
     out = []
     for seed in range(args.placebo):
-        unit = workdir / "units" / f"{_placebo_name(seed, t)}.json"
+        unit = workdir / "units" / f"{_placebo_name(gate, seed)}.json"
         if unit.is_file():
             meta = workdir / "placebo" / f"seed{seed}.json"
             train = json.loads(meta.read_text()) if meta.is_file() else {}
@@ -322,7 +328,7 @@ def run_placebos(args, preset, workdir: Path) -> None:
     suite = gate.suite
     traffic = sim.load_tasks()
     for seed in range(args.placebo):
-        if (workdir / "units" / f"{_placebo_name(seed, t)}.json").is_file():
+        if (workdir / "units" / f"{_placebo_name(gate, seed)}.json").is_file():
             continue
         here = workdir / "placebo"
         rows_file = here / f"rows_seed{seed}.parquet"
@@ -346,7 +352,7 @@ def run_placebos(args, preset, workdir: Path) -> None:
             "rows": len(rewards), "passing_rows": rewards.count(1.0),
             "train": {k: v for k, v in metrics.items() if "kl" in k or k == "loss"}}, indent=1))
         policy = load_policy(HFPolicyConfig(path=out, chat_template=True))
-        _unit(workdir, _placebo_name(seed, t), lambda p=policy: score_suite(p, suite, t))
+        _unit(workdir, _placebo_name(gate, seed), lambda p=policy: score_suite(p, suite, t))
         del policy
         shutil.rmtree(out)
 

@@ -64,6 +64,10 @@ ARMS: dict[str, dict] = {
 REQUESTS = 128
 ROWS_SEED = 1
 SEEDS = 4
+SAMPLES = 4
+TEMPERATURE = 0.8
+"""Samples per function and their temperature (the serving one), fixed here so that a change of
+the preset's gate never mixes two sample counts in one table."""
 FLOOR = -0.02
 """Lowest mean change on ``guard`` and on ``transfer`` an admissible arm's real seeds may show."""
 
@@ -190,14 +194,15 @@ def sides(args) -> dict[str, Path]:
 
 def score_sides(policy, gate, paths: dict[str, Path], *, chat: bool) -> dict[str, list[dict]]:
     """Each side decoded as the gate decodes (chat turn, stop at the closed code block, the
-    suite's max tokens): greedy and ``gate.suite.samples`` samples at its temperature."""
+    suite's max tokens): greedy and :data:`SAMPLES` samples at :data:`TEMPERATURE`."""
     from bench.real_gate import score_suite
 
     out = {}
     for name, path in paths.items():
         n = sum(1 for line in path.read_text().splitlines() if line.strip())
-        suite = gate.suite.model_copy(update={"path": path, "size": n})
-        result = score_suite(policy, suite, suite.temperature, chat=chat)
+        suite = gate.suite.model_copy(update={"path": path, "size": n, "samples": SAMPLES,
+                                              "temperature": TEMPERATURE})
+        result = score_suite(policy, suite, TEMPERATURE, chat=chat)
         out[name] = [{"task_id": t.task_id, "family": t.kind, "passed": t.passed,
                       "sampled_pass": t.sampled_pass} for t in result.tasks]
     return out
@@ -294,8 +299,8 @@ def table(args) -> dict:
             "machine": provenance.machine(), "config": str(args.config.relative_to(ROOT))
             if args.config.is_relative_to(ROOT) else str(args.config),
             "rows": f"{args.requests} requests on the tuning draw's traffic, rows seed {ROWS_SEED}",
-            "outcome": "change in family-averaged sampled pass (the gate suite's samples at its "
-            "temperature) against the first champion",
+            "outcome": f"change in family-averaged sampled pass ({SAMPLES} samples at "
+            f"{TEMPERATURE:g}) against the first champion",
             "rule": f"admissible: complete, every real seed above every placebo seed on trained, "
             f"mean guard and transfer changes >= {FLOOR}; chosen: the admissible arm with the "
             "largest mean trained change, else null (the preset stays)",

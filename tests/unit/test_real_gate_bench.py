@@ -52,7 +52,7 @@ def test_scored_placebo_candidates_count_with_the_noise_nulls(tmp_path):
                                                 for t in champ.tasks]})
     units = tmp_path / "units"
     units.mkdir()
-    (units / f"{_placebo_name(0, gate.suite.temperature)}.json").write_text(
+    (units / f"{_placebo_name(gate, 0)}.json").write_text(
         better.model_dump_json())
     (tmp_path / "placebo").mkdir()
     (tmp_path / "placebo" / "seed0.json").write_text(json.dumps({"passing_rows": 41}))
@@ -78,7 +78,7 @@ def test_each_null_counts_once_in_the_power_draws(tmp_path, monkeypatch):
     champ = _champion()
     units = tmp_path / "units"
     units.mkdir()
-    (units / f"{rg._placebo_name(0, gate.suite.temperature)}.json").write_text(
+    (units / f"{rg._placebo_name(gate, 0)}.json").write_text(
         champ.model_dump_json())
     seen: list[int] = []
     monkeypatch.setattr(rg, "_champion", lambda args, workdir: (tmp_path, object()))
@@ -121,3 +121,13 @@ def test_centred_changes_take_out_each_nulls_loss_on_the_whole():
     lost = [{f"fam{f}": -0.10 for f in range(30)}]
     assert planted_power(champ, lost, gate, effect=0.10, draws=3) == 0.0
     assert planted_power(champ, centred(lost), gate, effect=0.10, draws=3) == 1.0
+
+
+def test_units_scored_at_another_sample_count_are_never_read():
+    from bench.real_gate import _draw_name, _placebo_name
+
+    gate = GateConfig.model_validate(json.loads(PRESET.read_text())["gate"])
+    more = gate.model_copy(update={"suite": gate.suite.model_copy(
+        update={"samples": gate.suite.samples * 2})})
+    assert _draw_name(gate) != _draw_name(more)
+    assert _placebo_name(gate, 0) != _placebo_name(more, 0)
