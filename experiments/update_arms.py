@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import provenance  # noqa: E402
 from bench._common import build_champion, choices, say  # noqa: E402
+from experiments.local_update import permutation_p  # noqa: E402
 
 CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 UNITS = ROOT / "bench" / "results" / "update_arms_units"
@@ -104,15 +105,6 @@ def family_average(tasks: list[dict], key: str = "sampled_pass") -> float:
     for t in tasks:
         by.setdefault(t["family"], []).append(float(t[key]))
     return sum(sum(v) / len(v) for v in by.values()) / len(by)
-
-
-def permutation_p(mine: list[float], theirs: list[float]) -> float:
-    """Exact one-sided permutation p that ``mine`` has the larger mean (4 against 4: >= 1/70)."""
-    import itertools
-
-    pooled = mine + theirs
-    sums = [sum(c) for c in itertools.combinations(pooled, len(mine))]
-    return sum(s >= sum(mine) - 1e-12 for s in sums) / len(sums)
 
 
 def judge(name: str, real: list[dict], placebo: list[dict], seeds: int) -> dict:
