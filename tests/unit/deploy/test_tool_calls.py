@@ -450,7 +450,7 @@ def bad_caller(tmp_path_factory, tokenizer, live):
     from policy.hf import HFPolicy
 
     model, tok = _model(tokenizer, TOOL_TEMPLATE)
-    _teach_to_call(model, tok, BAD_CALLS, steps=400)
+    _teach_to_call(model, tok, BAD_CALLS, steps=1200)  # stops once both lessons are learnt
     app, test_client, server = _serve(tmp_path_factory.mktemp("bad"), HFPolicy(model, tok), live)
     with server as url:
         yield openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY", max_retries=0, timeout=60)
