@@ -169,11 +169,8 @@ def write_atomic(path: Path, doc: dict) -> None:
     os.replace(part, path)
 
 
-def sides(args) -> dict[str, Path]:
+def sides(args, draw: dict[str, list[dict]]) -> dict[str, Path]:
     """The tuning draw's scoring sides as JSONL files under the workdir (``--limit`` each)."""
-    from tasks.pyfuncs import tuning_draw
-
-    draw = tuning_draw()
     out = {}
     for name in SIDES:
         tasks = draw[name][: args.limit] if args.limit else draw[name]
@@ -214,20 +211,20 @@ def trainer_config(preset, arm: str, seed: int, *, tiny: bool):
     return TrainerConfig.model_validate(cfg)
 
 
-def rows_for(args, preset, champion: Path):
-    """The rows every arm trains on, kept beside the units (sampled once)."""
+def rows_for(args, preset, champion: Path, draw: dict[str, list[dict]]):
+    """The rows every arm trains on, kept beside the units (sampled once) and drawn from
+    ``draw``'s traffic."""
     import pyarrow.parquet as pq
 
     from bench._common import sample_traffic
-    from tasks.pyfuncs import tuning_draw
 
     path = args.units / "rows.parquet"
     with exclusive(args.workdir, "rows"):
         if not path.is_file():
             sim = preset.simulator
             say(f"the champion serves {args.requests} requests on the tuning draw's traffic")
-            traffic = tuning_draw()["traffic"]
-            rows = sample_traffic(champion, traffic, n=args.requests, temperature=sim.temperature,
+            rows = sample_traffic(champion, draw["traffic"], n=args.requests,
+                                  temperature=sim.temperature,
                                   max_new_tokens=sim.max_tokens, seed=ROWS_SEED,
                                   stop_after_code_block=sim.stop_after_code_block)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -320,8 +317,11 @@ def main(argv: list[str] | None = None) -> None:
     with exclusive(args.workdir, "champion"):
         champion = build_champion(argparse.Namespace(config=args.config, tiny=args.tiny),
                                   args.workdir)
-    rows = rows_for(args, preset, champion)
-    paths = sides(args)
+    from tasks.pyfuncs import tuning_draw
+
+    draw = tuning_draw()
+    rows = rows_for(args, preset, champion, draw)
+    paths = sides(args, draw)
     champ = champion_scores(args, preset.gate, champion, paths)
     todo = plan(args)
     for i, (arm, kind, seed) in enumerate(todo):

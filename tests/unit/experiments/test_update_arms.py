@@ -100,7 +100,9 @@ def test_a_dry_run_writes_its_units_resumes_and_applies_the_rule(tmp_path):
 
     args = ua.parse_args(common)
     champion = build_champion(argparse.Namespace(config=ua.CONFIG, tiny=True), args.workdir)
-    rows = ua.rows_for(args, load_config(ua.CONFIG, check_paths=False), champion)
+    from tasks.pyfuncs import tuning_draw
+
+    rows = ua.rows_for(args, load_config(ua.CONFIG, check_paths=False), champion, tuning_draw())
     rewards = pa.array([1.0 if i % 2 else -1.0 for i in range(rows.num_rows)], pa.float64())
     pq.write_table(rows.set_column(rows.schema.get_field_index("reward"), "reward", rewards),
                    tmp_path / "units" / "rows.parquet")
