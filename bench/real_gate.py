@@ -89,6 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--power-draws", type=int, default=200)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "real_gate")
+    p.add_argument("--key", default="real_nulls",
+                   help="the key of aa_gate.json the nulls' figures go under")
     return p.parse_args(argv)
 
 
@@ -128,6 +130,35 @@ def _unit(workdir: Path, name: str, run):
     say(f"{name}: greedy {result.pass_rate:.3f}, sampled {result.sampled_pass_rate:.3f} "
         f"({time.perf_counter() - t0:.0f} s)")
     return result
+
+
+def _scored(workdir: Path, stem: str, policy, suite, temperature: float):
+    """The unit ``stem`` on the gate's draw at ``suite.samples``: read if cached; else a cached
+    unit of the same model with fewer samples is extended (its draws are the first ones the
+    larger ``k`` makes, see :func:`gating.suite.extend_samples`); else scored whole. Only for
+    models rebuilt bit for bit each time (the champion, its seeded weight-noise moves)."""
+    from gating.records import SuiteResult
+
+    k, t = suite.samples, f"t{temperature:g}"
+    name = f"{stem}-{DRAW}-k{k}-{t}"
+    fewer = sorted((int(p.name.split("-k")[-1].split("-")[0]), p)
+                   for p in (workdir / "units").glob(f"{stem}-{DRAW}-k*-{t}.json")
+                   if 0 < int(p.name.split("-k")[-1].split("-")[0]) < k)
+    if (workdir / "units" / f"{name}.json").exists() or not fewer:
+        return _unit(workdir, name, lambda: score_suite(policy, suite, temperature))
+    have, path = fewer[-1]
+    say(f"{name}: extending {path.name} ({have} samples) to {k}")
+    return _unit(workdir, name, lambda: _extend(
+        policy, suite, temperature, SuiteResult.model_validate_json(path.read_text()), have))
+
+
+def _extend(policy, suite, temperature: float, prior, have: int, *, chat: bool = True):
+    from gating.suite import build_suite, extend_samples
+
+    tasks, checker = build_suite(suite, 0)
+    return extend_samples(policy, tasks, prior, have=have, samples=suite.samples,
+                          max_new_tokens=suite.max_new_tokens, seed=suite.seed, checker=checker,
+                          batch_size=suite.batch_size, chat=chat, temperature=temperature)
 
 
 def score_suite(policy, suite, temperature: float, *, chat: bool = True):
@@ -253,15 +284,13 @@ def run_nulls(args, gate, trainer, workdir: Path, on_update=lambda summary: None
     _, policy = _champion(args, workdir)
     suite = gate.suite
     t = suite.temperature
-    champ = _unit(workdir, f"v1-{_draw_name(gate)}-t{t:g}",
-                  lambda: score_suite(policy, suite, t))
+    champ = _scored(workdir, "v1", policy, suite, t)
     params = _trained_params(policy, trainer.trainable.top_layers)
     saved = [p.detach().clone() for p in params]
     nulls, changes = [], []
     for seed in range(args.noise):
         perturb(params, saved, scale=args.scale, seed=seed)
-        cand = _unit(workdir, f"noise{args.scale:g}-seed{seed}-{_draw_name(gate)}-t{t:g}",
-                     lambda: score_suite(policy, suite, t))
+        cand = _scored(workdir, f"noise{args.scale:g}-seed{seed}", policy, suite, t)
         nulls.append(_null(cand, champ, gate, {"seed": seed, "scale": args.scale}, changes))
         say(f"null {seed}: sampled {nulls[-1]['sampled_change']:+.3f}, promoted "
             f"{nulls[-1]['promoted']}")
@@ -363,8 +392,8 @@ def _summary(args, gate, champ, nulls: list[dict], placebos: list[dict], changes
     n = len(nulls) + len(placebos)
     return {"date": provenance.now(), "commit": provenance.commit(),
             "machine": provenance.machine(), "load1_end": provenance.load1(),
-            "gate": "configs/smollm2-pyfuncs.json gate (pools v2, sampled primary k = "
-            f"{gate.suite.samples} at {t:g}, family clusters)",
+            "gate": f"{Path(getattr(args, 'config', CONFIG)).name} gate (pools v2, sampled "
+            f"primary k = {gate.suite.samples} at {t:g}, family clusters)",
             "tasks": len(champ.tasks), "families": len(set(champ.families)),
             "champion_sampled": round(champ.sampled_pass_rate, 4),
             "noise_nulls": nulls, "placebo_nulls": placebos,
@@ -417,12 +446,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     def write(summary: dict) -> None:  # after every null: a run cut short keeps its figures
         doc = json.loads(AA_OUT.read_text()) if AA_OUT.exists() else {}
-        doc["real_nulls"] = summary
+        doc[args.key] = summary
         AA_OUT.write_text(json.dumps(doc, indent=1) + "\n")
 
     result = run_nulls(args, preset.gate, preset.trainer, workdir, on_update=write)
     write(result)
-    say(f"wrote real_nulls to {AA_OUT}: {result['promoted']} of {result['n']} promoted "
+    say(f"wrote {args.key} to {AA_OUT}: {result['promoted']} of {result['n']} promoted "
         f"(upper95 {result['upper95']}), power {result[f'power_sampled_{PLANTED:.2f}']}")
 
 

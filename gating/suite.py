@@ -168,20 +168,31 @@ def _grade(checker: Checker, task: Task, answer: str, chat: bool) -> CheckResult
                            detail=f"grader crashed: {type(exc).__name__}: {str(exc)[:150]}")
 
 
-def _sampled_shares(policy: Policy, checker: Checker, batch: list[Task], prompts: list[list[int]],
-                    *, samples: int, temperature: float, seed: int, max_new_tokens: int,
-                    chat: bool, stop: dict) -> list[float | None]:
-    """Per task of ``batch``: the share of ``samples`` completions at ``temperature`` that
-    pass (None each when ``samples`` is 0)."""
-    if samples == 0:
-        return [None] * len(batch)
+def _sampled_passes(policy: Policy, checker: Checker, batch: list[Task], prompts: list[list[int]],
+                    *, draws: range, temperature: float, seed: int, max_new_tokens: int,
+                    chat: bool, stop: dict) -> list[int]:
+    """Per task of ``batch``: how many of the completions ``draws`` (draw ``j`` seeded by
+    ``seed + j``) at ``temperature`` pass."""
     passed = [0] * len(batch)
-    for j in range(samples):
+    for j in draws:
         gens = policy.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                                top_p=1.0, seed=seed + j, **stop)
         for k, (task, gen) in enumerate(zip(batch, gens, strict=True)):
             passed[k] += int(_grade(checker, task, gen.text, chat).passed)
-    return [p / samples for p in passed]
+    return passed
+
+
+def _sample_seed(seed: int, start: int) -> int:
+    """The seed of the samples of the batch that starts at task ``start``."""
+    return seed + 7919 * (start + 1)
+
+
+def _chat_stop(chat: bool) -> dict:
+    if not chat:
+        return {}
+    from tasks.humaneval import reply_complete  # a chat reply is done once its code block closes
+
+    return {"stop_when": reply_complete}
 
 
 def run_suite(
@@ -212,11 +223,7 @@ def run_suite(
     load = [[0] * spec.n_experts for _ in range(spec.n_moe_layers)] if spec.is_moe else []
     room = prompt_room(policy.max_seq_len, max_new_tokens)
     outcomes: list[TaskOutcome] = []
-    stop = {}
-    if chat:  # a chat reply is done once its code block is closed: the prose after it is not
-        from tasks.humaneval import reply_complete
-
-        stop = {"stop_when": reply_complete}
+    stop = _chat_stop(chat)  # the prose after a chat reply's code block is not scored
     progress = Progress(f"{label} ({len(tasks)} tasks)", total=len(tasks), unit="task")
     for i in range(0, len(tasks), batch_size):
         batch = tasks[i : i + batch_size]
@@ -224,9 +231,10 @@ def run_suite(
         prompts = [task_prompt_ids(policy, t, room, chat=chat) for t in batch]
         gens = policy.generate(prompts, max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0,
                                seed=seed, **stop)
-        shares = _sampled_shares(policy, checker, batch, prompts, samples=samples,
-                                 temperature=temperature, seed=seed + 7919 * (i + 1),
+        passes = _sampled_passes(policy, checker, batch, prompts, draws=range(samples),
+                                 temperature=temperature, seed=_sample_seed(seed, i),
                                  max_new_tokens=max_new_tokens, chat=chat, stop=stop)
+        shares = [p / samples if samples else None for p in passes]
         for task, gen, share in zip(batch, gens, shares, strict=True):
             result = _grade(checker, task, gen.text, chat)
             if spec.is_moe:
@@ -242,3 +250,41 @@ def run_suite(
             ))
     progress.close()
     return SuiteResult(tasks=outcomes, expert_load=load, seconds=time.perf_counter() - start)
+
+
+def extend_samples(model: Policy, tasks: list[Task], prior: SuiteResult, *, have: int,
+                   samples: int, max_new_tokens: int, seed: int, checker: Checker = check,
+                   batch_size: int = 64, chat: bool = False,
+                   temperature: float = 0.8) -> SuiteResult:
+    """``prior``, a :func:`run_suite` result of the same model on ``tasks`` with ``have``
+    samples per task, extended to ``samples``: only draws ``have`` .. ``samples - 1`` are
+    decoded, with the seeds :func:`run_suite` gives them, so the result is what
+    ``run_suite(samples=samples)`` returns (the greedy answers are ``prior``'s)."""
+    from policy.loader import as_policy
+
+    if not 0 < have <= samples:
+        raise ValueError(f"extend {have} samples to {samples}: need 0 < have <= samples")
+    if [t.task_id for t in prior.tasks] != [t.task_id for t in tasks]:
+        raise ValueError("the prior result was scored on other tasks")
+    start = time.perf_counter()
+    policy = as_policy(model)
+    room = prompt_room(policy.max_seq_len, max_new_tokens)
+    stop = _chat_stop(chat)
+    outcomes: list[TaskOutcome] = []
+    progress = Progress(f"{samples - have} more samples ({len(tasks)} tasks)", total=len(tasks),
+                        unit="task")
+    for i in range(0, len(tasks), batch_size):
+        batch = tasks[i : i + batch_size]
+        progress.update(len(batch))
+        prompts = [task_prompt_ids(policy, t, room, chat=chat) for t in batch]
+        passes = _sampled_passes(policy, checker, batch, prompts, draws=range(have, samples),
+                                 temperature=temperature, seed=_sample_seed(seed, i),
+                                 max_new_tokens=max_new_tokens, chat=chat, stop=stop)
+        for old, p in zip(prior.tasks[i : i + batch_size], passes, strict=True):
+            if old.sampled_pass is None:
+                raise ValueError(f"{old.task_id}: the prior result has no samples")
+            had = round(old.sampled_pass * have)
+            outcomes.append(old.model_copy(update={"sampled_pass": (had + p) / samples}))
+    progress.close()
+    return prior.model_copy(update={"tasks": outcomes,
+                                    "seconds": prior.seconds + time.perf_counter() - start})

@@ -131,3 +131,29 @@ def test_units_scored_at_another_sample_count_are_never_read():
         update={"samples": gate.suite.samples * 2})})
     assert _draw_name(gate) != _draw_name(more)
     assert _placebo_name(gate, 0) != _placebo_name(more, 0)
+
+
+def test_a_model_scored_with_fewer_samples_is_extended_not_scored_again(tmp_path, monkeypatch):
+    """At k = 8 the champion's (or a seeded noise null's) k = 4 unit is extended by four draws;
+    a unit at a larger k, or of another model, is never read; with none cached it is scored
+    whole; the finished k = 8 unit is read as it is."""
+    import bench.real_gate as rg
+
+    gate = GateConfig.model_validate(json.loads(PRESET.read_text())["gate"])
+    suite = gate.suite.model_copy(update={"samples": 8})
+    units = tmp_path / "units"
+    units.mkdir()
+    four = _champion()
+    for name in ("v1-gate-draw0-k4-t0.8", "v1-gate-draw0-k16-t0.8", "v1-gate-draw0-k2-t0.3",
+                 "noise0.1-seed1-gate-draw0-k2-t0.8"):
+        (units / f"{name}.json").write_text(four.model_dump_json())
+    calls: list[tuple] = []
+    monkeypatch.setattr(rg, "_extend", lambda policy, s, t, prior, have: calls.append(
+        ("extend", have, s.samples)) or prior)
+    monkeypatch.setattr(rg, "score_suite", lambda policy, s, t: calls.append(
+        ("whole", s.samples)) or four)
+    rg._scored(tmp_path, "v1", object(), suite, 0.8)
+    assert calls == [("extend", 4, 8)] and (units / "v1-gate-draw0-k8-t0.8.json").is_file()
+    rg._scored(tmp_path, "v1", object(), suite, 0.8)  # cached now
+    rg._scored(tmp_path, "noise0.1-seed0", object(), suite, 0.8)
+    assert calls == [("extend", 4, 8), ("whole", 8)]

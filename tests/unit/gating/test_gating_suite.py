@@ -159,3 +159,23 @@ def test_a_gate_suites_progress_names_the_model_and_the_look(tmp_path):
     assert runner.suite_label(tmp_path / "champ", "t0.3") == "gate: champion v2 at temperature 0.3"
     assert runner.suite_label(tmp_path / "cand", guard="humaneval") == (
         "guard humaneval: candidate v3")
+
+
+def test_extending_the_samples_equals_scoring_with_more(champion):
+    """k = 3 extended by 3 more draws is the k = 6 run exactly (the first draws are reused, not
+    redrawn), across batches; a prior scored on other tasks or without samples is refused."""
+    from gating.suite import extend_samples
+
+    tasks, checker = build_suite(SuiteConfig(size=40, seed=5))
+    kw = {"max_new_tokens": 16, "seed": 0, "checker": checker, "temperature": 1.5,
+          "batch_size": 16}
+    three = run_suite(champion, tasks, samples=3, **kw)
+    six = run_suite(champion, tasks, samples=6, **kw)
+    more = extend_samples(champion, tasks, three, have=3, samples=6, **kw)
+    assert [t.model_dump() for t in more.tasks] == [t.model_dump() for t in six.tasks]
+    assert [t.sampled_pass for t in six.tasks] != [t.sampled_pass for t in three.tasks]
+    with pytest.raises(ValueError, match="other tasks"):
+        extend_samples(champion, tasks[1:], three, have=3, samples=6, **kw)
+    greedy = run_suite(champion, tasks, **kw)
+    with pytest.raises(ValueError, match="no samples"):
+        extend_samples(champion, tasks, greedy, have=3, samples=6, **kw)
