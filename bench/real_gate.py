@@ -33,9 +33,11 @@ otherwise, the rewards permuted (``trainer.online.shuffle_rewards``, key ``place
 preset's trainer (seed ``s``) run on them; the candidate is then scored on the gate pool like a
 noise null and its weights dropped.
 
-Every unit (one model on one pool at one temperature) is cached as it finishes, under
-``--workdir``/``pools-<digest>``, the digest of the pool files it reads (:func:`pools_digest`): a
-run cut short resumes where it stopped, and a unit scored on other pools is never read again.
+Every unit (one model on one pool at one temperature, a JSON file) is kept as it finishes, under
+``--units``/``pools-<digest>`` (committed, so a later checkout resumes and the figures can be
+checked), the digest of the pool files it reads (:func:`pools_digest`): a run cut short resumes
+where it stopped, and a unit scored on other pools is never read again. Weights and the placebos'
+rows stay under ``--workdir``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 POOLS_V2 = ROOT / "tasks" / "data" / "pools_v2"
 SCORES_OUT = ROOT / "bench" / "results" / "pool_scores_v1.json"
 AA_OUT = ROOT / "bench" / "results" / "aa_gate.json"
+UNITS = ROOT / "bench" / "results" / "real_gate_units"
 SWEEP = (0.3, 0.8)
 PLANTED = 0.10
 # The nulls are gated as the preset gates a candidate: on the suite's own draw of the gate pool
@@ -89,6 +92,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--power-draws", type=int, default=200)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "real_gate")
+    p.add_argument("--units", type=Path, default=UNITS, help="where the scored units are kept")
     p.add_argument("--key", default="real_nulls",
                    help="the key of aa_gate.json the nulls' figures go under")
     return p.parse_args(argv)
@@ -117,10 +121,10 @@ def _suite(gate, pool: str):
     return gate.suite.model_copy(update={"path": path, "size": n})
 
 
-def _unit(workdir: Path, name: str, run):
+def _unit(units: Path, name: str, run):
     from gating.records import SuiteResult
 
-    path = workdir / "units" / f"{name}.json"
+    path = units / f"{name}.json"
     if path.exists():
         return SuiteResult.model_validate_json(path.read_text())
     t0 = time.perf_counter()
@@ -132,7 +136,7 @@ def _unit(workdir: Path, name: str, run):
     return result
 
 
-def _scored(workdir: Path, stem: str, policy, suite, temperature: float):
+def _scored(units: Path, stem: str, policy, suite, temperature: float):
     """The unit ``stem`` on the gate's draw at ``suite.samples``: read if cached; else a cached
     unit of the same model with fewer samples is extended (its draws are the first ones the
     larger ``k`` makes, see :func:`gating.suite.extend_samples`); else scored whole. Only for
@@ -142,13 +146,13 @@ def _scored(workdir: Path, stem: str, policy, suite, temperature: float):
     k, t = suite.samples, f"t{temperature:g}"
     name = f"{stem}-{DRAW}-k{k}-{t}"
     fewer = sorted((int(p.name.split("-k")[-1].split("-")[0]), p)
-                   for p in (workdir / "units").glob(f"{stem}-{DRAW}-k*-{t}.json")
+                   for p in units.glob(f"{stem}-{DRAW}-k*-{t}.json")
                    if 0 < int(p.name.split("-k")[-1].split("-")[0]) < k)
-    if (workdir / "units" / f"{name}.json").exists() or not fewer:
-        return _unit(workdir, name, lambda: score_suite(policy, suite, temperature))
+    if (units / f"{name}.json").exists() or not fewer:
+        return _unit(units, name, lambda: score_suite(policy, suite, temperature))
     have, path = fewer[-1]
     say(f"{name}: extending {path.name} ({have} samples) to {k}")
-    return _unit(workdir, name, lambda: _extend(
+    return _unit(units, name, lambda: _extend(
         policy, suite, temperature, SuiteResult.model_validate_json(path.read_text()), have))
 
 
@@ -199,12 +203,12 @@ def _family_ci(result, values: list[float]) -> list[float]:
 
 
 # -- scores ---------------------------------------------------------------------------------------
-def run_scores(args, gate, workdir: Path) -> dict:
+def run_scores(args, gate, workdir: Path, units: Path) -> dict:
     path, policy = _champion(args, workdir)
     pools: dict[str, dict] = {}
     for pool in args.pools.split(","):
         suite = _suite(gate, pool)
-        by_t = {t: _unit(workdir, f"v1-{pool}-t{t:g}",
+        by_t = {t: _unit(units, f"v1-{pool}-t{t:g}",
                          lambda s=suite, t=t: score_suite(policy, s, t))
                 for t in SWEEP}
         first = by_t[SWEEP[0]]
@@ -280,25 +284,26 @@ def centred(changes: list[dict[str, float]]) -> list[dict[str, float]]:
     return out
 
 
-def run_nulls(args, gate, trainer, workdir: Path, on_update=lambda summary: None) -> dict:
+def run_nulls(args, gate, trainer, workdir: Path, units: Path,
+              on_update=lambda summary: None) -> dict:
     _, policy = _champion(args, workdir)
     suite = gate.suite
     t = suite.temperature
-    champ = _scored(workdir, "v1", policy, suite, t)
+    champ = _scored(units, "v1", policy, suite, t)
     params = _trained_params(policy, trainer.trainable.top_layers)
     saved = [p.detach().clone() for p in params]
     nulls, changes = [], []
     for seed in range(args.noise):
         perturb(params, saved, scale=args.scale, seed=seed)
-        cand = _scored(workdir, f"noise{args.scale:g}-seed{seed}", policy, suite, t)
+        cand = _scored(units, f"noise{args.scale:g}-seed{seed}", policy, suite, t)
         nulls.append(_null(cand, champ, gate, {"seed": seed, "scale": args.scale}, changes))
         say(f"null {seed}: sampled {nulls[-1]['sampled_change']:+.3f}, promoted "
             f"{nulls[-1]['promoted']}")
         so_far = list(changes)  # the placebos' changes join a copy: each counts once at the end
-        on_update(_summary(args, gate, champ, nulls, _placebos(args, gate, champ, workdir, so_far),
+        on_update(_summary(args, gate, champ, nulls, _placebos(args, gate, champ, units, so_far),
                            so_far, t, complete=False))
     perturb(params, saved, scale=0.0, seed=0)
-    placebos = _placebos(args, gate, champ, workdir, changes)
+    placebos = _placebos(args, gate, champ, units, changes)
     return _summary(args, gate, champ, nulls, placebos, changes, t,
                     complete=len(placebos) >= args.placebo)
 
@@ -325,22 +330,22 @@ def _placebo_name(gate, seed: int) -> str:
     return f"placebo-seed{seed}-{_draw_name(gate)}-t{gate.suite.temperature:g}"
 
 
-def _placebos(args, gate, champ, workdir: Path, changes: list[dict]) -> list[dict]:
+def _placebos(args, gate, champ, units: Path, changes: list[dict]) -> list[dict]:
     """The placebo candidates the ``placebo`` part has scored (read from their units)."""
     from gating.records import SuiteResult
 
     out = []
     for seed in range(args.placebo):
-        unit = workdir / "units" / f"{_placebo_name(gate, seed)}.json"
+        unit = units / f"{_placebo_name(gate, seed)}.json"
         if unit.is_file():
-            meta = workdir / "placebo" / f"seed{seed}.json"
+            meta = units / "placebo" / f"seed{seed}.json"
             train = json.loads(meta.read_text()) if meta.is_file() else {}
             out.append(_null(SuiteResult.model_validate_json(unit.read_text()), champ, gate,
                              {"seed": seed, **train}, changes))
     return out
 
 
-def run_placebos(args, preset, workdir: Path) -> None:
+def run_placebos(args, preset, workdir: Path, units: Path) -> None:
     """Train, score and cache each placebo candidate not yet scored (see the module's text)."""
     import shutil
 
@@ -357,7 +362,7 @@ def run_placebos(args, preset, workdir: Path) -> None:
     suite = gate.suite
     traffic = sim.load_tasks()
     for seed in range(args.placebo):
-        if (workdir / "units" / f"{_placebo_name(gate, seed)}.json").is_file():
+        if (units / f"{_placebo_name(gate, seed)}.json").is_file():
             continue
         here = workdir / "placebo"
         rows_file = here / f"rows_seed{seed}.parquet"
@@ -377,11 +382,11 @@ def run_placebos(args, preset, workdir: Path) -> None:
         cfg = preset.trainer.model_copy(update={"seed": seed})
         metrics = train_apart(champion, shuffle_rewards(rows, f"placebo/{seed}"), cfg, out,
                               threads=args.threads)
-        (here / f"seed{seed}.json").write_text(json.dumps({
+        (units / "placebo" / f"seed{seed}.json").write_text(json.dumps({
             "rows": len(rewards), "passing_rows": rewards.count(1.0),
             "train": {k: v for k, v in metrics.items() if "kl" in k or k == "loss"}}, indent=1))
         policy = load_policy(HFPolicyConfig(path=out, chat_template=True))
-        _unit(workdir, _placebo_name(gate, seed), lambda p=policy: score_suite(p, suite, t))
+        _unit(units, _placebo_name(gate, seed), lambda p=policy: score_suite(p, suite, t))
         del policy
         shutil.rmtree(out)
 
@@ -433,14 +438,16 @@ def main(argv: list[str] | None = None) -> None:
         return
     preset = load_config(args.config)
     workdir = args.workdir / f"pools-{pools_digest()}"
-    workdir.mkdir(parents=True, exist_ok=True)
-    say(f"units under {workdir}")
+    units = args.units / workdir.name
+    for d in (workdir, units / "placebo"):
+        d.mkdir(parents=True, exist_ok=True)
+    say(f"units under {units}, weights under {workdir}")
     if args.part == "placebo":
-        run_placebos(args, preset, workdir)
+        run_placebos(args, preset, workdir, units)
         say("placebo candidates scored; `nulls` counts them")
         return
     if args.part == "scores":
-        result = run_scores(args, preset.gate, workdir)
+        result = run_scores(args, preset.gate, workdir, units)
         SCORES_OUT.write_text(json.dumps(result, indent=1) + "\n")
         say(f"wrote {SCORES_OUT}")
         return
@@ -449,7 +456,7 @@ def main(argv: list[str] | None = None) -> None:
         doc[args.key] = summary
         AA_OUT.write_text(json.dumps(doc, indent=1) + "\n")
 
-    result = run_nulls(args, preset.gate, preset.trainer, workdir, on_update=write)
+    result = run_nulls(args, preset.gate, preset.trainer, workdir, units, on_update=write)
     write(result)
     say(f"wrote {args.key} to {AA_OUT}: {result['promoted']} of {result['n']} promoted "
         f"(upper95 {result['upper95']}), power {result[f'power_sampled_{PLANTED:.2f}']}")

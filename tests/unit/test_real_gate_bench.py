@@ -50,10 +50,7 @@ def test_scored_placebo_candidates_count_with_the_noise_nulls(tmp_path):
     champ = _champion()
     better = champ.model_copy(update={"tasks": [t.model_copy(update={"sampled_pass": 1.0})
                                                 for t in champ.tasks]})
-    units = tmp_path / "units"
-    units.mkdir()
-    (units / f"{_placebo_name(gate, 0)}.json").write_text(
-        better.model_dump_json())
+    (tmp_path / f"{_placebo_name(gate, 0)}.json").write_text(better.model_dump_json())
     (tmp_path / "placebo").mkdir()
     (tmp_path / "placebo" / "seed0.json").write_text(json.dumps({"passing_rows": 41}))
     args = argparse.Namespace(placebo=2, noise=0, power_draws=2)
@@ -76,20 +73,17 @@ def test_each_null_counts_once_in_the_power_draws(tmp_path, monkeypatch):
 
     gate = GateConfig.model_validate(json.loads(PRESET.read_text())["gate"])
     champ = _champion()
-    units = tmp_path / "units"
-    units.mkdir()
-    (units / f"{rg._placebo_name(gate, 0)}.json").write_text(
-        champ.model_dump_json())
+    (tmp_path / f"{rg._placebo_name(gate, 0)}.json").write_text(champ.model_dump_json())
     seen: list[int] = []
     monkeypatch.setattr(rg, "_champion", lambda args, workdir: (tmp_path, object()))
     monkeypatch.setattr(rg, "_trained_params", lambda policy, top: [])
     monkeypatch.setattr(rg, "perturb", lambda *a, **k: None)
-    monkeypatch.setattr(rg, "_unit", lambda workdir, name, run: champ)
+    monkeypatch.setattr(rg, "_unit", lambda units, name, run: champ)
     monkeypatch.setattr(rg, "planted_power", lambda c, changes, g, **k: seen.append(len(changes))
                         or 0.0)
     args = argparse.Namespace(noise=3, placebo=1, power_draws=1, scale=0.1)
     trainer = argparse.Namespace(trainable=argparse.Namespace(top_layers=1))
-    out = rg.run_nulls(args, gate, trainer, tmp_path)
+    out = rg.run_nulls(args, gate, trainer, tmp_path, tmp_path)
     assert out["n"] == 4 and out["complete"]
     assert seen[-1] == 4  # 3 noise nulls and 1 placebo, each once
 
@@ -141,8 +135,7 @@ def test_a_model_scored_with_fewer_samples_is_extended_not_scored_again(tmp_path
 
     gate = GateConfig.model_validate(json.loads(PRESET.read_text())["gate"])
     suite = gate.suite.model_copy(update={"samples": 8})
-    units = tmp_path / "units"
-    units.mkdir()
+    units = tmp_path
     four = _champion()
     for name in ("v1-gate-draw0-k4-t0.8", "v1-gate-draw0-k16-t0.8", "v1-gate-draw0-k2-t0.3",
                  "noise0.1-seed1-gate-draw0-k2-t0.8"):
@@ -152,8 +145,8 @@ def test_a_model_scored_with_fewer_samples_is_extended_not_scored_again(tmp_path
         ("extend", have, s.samples)) or prior)
     monkeypatch.setattr(rg, "score_suite", lambda policy, s, t: calls.append(
         ("whole", s.samples)) or four)
-    rg._scored(tmp_path, "v1", object(), suite, 0.8)
+    rg._scored(units, "v1", object(), suite, 0.8)
     assert calls == [("extend", 4, 8)] and (units / "v1-gate-draw0-k8-t0.8.json").is_file()
-    rg._scored(tmp_path, "v1", object(), suite, 0.8)  # cached now
-    rg._scored(tmp_path, "noise0.1-seed0", object(), suite, 0.8)
+    rg._scored(units, "v1", object(), suite, 0.8)  # cached now
+    rg._scored(units, "noise0.1-seed0", object(), suite, 0.8)
     assert calls == [("extend", 4, 8), ("whole", 8)]
