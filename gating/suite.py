@@ -266,6 +266,8 @@ def extend_samples(model: Policy, tasks: list[Task], prior: SuiteResult, *, have
         raise ValueError(f"extend {have} samples to {samples}: need 0 < have <= samples")
     if [t.task_id for t in prior.tasks] != [t.task_id for t in tasks]:
         raise ValueError("the prior result was scored on other tasks")
+    if missing := [t.task_id for t in prior.tasks if t.sampled_pass is None]:
+        raise ValueError(f"{missing[0]}: the prior result has no samples")
     start = time.perf_counter()
     policy = as_policy(model)
     room = prompt_room(policy.max_seq_len, max_new_tokens)
@@ -281,9 +283,7 @@ def extend_samples(model: Policy, tasks: list[Task], prior: SuiteResult, *, have
                                  temperature=temperature, seed=_sample_seed(seed, i),
                                  max_new_tokens=max_new_tokens, chat=chat, stop=stop)
         for old, p in zip(prior.tasks[i : i + batch_size], passes, strict=True):
-            if old.sampled_pass is None:
-                raise ValueError(f"{old.task_id}: the prior result has no samples")
-            had = round(old.sampled_pass * have)
+            had = round(old.sampled_pass * have)  # type: ignore[operator]
             outcomes.append(old.model_copy(update={"sampled_pass": (had + p) / samples}))
     progress.close()
     return prior.model_copy(update={"tasks": outcomes,
