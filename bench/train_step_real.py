@@ -5,13 +5,15 @@ The champion is the preset's policy (``--config``, default configs/smollm2-pyfun
 once under ``--workdir``; the rows are ``--rows N`` completions it samples on the train-traffic
 pool (``bench._common.sample_traffic``: chat, the preset's temperature and max_tokens, graded
 +1 / -1), sampled once and kept in the workdir. Each setting (``--settings``: ``prefix`` = the
-preset's trainer, ``whole`` = the same with ``frozen_prefix`` off) runs ``RLRecipe`` for ``--steps``
-steps with ``--threads`` torch threads. Figures per setting: CPU-seconds (``time.process_time``:
-all threads of this process) of setup, of the steps and of the final KLs, and per step of the
-parts (the retain term: sampling and its two forwards; backward with the optimizer step; the
-policy's forward on the batch and the rest); wall seconds; and the run's last metrics (the loss,
-the KLs: the same within float noise across settings, or the prefix is wrong). Writes ``--out``
-(default bench/results/train_step_real.json) with the date, commit, machine and the 1-minute
+preset's trainer, ``whole`` = the same with ``frozen_prefix`` off, ``once`` = the preset's trainer
+with the retain samples drawn once at setup, ``retain.resample_every: 0``, instead of every step)
+runs ``RLRecipe`` for ``--steps`` steps with ``--threads`` torch threads. Figures per setting:
+CPU-seconds (``time.process_time``: all threads of this process) of setup, of the steps and of
+the final KLs, and per step of the parts (the retain term: sampling and its two forwards;
+backward with the optimizer step; the policy's forward on the batch and the rest); wall seconds;
+and the run's last metrics (the loss, the KLs: the same within float noise between ``prefix`` and
+``whole``, or the prefix is wrong). Writes ``--out`` (default bench/results/train_step_real.json)
+with the date, commit, machine and the 1-minute
 load at the start and end of each setting.
 
     .venv/bin/python -m bench.train_step_real [--steps 3] [--threads 1] [--rows 32]
@@ -48,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--settings", default="prefix,whole",
-                   help="comma list of prefix, whole; the first also pays the warm-up")
+                   help="comma list of prefix, whole, once; the first also pays the warm-up")
     p.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "local_update")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--tiny", action="store_true", help="dry run on a tiny random Mixtral")
@@ -75,10 +77,23 @@ def _timers(cls) -> tuple[dict[str, float], list]:
     return spent, undo
 
 
-def run_setting(champion: Path, rows, config, *, frozen_prefix: bool, steps: int) -> dict:
+def setting(config, name: str):
+    """The trainer config of setting ``name`` (see the module's text)."""
+    if name not in ("prefix", "whole", "once"):
+        raise ValueError(f"unknown setting {name!r}: prefix, whole or once")
+    update: dict = {"frozen_prefix": name != "whole"}
+    if name == "once":
+        if config.retain.path is None:
+            raise ValueError("setting 'once' needs a trainer with a retain set")
+        update["retain"] = config.retain.model_copy(update={"resample_every": 0})
+    return config.model_copy(update=update)
+
+
+def run_setting(champion: Path, rows, config, *, steps: int) -> dict:
     from trainer.recipe import RLRecipe
 
-    cfg = config.model_copy(update={"steps": steps, "frozen_prefix": frozen_prefix})
+    cfg = config.model_copy(update={"steps": steps})
+    frozen_prefix = cfg.frozen_prefix
     spent, undo = _timers(RLRecipe)
     load_start = os.getloadavg()[0]
     wall, cpu = time.perf_counter(), time.process_time()
@@ -110,8 +125,10 @@ def run_setting(champion: Path, rows, config, *, frozen_prefix: bool, steps: int
             "backward_and_optimizer": round(backward, 2),
             "policy_forward_and_rest": round(step_cpu - retain - backward, 2)},
         "final_kls_cpu_s": round(spent["_final_kls"], 1),
+        "retain_resample_every": cfg.retain.resample_every if cfg.retain.path else None,
         "metrics": {k: metrics[k] for k in ("loss", "kl_theta_ref_k3", "retain_kl",
-                                            "kl_theta_ref_k3_final", "retain_kl_final")
+                                            "kl_theta_ref_k3_final", "retain_kl_final",
+                                            "retain_kl_k3_final")
                     if k in metrics},
     }
 
@@ -150,8 +167,8 @@ def main(argv: list[str] | None = None) -> None:
             update={"top_layers": 1})})
     for name in args.settings.split(","):
         say(f"{name}: {args.steps} steps on {rows.num_rows} rows, {args.threads} thread(s)")
-        result["settings"][name] = run_setting(champion, rows, trainer,
-                                               frozen_prefix=name == "prefix", steps=args.steps)
+        result["settings"][name] = run_setting(champion, rows, setting(trainer, name),
+                                               steps=args.steps)
         s = result["settings"][name]
         say(f"{name}: {s['step_cpu_s']} CPU-s a step, setup {s['setup_cpu_s']} CPU-s, final KLs "
             f"{s['final_kls_cpu_s']} CPU-s, wall {s['wall_s']} s (load {s['load1_start']} -> "

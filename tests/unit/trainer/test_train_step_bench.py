@@ -23,6 +23,25 @@ def test_train_step_bench_times_both_settings_with_the_same_numbers(tmp_path):
                           "policy_forward_and_rest"}
 
 
+def test_the_once_setting_draws_the_retain_samples_at_setup(tmp_path):
+    """``once``: the preset's trainer with ``retain.resample_every`` 0 and the frozen prefix on;
+    a name the bench does not know is refused."""
+    import pytest
+
+    from bench import train_step_real as tsr
+    from trainer.config import RetainAnchor, TrainerConfig
+
+    preset = TrainerConfig(retain=RetainAnchor(path=str(tmp_path / "retain.jsonl")))
+    once = tsr.setting(preset, "once")
+    assert once.retain.resample_every == 0 and once.frozen_prefix
+    assert preset.retain.resample_every == 1  # the preset itself is untouched
+    assert not tsr.setting(preset, "whole").frozen_prefix
+    with pytest.raises(ValueError, match="unknown setting"):
+        tsr.setting(preset, "fast")
+    with pytest.raises(ValueError, match="retain set"):
+        tsr.setting(TrainerConfig(), "once")
+
+
 def test_pool_scores_keeps_each_tasks_verdict(tmp_path):
     from bench import pool_scores
 
