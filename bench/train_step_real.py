@@ -13,8 +13,7 @@ the final KLs, and per step of the parts (the retain term: sampling and its two 
 backward with the optimizer step; the policy's forward on the batch and the rest); wall seconds;
 and the run's last metrics (the loss, the KLs: the same within float noise between ``prefix`` and
 ``whole``, or the prefix is wrong). Writes ``--out`` (default bench/results/train_step_real.json)
-with the date, commit, machine and the 1-minute
-load at the start and end of each setting.
+with the date, commit, machine and the 1-minute load at the start and end of each setting.
 
     .venv/bin/python -m bench.train_step_real [--steps 3] [--threads 1] [--rows 32]
 
