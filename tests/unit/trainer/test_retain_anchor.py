@@ -164,3 +164,22 @@ def test_the_smollm2_preset_anchors_on_the_retain_pool_and_replays_it():
     assert t.retain.kl_target == 0.01  # the budget the tuning sweep chose (local_update_tuning)
     assert t.replay.share == 0.25 and t.nll_coef == 0.0  # replay, no self-imitation
     assert len(load_prompts(root / t.retain.path)) >= 100
+
+
+def test_the_smollm2_preset_draws_its_retain_samples_once_as_its_rule_decided():
+    """docs/LEARNING.md's rule on bench/results/train_step_real_once.json: the preset draws the
+    retain samples once at setup only while the measured run kept both KLs within 1.25 times the
+    per-step run's (or under the budget)."""
+    import json
+    from pathlib import Path
+
+    from ratchet.config import load_config
+
+    root = Path(__file__).resolve().parents[3]
+    t = load_config(root / "configs" / "smollm2-pyfuncs.json", check_paths=False).trainer
+    runs = json.loads((root / "bench" / "results" / "train_step_real_once.json").read_text())
+    every, once = runs["settings"]["prefix"]["metrics"], runs["settings"]["once"]["metrics"]
+    kept = all(once[k] <= max(1.25 * every[k], t.retain.kl_target)
+               for k in ("retain_kl_final", "kl_theta_ref_k3_final"))
+    assert runs["settings"]["once"]["steps"] == runs["settings"]["prefix"]["steps"] == t.steps
+    assert kept and t.retain.resample_every == 0
