@@ -145,9 +145,9 @@ def _scored(units: Path, stem: str, policy, suite, temperature: float):
 
     k, t = suite.samples, f"t{temperature:g}"
     name = f"{stem}-{DRAW}-k{k}-{t}"
-    fewer = sorted((int(p.name.split("-k")[-1].split("-")[0]), p)
-                   for p in units.glob(f"{stem}-{DRAW}-k*-{t}.json")
-                   if 0 < int(p.name.split("-k")[-1].split("-")[0]) < k)
+    cached = ((int(p.name.split("-k")[-1].split("-")[0]), p)
+              for p in units.glob(f"{stem}-{DRAW}-k*-{t}.json"))
+    fewer = sorted((have, p) for have, p in cached if 0 < have < k)
     if (units / f"{name}.json").exists() or not fewer:
         return _unit(units, name, lambda: score_suite(policy, suite, temperature))
     have, path = fewer[-1]
@@ -156,13 +156,13 @@ def _scored(units: Path, stem: str, policy, suite, temperature: float):
         policy, suite, temperature, SuiteResult.model_validate_json(path.read_text()), have))
 
 
-def _extend(policy, suite, temperature: float, prior, have: int, *, chat: bool = True):
+def _extend(policy, suite, temperature: float, prior, have: int):
     from gating.suite import build_suite, extend_samples
 
     tasks, checker = build_suite(suite, 0)
     return extend_samples(policy, tasks, prior, have=have, samples=suite.samples,
                           max_new_tokens=suite.max_new_tokens, seed=suite.seed, checker=checker,
-                          batch_size=suite.batch_size, chat=chat, temperature=temperature)
+                          batch_size=suite.batch_size, chat=True, temperature=temperature)
 
 
 def score_suite(policy, suite, temperature: float, *, chat: bool = True):
