@@ -63,19 +63,29 @@ AA_OUT = ROOT / "bench" / "results" / "aa_gate.json"
 UNITS = ROOT / "bench" / "results" / "real_gate_units"
 SWEEP = (0.3, 0.8)
 PLANTED = 0.10
-# The nulls are gated as the preset gates a candidate: on the suite's own draw of the gate pool
-# (its ``size`` functions, decision 0's draw), not on the whole pool.
-DRAW = "gate-draw0"
+
+
+def _draw(suite) -> str:
+    """The units' name of the suite's draw of the gate pool: the nulls are gated as the preset
+    gates a candidate, on decision 0's draw of ``size`` functions, so the size is part of it."""
+    return f"gate-n{suite.size}-draw0"
 
 
 def _draw_name(gate) -> str:
-    """The units' name of the gate's draw: its samples per function are part of it, so a unit
-    scored at another ``k`` is never read for this one."""
-    return f"{DRAW}-k{gate.suite.samples}"
+    """The draw's name with its samples per function: a unit scored on another draw size or at
+    another ``k`` is never read for this one."""
+    return f"{_draw(gate.suite)}-k{gate.suite.samples}"
 
 
 def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _seed_range(text: str) -> tuple[int, int]:
+    a, sep, b = text.partition(":")
+    if not (sep and a.isdigit() and b.isdigit() and int(a) < int(b)):
+        raise argparse.ArgumentTypeError(f"wants A:B with A < B, got {text!r}")
+    return int(a), int(b)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -85,6 +95,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--config", type=Path, default=CONFIG)
     p.add_argument("--pools", default="gate,sealed,transfer,guard")
     p.add_argument("--noise", type=int, default=16, help="weight-noise nulls")
+    p.add_argument("--noise-seeds", type=_seed_range, default=None, metavar="A:B",
+                   help="score only the noise nulls of seeds A to B-1 (another process may score "
+                   "the rest; every process counts all it finds)")
     p.add_argument("--placebo", type=int, default=4, help="shuffled-reward placebo candidates")
     p.add_argument("--scale", type=float, default=0.067,
                    help="noise std as a share of each tensor's std (0.03 moved the traffic KL "
@@ -143,10 +156,10 @@ def _scored(units: Path, stem: str, policy, suite, temperature: float):
     models rebuilt bit for bit each time (the champion, its seeded weight-noise moves)."""
     from gating.records import SuiteResult
 
-    k, t = suite.samples, f"t{temperature:g}"
-    name = f"{stem}-{DRAW}-k{k}-{t}"
+    k, t, draw = suite.samples, f"t{temperature:g}", _draw(suite)
+    name = f"{stem}-{draw}-k{k}-{t}"
     cached = ((int(p.name.split("-k")[-1].split("-")[0]), p)
-              for p in units.glob(f"{stem}-{DRAW}-k*-{t}.json"))
+              for p in units.glob(f"{stem}-{draw}-k*-{t}.json"))
     fewer = sorted((have, p) for have, p in cached if 0 < have < k)
     if (units / f"{name}.json").exists() or not fewer:
         return _unit(units, name, lambda: score_suite(policy, suite, temperature))
@@ -286,26 +299,42 @@ def centred(changes: list[dict[str, float]]) -> list[dict[str, float]]:
 
 def run_nulls(args, gate, trainer, workdir: Path, units: Path,
               on_update=lambda summary: None) -> dict:
+    """Score the weight-noise nulls of ``--noise-seeds`` not yet scored, then count every null
+    whose unit is there (another process may score the other seeds: the figures are the same
+    whichever process counts them, each null in seed order, the placebos after them)."""
     _, policy = _champion(args, workdir)
     suite = gate.suite
     t = suite.temperature
     champ = _scored(units, "v1", policy, suite, t)
     params = _trained_params(policy, trainer.trainable.top_layers)
     saved = [p.detach().clone() for p in params]
+    for seed in range(*args.noise_seeds) if args.noise_seeds else range(args.noise):
+        perturb(params, saved, scale=args.scale, seed=seed)
+        cand = _scored(units, _noise_stem(args, seed), policy, suite, t)
+        say(f"null {seed}: sampled {cand.sampled_pass_rate - champ.sampled_pass_rate:+.3f}")
+        on_update(_counted(args, gate, champ, units))
+    perturb(params, saved, scale=0.0, seed=0)
+    return _counted(args, gate, champ, units)
+
+
+def _noise_stem(args, seed: int) -> str:
+    return f"noise{args.scale:g}-seed{seed}"
+
+
+def _counted(args, gate, champ, units: Path) -> dict:
+    """The summary over every null scored so far under ``units``."""
+    from gating.records import SuiteResult
+
+    t = gate.suite.temperature
     nulls, changes = [], []
     for seed in range(args.noise):
-        perturb(params, saved, scale=args.scale, seed=seed)
-        cand = _scored(units, f"noise{args.scale:g}-seed{seed}", policy, suite, t)
-        nulls.append(_null(cand, champ, gate, {"seed": seed, "scale": args.scale}, changes))
-        say(f"null {seed}: sampled {nulls[-1]['sampled_change']:+.3f}, promoted "
-            f"{nulls[-1]['promoted']}")
-        so_far = list(changes)  # the placebos' changes join a copy: each counts once at the end
-        on_update(_summary(args, gate, champ, nulls, _placebos(args, gate, champ, units, so_far),
-                           so_far, t, complete=False))
-    perturb(params, saved, scale=0.0, seed=0)
+        unit = units / f"{_noise_stem(args, seed)}-{_draw_name(gate)}-t{t:g}.json"
+        if unit.is_file():
+            nulls.append(_null(SuiteResult.model_validate_json(unit.read_text()), champ, gate,
+                               {"seed": seed, "scale": args.scale}, changes))
     placebos = _placebos(args, gate, champ, units, changes)
     return _summary(args, gate, champ, nulls, placebos, changes, t,
-                    complete=len(placebos) >= args.placebo)
+                    complete=len(nulls) >= args.noise and len(placebos) >= args.placebo)
 
 
 def _null(cand, champ, gate, what: dict, changes: list[dict]) -> dict:
@@ -330,6 +359,11 @@ def _placebo_name(gate, seed: int) -> str:
     return f"placebo-seed{seed}-{_draw_name(gate)}-t{gate.suite.temperature:g}"
 
 
+def _placebo_meta(units: Path, gate, seed: int) -> Path:
+    """The placebo's rows and training figures, beside its unit."""
+    return units / "placebo" / f"{_placebo_name(gate, seed)}.json"
+
+
 def _placebos(args, gate, champ, units: Path, changes: list[dict]) -> list[dict]:
     """The placebo candidates the ``placebo`` part has scored (read from their units)."""
     from gating.records import SuiteResult
@@ -338,7 +372,7 @@ def _placebos(args, gate, champ, units: Path, changes: list[dict]) -> list[dict]
     for seed in range(args.placebo):
         unit = units / f"{_placebo_name(gate, seed)}.json"
         if unit.is_file():
-            meta = units / "placebo" / f"seed{seed}.json"
+            meta = _placebo_meta(units, gate, seed)
             train = json.loads(meta.read_text()) if meta.is_file() else {}
             out.append(_null(SuiteResult.model_validate_json(unit.read_text()), champ, gate,
                              {"seed": seed, **train}, changes))
@@ -382,7 +416,7 @@ def run_placebos(args, preset, workdir: Path, units: Path) -> None:
         cfg = preset.trainer.model_copy(update={"seed": seed})
         metrics = train_apart(champion, shuffle_rewards(rows, f"placebo/{seed}"), cfg, out,
                               threads=args.threads)
-        (units / "placebo" / f"seed{seed}.json").write_text(json.dumps({
+        _placebo_meta(units, gate, seed).write_text(json.dumps({
             "rows": len(rewards), "passing_rows": rewards.count(1.0),
             "train": {k: v for k, v in metrics.items() if "kl" in k or k == "loss"}}, indent=1))
         policy = load_policy(HFPolicyConfig(path=out, chat_template=True))

@@ -44,7 +44,7 @@ def test_scored_placebo_candidates_count_with_the_noise_nulls(tmp_path):
     leaves the summary incomplete."""
     import argparse
 
-    from bench.real_gate import _placebo_name, _placebos, _summary
+    from bench.real_gate import _placebo_meta, _placebo_name, _placebos, _summary
 
     gate = GateConfig.model_validate(json.loads(PRESET.read_text())["gate"])
     champ = _champion()
@@ -52,7 +52,7 @@ def test_scored_placebo_candidates_count_with_the_noise_nulls(tmp_path):
                                                 for t in champ.tasks]})
     (tmp_path / f"{_placebo_name(gate, 0)}.json").write_text(better.model_dump_json())
     (tmp_path / "placebo").mkdir()
-    (tmp_path / "placebo" / "seed0.json").write_text(json.dumps({"passing_rows": 41}))
+    _placebo_meta(tmp_path, gate, 0).write_text(json.dumps({"passing_rows": 41}))
     args = argparse.Namespace(placebo=2, noise=0, power_draws=2)
     changes: list[dict] = []
     placebos = _placebos(args, gate, champ, tmp_path, changes)
@@ -78,10 +78,11 @@ def test_each_null_counts_once_in_the_power_draws(tmp_path, monkeypatch):
     monkeypatch.setattr(rg, "_champion", lambda args, workdir: (tmp_path, object()))
     monkeypatch.setattr(rg, "_trained_params", lambda policy, top: [])
     monkeypatch.setattr(rg, "perturb", lambda *a, **k: None)
-    monkeypatch.setattr(rg, "_unit", lambda units, name, run: champ)
+    monkeypatch.setattr(rg, "_unit", lambda units, name, run: (
+        units / f"{name}.json").write_text(champ.model_dump_json()) and champ)
     monkeypatch.setattr(rg, "planted_power", lambda c, changes, g, **k: seen.append(len(changes))
                         or 0.0)
-    args = argparse.Namespace(noise=3, placebo=1, power_draws=1, scale=0.1)
+    args = argparse.Namespace(noise=3, placebo=1, power_draws=1, scale=0.1, noise_seeds=None)
     trainer = argparse.Namespace(trainable=argparse.Namespace(top_layers=1))
     out = rg.run_nulls(args, gate, trainer, tmp_path, tmp_path)
     assert out["n"] == 4 and out["complete"]
@@ -117,14 +118,16 @@ def test_centred_changes_take_out_each_nulls_loss_on_the_whole():
     assert planted_power(champ, centred(lost), gate, effect=0.10, draws=3) == 1.0
 
 
-def test_units_scored_at_another_sample_count_are_never_read():
-    from bench.real_gate import _draw_name, _placebo_name
+def test_units_scored_at_another_sample_count_or_draw_size_are_never_read():
+    from bench.real_gate import _draw_name, _placebo_meta, _placebo_name
 
     gate = GateConfig.model_validate(json.loads(PRESET.read_text())["gate"])
     more = gate.model_copy(update={"suite": gate.suite.model_copy(
         update={"samples": gate.suite.samples * 2})})
-    assert _draw_name(gate) != _draw_name(more)
-    assert _placebo_name(gate, 0) != _placebo_name(more, 0)
+    whole = gate.model_copy(update={"suite": gate.suite.model_copy(update={"size": 141})})
+    assert len({_draw_name(gate), _draw_name(more), _draw_name(whole)}) == 3
+    assert len({_placebo_name(g, 0) for g in (gate, more, whole)}) == 3
+    assert len({_placebo_meta(Path("u"), g, 0) for g in (gate, more, whole)}) == 3
 
 
 def test_a_model_scored_with_fewer_samples_is_extended_not_scored_again(tmp_path, monkeypatch):
@@ -137,8 +140,9 @@ def test_a_model_scored_with_fewer_samples_is_extended_not_scored_again(tmp_path
     suite = gate.suite.model_copy(update={"samples": 8})
     units = tmp_path
     four = _champion()
-    for name in ("v1-gate-draw0-k4-t0.8", "v1-gate-draw0-k16-t0.8", "v1-gate-draw0-k2-t0.3",
-                 "noise0.1-seed1-gate-draw0-k2-t0.8"):
+    for name in ("v1-gate-n50-draw0-k4-t0.8", "v1-gate-n50-draw0-k16-t0.8",
+                 "v1-gate-n50-draw0-k2-t0.3", "v1-gate-n141-draw0-k4-t0.8",
+                 "noise0.1-seed1-gate-n50-draw0-k2-t0.8"):
         (units / f"{name}.json").write_text(four.model_dump_json())
     calls: list[tuple] = []
     monkeypatch.setattr(rg, "_extend", lambda policy, s, t, prior, have: calls.append(
@@ -146,7 +150,48 @@ def test_a_model_scored_with_fewer_samples_is_extended_not_scored_again(tmp_path
     monkeypatch.setattr(rg, "score_suite", lambda policy, s, t: calls.append(
         ("whole", s.samples)) or four)
     rg._scored(units, "v1", object(), suite, 0.8)
-    assert calls == [("extend", 4, 8)] and (units / "v1-gate-draw0-k8-t0.8.json").is_file()
+    assert calls == [("extend", 4, 8)] and (units / "v1-gate-n50-draw0-k8-t0.8.json").is_file()
     rg._scored(units, "v1", object(), suite, 0.8)  # cached now
     rg._scored(units, "noise0.1-seed0", object(), suite, 0.8)
     assert calls == [("extend", 4, 8), ("whole", 8)]
+
+
+def test_nulls_are_counted_in_seed_order_whoever_scored_them(tmp_path):
+    """Two processes may score different noise seeds: the count reads every unit there, in seed
+    order with the placebos after, so the figures do not depend on who finished first, and it
+    is complete only when every null is there."""
+    import argparse
+
+    import bench.real_gate as rg
+
+    gate = GateConfig.model_validate(json.loads(PRESET.read_text())["gate"])
+    champ = _champion()
+    args = argparse.Namespace(noise=3, placebo=1, scale=0.1, power_draws=20)
+    draw = f"{rg._draw_name(gate)}-t{gate.suite.temperature:g}"
+
+    def cand(shift: float) -> SuiteResult:
+        return champ.model_copy(update={"tasks": [t.model_copy(update={
+            "sampled_pass": t.sampled_pass + shift}) for t in champ.tasks]})
+
+    (tmp_path / "placebo").mkdir()
+    (tmp_path / f"noise0.1-seed2-{draw}.json").write_text(cand(-0.02).model_dump_json())
+    part = rg._counted(args, gate, champ, tmp_path)
+    assert [n["seed"] for n in part["noise_nulls"]] == [2] and not part["complete"]
+    (tmp_path / f"noise0.1-seed0-{draw}.json").write_text(cand(0.01).model_dump_json())
+    (tmp_path / f"noise0.1-seed1-{draw}.json").write_text(cand(0.0).model_dump_json())
+    (tmp_path / f"{rg._placebo_name(gate, 0)}.json").write_text(cand(0.03).model_dump_json())
+    whole = rg._counted(args, gate, champ, tmp_path)
+    assert [n["seed"] for n in whole["noise_nulls"]] == [0, 1, 2] and whole["complete"]
+    assert [n["sampled_change"] for n in whole["noise_nulls"] + whole["placebo_nulls"]] == [
+        0.01, 0.0, -0.02, 0.03]
+    assert whole["n"] == 4 and whole["promoted"] == 2  # every family up: the two gains
+
+
+def test_noise_seed_ranges_are_checked():
+    from bench.real_gate import parse_args
+
+    assert parse_args(["nulls", "--noise-seeds", "8:16"]).noise_seeds == (8, 16)
+    assert parse_args(["nulls"]).noise_seeds is None
+    for bad in ("8", "16:8", "a:b"):
+        with pytest.raises(SystemExit):
+            parse_args(["nulls", "--noise-seeds", bad])
