@@ -15,6 +15,9 @@ champion. The rule (:func:`choose`), fixed before any run: an arm is admissible 
 seed beats every placebo seed on ``trained`` (4 against 4: exact permutation p = 1/70) and its
 real seeds' mean changes on ``guard`` and ``transfer`` are both >= -0.02; the preset takes the
 admissible arm with the largest mean ``trained`` gain, or stays as it is when none is admissible.
+An arm is out as soon as one real seed's ``trained`` change is at or below one placebo seed's (no
+later run can make it admissible): its remaining runs are skipped (:func:`out`), which saves
+training time and cannot change the choice.
 
 Every unit (the champion's scores; one run's scores) is a JSON file under ``--units`` (committed,
 so a later checkout resumes where this one stopped), as are the rows; a run's weights live only
@@ -123,7 +126,14 @@ def judge(name: str, real: list[dict], placebo: list[dict], seeds: int) -> dict:
                               if trained_r and trained_p else None),
             "every_real_beats_every_placebo": every,
             "guard_change": guard, "transfer_change": transfer,
+            "out_early": not complete and out(trained_r, trained_p),
             "admissible": bool(complete and every and guard >= FLOOR and transfer >= FLOOR)}
+
+
+def out(real: list[float], placebo: list[float]) -> bool:
+    """True once a real seed's ``trained`` change is at or below a placebo seed's: the arm can
+    no longer be admissible, whatever its remaining runs show."""
+    return bool(real and placebo) and min(real) <= max(placebo)
 
 
 def choose(table: list[dict]) -> str | None:
@@ -272,18 +282,23 @@ def run_unit(args, preset, champion: Path, rows, champ: dict, paths, arm: str, k
             "load1_end": provenance.load1(), "sides": scores}
 
 
+def finished(args, arm: str) -> dict[str, list[dict]]:
+    """The arm's finished runs under ``--units``, real and placebo, in seed order."""
+    return {kind: [json.loads(p.read_text()) for seed in range(args.seeds)
+                   if (p := unit_path(args.units, arm, kind, seed)).is_file()]
+            for kind in ("real", "placebo")}
+
+
 def table(args) -> dict:
     """The rule applied to every unit under ``--units`` (the arms of ``--arms``)."""
     rows = []
     for arm in args.arms:
-        runs = {kind: [json.loads(p.read_text()) for seed in range(args.seeds)
-                       if (p := unit_path(args.units, arm, kind, seed)).is_file()]
-                for kind in ("real", "placebo")}
+        runs = finished(args, arm)
         slim = {k: [{x: r[x] for x in ("seed", "change", "greedy_change", "train", "date",
                                        "commit", "load1_end")} for r in v]
                 for k, v in runs.items()}
         rows.append(judge(arm, slim["real"], slim["placebo"], args.seeds))
-    complete = all(a["complete"] for a in rows)
+    complete = all(a["complete"] or a["out_early"] for a in rows)
     return {"date": provenance.now(), "commit": provenance.commit(),
             "machine": provenance.machine(), "config": str(args.config.relative_to(ROOT))
             if args.config.is_relative_to(ROOT) else str(args.config),
@@ -292,7 +307,8 @@ def table(args) -> dict:
             f"{TEMPERATURE:g}) against the first champion",
             "rule": f"admissible: complete, every real seed above every placebo seed on trained, "
             f"mean guard and transfer changes >= {FLOOR}; chosen: the admissible arm with the "
-            "largest mean trained change, else null (the preset stays)",
+            "largest mean trained change, else null (the preset stays); an arm is out early, "
+            "its remaining runs skipped, once a real seed is at or below a placebo seed",
             "complete": complete, "arms": rows, "chosen": choose(rows) if complete else None}
 
 
@@ -327,6 +343,11 @@ def main(argv: list[str] | None = None) -> None:
     for i, (arm, kind, seed) in enumerate(todo):
         path = unit_path(args.units, arm, kind, seed)
         if path.is_file():
+            continue
+        runs = finished(args, arm)
+        if out(*([r["change"]["trained"] for r in runs[k]] for k in ("real", "placebo"))):
+            say(f"[{i + 1}/{len(todo)}] {arm}, {kind} seed {seed}: skipped, the arm is out (a "
+                "real seed at or below a placebo seed)")
             continue
         say(f"[{i + 1}/{len(todo)}] {arm}, {kind} seed {seed}: training")
         unit = run_unit(args, preset, champion, rows, champ, paths, arm, kind, seed)

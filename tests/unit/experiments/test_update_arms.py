@@ -46,6 +46,18 @@ def test_an_arm_is_not_admissible(real, placebo, guard, transfer, seeds):
     assert not arm["admissible"]
 
 
+@pytest.mark.parametrize("real, placebo, gone", [
+    ([0.05], [0.05], True),  # a tie: this real seed does not beat this placebo seed
+    ([0.05, 0.01], [0.03], True),
+    ([0.05, 0.06], [0.04, 0.01], False),
+    ([0.05], [], False), ([], [0.9], False),  # nothing to compare yet
+])
+def test_an_arm_is_out_once_a_real_seed_does_not_beat_a_placebo_seed(real, placebo, gone):
+    assert ua.out(real, placebo) is gone
+    arm = ua.judge("a", side_runs(real), side_runs(placebo), 4)
+    assert arm["out_early"] is gone and not arm["admissible"]
+
+
 def test_the_largest_admissible_gain_is_chosen_and_none_keeps_the_preset():
     good = ua.judge("good", side_runs([0.05, 0.06, 0.07, 0.08]), side_runs([0.0] * 4), 4)
     better = ua.judge("better", side_runs([0.1, 0.1, 0.1, 0.1]), side_runs([0.0] * 4), 4)
@@ -125,3 +137,16 @@ def test_a_dry_run_writes_its_units_resumes_and_applies_the_rule(tmp_path):
     assert {"real_seeds", "placebo_seeds", "permutation_p", "guard_change", "transfer_change",
             "admissible"} <= set(arm)
     assert doc["complete"] and (doc["chosen"] is None) == (not arm["admissible"])
+    # Seed 0's real run below its placebo: the arm is out, a second seed trains nothing and the
+    # table is decided without it.
+    unit["change"]["trained"] = json.loads(placebo.read_text())["change"]["trained"] - 0.1
+    real.write_text(json.dumps(unit))
+    two = [*common[:4], "2", *common[5:]]
+    ua.main(two)
+    assert not ua.unit_path(tmp_path / "units", "filtered_imitation lr 5e-5", "real", 1).exists()
+    assert not ua.unit_path(tmp_path / "units", "filtered_imitation lr 5e-5", "placebo",
+                            1).exists()
+    ua.main([*two, "--choose"])
+    doc = json.loads((tmp_path / "arms.json").read_text())
+    (arm,) = doc["arms"]
+    assert arm["out_early"] and not arm["complete"] and doc["complete"] and doc["chosen"] is None
