@@ -71,10 +71,15 @@ def _draw(suite) -> str:
     return f"gate-n{suite.size}-draw0"
 
 
-def _draw_name(gate) -> str:
+def _draw_name(suite) -> str:
     """The draw's name with its samples per function: a unit scored on another draw size or at
     another ``k`` is never read for this one."""
-    return f"{_draw(gate.suite)}-k{gate.suite.samples}"
+    return f"{_draw(suite)}-k{suite.samples}"
+
+
+def _unit_name(stem: str, suite, temperature: float) -> str:
+    """A unit's file name (no suffix): the model ``stem`` on ``suite``'s draw at ``temperature``."""
+    return f"{stem}-{_draw_name(suite)}-t{temperature:g}"
 
 
 def say(msg: str) -> None:
@@ -156,10 +161,9 @@ def _scored(units: Path, stem: str, policy, suite, temperature: float):
     models rebuilt bit for bit each time (the champion, its seeded weight-noise moves)."""
     from gating.records import SuiteResult
 
-    k, t, draw = suite.samples, f"t{temperature:g}", _draw(suite)
-    name = f"{stem}-{draw}-k{k}-{t}"
+    k, name = suite.samples, _unit_name(stem, suite, temperature)
     cached = ((int(p.name.split("-k")[-1].split("-")[0]), p)
-              for p in units.glob(f"{stem}-{draw}-k*-{t}.json"))
+              for p in units.glob(f"{stem}-{_draw(suite)}-k*-t{temperature:g}.json"))
     fewer = sorted((have, p) for have, p in cached if 0 < have < k)
     if (units / f"{name}.json").exists() or not fewer:
         return _unit(units, name, lambda: score_suite(policy, suite, temperature))
@@ -328,7 +332,7 @@ def _counted(args, gate, champ, units: Path) -> dict:
     t = gate.suite.temperature
     nulls, changes = [], []
     for seed in range(args.noise):
-        unit = units / f"{_noise_stem(args, seed)}-{_draw_name(gate)}-t{t:g}.json"
+        unit = units / f"{_unit_name(_noise_stem(args, seed), gate.suite, t)}.json"
         if unit.is_file():
             nulls.append(_null(SuiteResult.model_validate_json(unit.read_text()), champ, gate,
                                {"seed": seed, "scale": args.scale}, changes))
@@ -356,7 +360,7 @@ def _null(cand, champ, gate, what: dict, changes: list[dict]) -> dict:
 
 
 def _placebo_name(gate, seed: int) -> str:
-    return f"placebo-seed{seed}-{_draw_name(gate)}-t{gate.suite.temperature:g}"
+    return _unit_name(f"placebo-seed{seed}", gate.suite, gate.suite.temperature)
 
 
 def _placebo_meta(units: Path, gate, seed: int) -> Path:

@@ -344,8 +344,8 @@ def main(argv: list[str] | None = None) -> None:
         path = unit_path(args.units, arm, kind, seed)
         if path.is_file():
             continue
-        runs = finished(args, arm)
-        if out(*([r["change"]["trained"] for r in runs[k]] for k in ("real", "placebo"))):
+        trained = {k: [r["change"]["trained"] for r in v] for k, v in finished(args, arm).items()}
+        if out(trained["real"], trained["placebo"]):
             say(f"[{i + 1}/{len(todo)}] {arm}, {kind} seed {seed}: skipped, the arm is out (a "
                 "real seed at or below a placebo seed)")
             continue

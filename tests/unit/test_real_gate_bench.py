@@ -125,7 +125,7 @@ def test_units_scored_at_another_sample_count_or_draw_size_are_never_read():
     more = gate.model_copy(update={"suite": gate.suite.model_copy(
         update={"samples": gate.suite.samples * 2})})
     whole = gate.model_copy(update={"suite": gate.suite.model_copy(update={"size": 141})})
-    assert len({_draw_name(gate), _draw_name(more), _draw_name(whole)}) == 3
+    assert len({_draw_name(g.suite) for g in (gate, more, whole)}) == 3
     assert len({_placebo_name(g, 0) for g in (gate, more, whole)}) == 3
     assert len({_placebo_meta(Path("u"), g, 0) for g in (gate, more, whole)}) == 3
 
@@ -167,7 +167,7 @@ def test_nulls_are_counted_in_seed_order_whoever_scored_them(tmp_path):
     gate = GateConfig.model_validate(json.loads(PRESET.read_text())["gate"])
     champ = _champion()
     args = argparse.Namespace(noise=3, placebo=1, scale=0.1, power_draws=20)
-    draw = f"{rg._draw_name(gate)}-t{gate.suite.temperature:g}"
+    draw = f"{rg._draw_name(gate.suite)}-t{gate.suite.temperature:g}"
 
     def cand(shift: float) -> SuiteResult:
         return champ.model_copy(update={"tasks": [t.model_copy(update={
