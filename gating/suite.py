@@ -170,13 +170,14 @@ def _grade(checker: Checker, task: Task, answer: str, chat: bool) -> CheckResult
 
 def _sampled_passes(policy: Policy, checker: Checker, batch: list[Task], prompts: list[list[int]],
                     *, draws: range, temperature: float, seed: int, max_new_tokens: int,
-                    chat: bool, stop: dict) -> list[int]:
+                    chat: bool, stop: dict, per_row: bool = False) -> list[int]:
     """Per task of ``batch``: how many of the completions ``draws`` (draw ``j`` seeded by
-    ``seed + j``) at ``temperature`` pass."""
+    ``seed + j``) at ``temperature`` pass; ``per_row``: each task's draws from its own stream."""
     passed = [0] * len(batch)
+    coupled = {"per_row": True} if per_row else {}
     for j in draws:
         gens = policy.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                               top_p=1.0, seed=seed + j, **stop)
+                               top_p=1.0, seed=seed + j, **stop, **coupled)
         for k, (task, gen) in enumerate(zip(batch, gens, strict=True)):
             passed[k] += int(_grade(checker, task, gen.text, chat).passed)
     return passed
@@ -208,13 +209,16 @@ def run_suite(
     samples: int = 0,
     temperature: float = 0.8,
     label: str = "gate suite",
+    per_row: bool = False,
 ) -> SuiteResult:
     """Greedy completions for ``tasks``, graded by ``checker`` and scored by length. ``model``:
     a policy (a bare toy ``MoETransformer`` is wrapped). ``chat``: prompts go in as chat turns
     (:func:`task_prompt_ids`), a reply stops once its code block is closed and the checker is
     called with ``chat=True``. ``samples``: that many more completions per task at
     ``temperature`` (seeded by ``seed`` and the sample's index), graded alike; each task records
-    the share that passed. ``label`` names the progress line (which model, which look)."""
+    the share that passed. ``label`` names the progress line (which model, which look).
+    ``per_row``: every task's samples come from its own seeded stream (an HF policy's
+    :func:`policy.hf_generate.row_uniforms`), so two models' samples of one task are coupled."""
     from policy.loader import as_policy
 
     start = time.perf_counter()
@@ -233,7 +237,8 @@ def run_suite(
                                seed=seed, **stop)
         passes = _sampled_passes(policy, checker, batch, prompts, draws=range(samples),
                                  temperature=temperature, seed=_sample_seed(seed, i),
-                                 max_new_tokens=max_new_tokens, chat=chat, stop=stop)
+                                 max_new_tokens=max_new_tokens, chat=chat, stop=stop,
+                                 per_row=per_row)
         shares = [p / samples if samples else None for p in passes]
         for task, gen, share in zip(batch, gens, shares, strict=True):
             result = _grade(checker, task, gen.text, chat)

@@ -380,10 +380,11 @@ class HFPolicy:
     @torch.inference_mode()
     def generate(
         self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
-        top_p: float = 1.0, seed: int | None = None, stop_when=None,
+        top_p: float = 1.0, seed: int | None = None, stop_when=None, per_row: bool = False,
     ) -> list[Sampled]:
         """See :meth:`policy.base.Policy.generate`; ``stop_when(text) -> bool`` ends a row once
-        its decoded text satisfies it (finish_reason 'stop', no EOS appended)."""
+        its decoded text satisfies it (finish_reason 'stop', no EOS appended); ``per_row``: each
+        row samples from its own seeded stream (:mod:`policy.hf_generate`)."""
         from policy.hf_generate import decode_loop
 
         if temperature < 0 or not 0 < top_p <= 1:
@@ -398,7 +399,8 @@ class HFPolicy:
         was_training = self.module.training
         self.module.eval()
         try:
-            return decode_loop(self, prompts, steps, temperature, top_p, seed, stop_when)
+            return decode_loop(self, prompts, steps, temperature, top_p, seed, stop_when,
+                               per_row)
         finally:
             self.module.train(was_training)
 

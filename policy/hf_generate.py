@@ -14,6 +14,15 @@ tensor rather than one per row, and routing is read as expert ids only (no route
 Greedy outputs are the same tokens as a batch-of-one decode; sampled rows draw from the same
 distribution (a shrinking batch consumes the generator differently, so draws are not the same
 numbers as before). Left out: beam search, streaming.
+
+``per_row=True`` couples the draws of two models decoding the same prompts (common random
+numbers that hold): row ``i`` has its own generator, seeded by ``seed`` and ``i`` alone, which
+draws one exponential per vocabulary entry at each step, and the token is the exponential race's
+winner, argmax p / E (the Gumbel-max trick: a draw from p exactly). A row's tokens then depend on
+its own logits and its own stream only, not on which other rows are in the batch or when they
+finish (with one shared generator, the first row that ends at another step in one model shifts
+every later draw of every row), and where two models' distributions are close the race mostly
+has the same winner.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from policy.toy.generate import sampling_logprobs
 
 def decode_loop(policy, prompts: list[list[int]], steps: int, temperature: float, top_p: float,
                 seed: int | None, stop_when: Callable[[str], bool] | None = None,
-                ) -> list[Sampled]:
+                per_row: bool = False) -> list[Sampled]:
     """Sample up to ``steps`` tokens per prompt; see the module docstring."""
     from transformers import DynamicCache
 
@@ -41,6 +50,7 @@ def decode_loop(policy, prompts: list[list[int]], steps: int, temperature: float
     full_mask[:, :width] = mask.long()
     positions = (mask.long().cumsum(1) - 1).clamp(min=0)
     gen = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    streams = row_generators(seed, n) if per_row and temperature > 0 else None
     eos = torch.tensor(info.eos_ids, device=device)
     cache = DynamicCache(config=model.config)
     out: list[tuple[list, list, list]] = [([], [], []) for _ in prompts]
@@ -58,6 +68,9 @@ def decode_loop(policy, prompts: list[list[int]], steps: int, temperature: float
         logp = sampling_logprobs(o.logits[:, -1], temperature, top_p)
         if temperature == 0.0:
             nxt = logp.argmax(-1)
+        elif streams is not None:
+            nxt = race(logp, torch.stack([torch.empty(logp.shape[1]).exponential_(
+                generator=streams[i]) for i in live]).to(device))
         else:
             nxt = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(1)
         lp = logp.gather(1, nxt.unsqueeze(1)).squeeze(1)
@@ -83,6 +96,20 @@ def decode_loop(policy, prompts: list[list[int]], steps: int, temperature: float
     policy._state.reset()
     return [_finish(policy, p, pr, *o_, by_predicate=st)
             for p, pr, o_, st in zip(prompts, prompt_routes, out, stopped)]
+
+
+def row_generators(seed: int | None, rows: int) -> list[torch.Generator]:
+    """One CPU generator per row, seeded by ``seed`` and the row's index alone (the same
+    whatever the batch's size)."""
+    if seed is None:
+        raise ValueError("per-row sampling needs a seed")
+    return [torch.Generator().manual_seed(seed * 1_000_003 + i) for i in range(rows)]
+
+
+def race(logp: torch.Tensor, exponentials: torch.Tensor) -> torch.Tensor:
+    """Per row of ``logp`` (B, V), the winner of the exponential race: argmax p / E, a draw from
+    p (a token of probability 0 never wins)."""
+    return (logp - exponentials.log()).argmax(-1)
 
 
 def _finish(policy, prompt: list[int], prompt_routes: list, ids: list[int], lps: list[float],
