@@ -218,7 +218,7 @@ def run_suite(
     ``temperature`` (seeded by ``seed`` and the sample's index), graded alike; each task records
     the share that passed. ``label`` names the progress line (which model, which look).
     ``per_row``: every task's samples come from its own seeded stream (an HF policy's
-    :func:`policy.hf_generate.row_uniforms`), so two models' samples of one task are coupled."""
+    :func:`policy.hf_generate.row_generators`), so two models' samples of one task are coupled."""
     from policy.loader import as_policy
 
     start = time.perf_counter()

@@ -15,6 +15,10 @@ def _ends_early(text: str) -> bool:
     return len(text) >= 6
 
 
+def _ends_late(text: str) -> bool:
+    return len(text) >= 12
+
+
 def test_the_race_by_hand():
     logp = torch.tensor([[0.2, 0.0, 0.5, 0.3]]).log()
     # p / E: 0.2/0.1 = 2.0 beats 0.5/0.5 = 1.0 and 0.3/1.0; token 1 (p = 0) never wins
@@ -86,6 +90,3 @@ def test_coupled_samples_agree_more_between_two_close_models(tiny_hf):
     assert coupled >= 0.7 * 2 * len(ids)
     assert coupled > 2 * shared
 
-
-def _ends_late(text: str) -> bool:
-    return len(text) >= 12
