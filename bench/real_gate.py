@@ -182,17 +182,19 @@ def _extend(policy, suite, temperature: float, prior, have: int):
                           batch_size=suite.batch_size, chat=True, temperature=temperature)
 
 
-def score_suite(policy, suite, temperature: float, *, chat: bool = True):
+def score_suite(policy, suite, temperature: float, *, chat: bool = True, first: int = 0,
+                per_row: bool = False):
     """``policy`` on ``suite``'s draw (decision 0) decoded as the gate decodes: greedy and the
     suite's ``samples`` at ``temperature``, as chat turns unless ``chat`` is off (a model with
-    no chat template)."""
+    no chat template). ``first``: only the draw's first tasks (0: all); ``per_row``: samples
+    coupled per task (:func:`gating.suite.run_suite`)."""
     from gating.suite import build_suite, run_suite
 
     tasks, checker = build_suite(suite, 0)
-    return run_suite(policy, tasks, max_new_tokens=suite.max_new_tokens, seed=suite.seed,
-                     checker=checker, token_penalty=suite.token_penalty,
-                     batch_size=suite.batch_size, chat=chat, samples=suite.samples,
-                     temperature=temperature)
+    return run_suite(policy, tasks[:first] if first else tasks,
+                     max_new_tokens=suite.max_new_tokens, seed=suite.seed, checker=checker,
+                     token_penalty=suite.token_penalty, batch_size=suite.batch_size, chat=chat,
+                     samples=suite.samples, temperature=temperature, per_row=per_row)
 
 
 def _champion_path(args, workdir: Path) -> Path:

@@ -95,37 +95,32 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     import torch
 
-    from bench.real_gate import _champion, _trained_params, _unit_name, pools_digest
+    from bench.real_gate import _champion, _trained_params, _unit_name, pools_digest, score_suite
     from gating.records import SuiteResult
-    from gating.suite import build_suite, run_suite
     from ratchet.config import load_config
 
     torch.set_num_threads(args.threads)
     preset = load_config(args.config)
     suite = preset.gate.suite
-    tasks, checker = build_suite(suite, 0)
-    tasks = tasks[: args.tasks]
-    family = {t.task_id: t.kind for t in tasks}
     digest = f"pools-{pools_digest()}"
     _, policy = _champion(args, args.workdir / digest)
     params = _trained_params(policy, preset.trainer.trainable.top_layers)
     saved = [p.detach().clone() for p in params]
     units = args.units / digest
     units.mkdir(parents=True, exist_ok=True)
+    family: dict[str, str] = {}
 
     def coupled(stem: str) -> dict[str, float]:
-        path = units / f"{stem}-n{len(tasks)}-k{suite.samples}-t{suite.temperature:g}-per-row.json"
+        path = units / f"{stem}-n{args.tasks}-k{suite.samples}-t{suite.temperature:g}-per-row.json"
         if not path.is_file():
             t0 = time.perf_counter()
-            result = run_suite(policy, tasks, max_new_tokens=suite.max_new_tokens,
-                               seed=suite.seed, checker=checker,
-                               token_penalty=suite.token_penalty, batch_size=suite.batch_size,
-                               chat=True, samples=suite.samples, temperature=suite.temperature,
-                               label=stem, per_row=True)
+            result = score_suite(policy, suite, suite.temperature, first=args.tasks, per_row=True)
             path.write_text(result.model_dump_json())
             say(f"{stem}: sampled {result.sampled_pass_rate:.3f} per row "
                 f"({time.perf_counter() - t0:.0f} s)")
-        return _sampled(SuiteResult.model_validate_json(path.read_text()))
+        result = SuiteResult.model_validate_json(path.read_text())
+        family.update({t.task_id: t.kind for t in result.tasks})
+        return _sampled(result)
 
     def shared(stem: str) -> dict[str, float]:
         unit = SHARED_UNITS / digest / f"{_unit_name(stem, suite, suite.temperature)}.json"
@@ -142,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     k = suite.samples
     doc = {"date": provenance.now(), "commit": provenance.commit(),
            "machine": provenance.machine(), "load1_end": provenance.load1(),
-           "tasks": len(tasks), "families": len(set(family.values())),
+           "tasks": len(family), "families": len(set(family.values())),
            "samples": k, "temperature": suite.temperature, "noise_seeds": args.noise_seeds,
            "per_row": figures(nulls, champ, family, k),
            "shared_generator": figures([shared(s) for s in stems], shared("v1"), family, k)}
