@@ -38,6 +38,16 @@ def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def show_progress() -> None:
+    """Route logging as the CLI does (ratchet/console.py), for a benchmark run as a program: the
+    progress lines of decoding and training (runtime/progress.py logs them) reach the terminal,
+    library chatter does not. Without it a real model's scoring step runs for half an hour
+    silent."""
+    from ratchet.console import setup
+
+    setup(None)
+
+
 def choices(allowed: tuple[str, ...]):
     """An argparse type: a comma list of names from ``allowed``, deduplicated in order."""
     def parse(text: str) -> list[str]:

@@ -86,4 +86,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from bench._common import show_progress
+
+    show_progress()
     main()

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import CONFIG, POOLS, build_champion, choices, commit, say, score  # noqa: E402
+from bench._common import CONFIG, POOLS, build_champion, choices, commit, say, score, show_progress  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "pool_scores.json"
 BOOTSTRAP = 2000
@@ -110,4 +110,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    show_progress()
     main()

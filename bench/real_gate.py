@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import provenance  # noqa: E402
-from bench._common import perturb  # noqa: E402
+from bench._common import perturb, show_progress  # noqa: E402
 
 CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 POOLS_V2 = ROOT / "tasks" / "data" / "pools_v2"
@@ -504,4 +504,5 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    show_progress()
     main()

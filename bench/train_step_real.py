@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import CONFIG, DATA, build_champion, commit, say  # noqa: E402
+from bench._common import CONFIG, DATA, build_champion, commit, say, show_progress  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "train_step_real.json"
 PARTS = ("_setup_replay", "_setup_reference_logprobs", "_retain_term", "_backward_step",
@@ -178,4 +178,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    show_progress()
     main()

@@ -44,7 +44,7 @@ import shutil
 import time
 from pathlib import Path
 
-from bench._common import perturb
+from bench._common import perturb, show_progress
 from experiments import local_update as lu
 
 OUT = lu.ROOT / "bench" / "results" / "churn_floor.json"
@@ -351,4 +351,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    show_progress()
     main()

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import provenance  # noqa: E402
-from bench._common import perturb, say  # noqa: E402
+from bench._common import perturb, say, show_progress  # noqa: E402
 
 CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 UNITS = ROOT / "bench" / "results" / "crn_coupling_units"
@@ -149,4 +149,5 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    show_progress()
     main()

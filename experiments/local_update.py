@@ -109,6 +109,7 @@ from bench._common import (  # noqa: E402
     sample_traffic,
     say,
     score,
+    show_progress,
     train_apart,
 )
 
@@ -1089,4 +1090,5 @@ if __name__ == "__main__":
     from runtime.services import unwind_on_sigterm
 
     unwind_on_sigterm()  # SIGTERM stops the training child too (train_apart), by PID
+    show_progress()
     main()

@@ -168,4 +168,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from bench._common import show_progress
+
+    show_progress()
     main()

@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import provenance  # noqa: E402
-from bench._common import build_champion, choices, say  # noqa: E402
+from bench._common import build_champion, choices, say, show_progress  # noqa: E402
 from experiments.local_update import permutation_p  # noqa: E402
 
 CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
@@ -359,4 +359,5 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    show_progress()
     main()

@@ -150,3 +150,23 @@ def test_a_dry_run_writes_its_units_resumes_and_applies_the_rule(tmp_path):
     doc = json.loads((tmp_path / "arms.json").read_text())
     (arm,) = doc["arms"]
     assert arm["out_early"] and not arm["complete"] and doc["complete"] and doc["chosen"] is None
+
+
+def test_run_as_a_program_its_progress_lines_reach_the_terminal(tmp_path):
+    """Scoring a side takes half an hour on the real model: the decode's progress lines
+    (runtime/progress.py, logged at INFO) must be shown, not dropped by an unconfigured root
+    logger."""
+    import subprocess
+    import sys
+
+    argv = ["update_arms", "--choose", "--units", str(tmp_path / "units"),
+            "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "arms.json")]
+    code = ("import logging, runpy, sys; "
+            f"sys.argv = {argv!r}; "
+            "runpy.run_module('experiments.update_arms', run_name='__main__'); "
+            "logging.getLogger('ratchet.progress').info('gate suite (141 tasks): 25 percent done')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ua.ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "gate suite (141 tasks): 25 percent done" in out.stderr
+    assert json.loads((tmp_path / "arms.json").read_text())["chosen"] is None
