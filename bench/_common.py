@@ -181,6 +181,7 @@ def _train_child(champion: str, rows_file: str, cfg_json: str, out: str,
     from trainer.config import TrainerConfig
     from trainer.recipe import run_training
 
+    show_progress()  # a fresh interpreter: the trainer's step lines are its only sign of life
     if threads:
         torch.set_num_threads(threads)
     metrics = run_training(Path(champion), pq.read_table(rows_file),

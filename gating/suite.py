@@ -231,7 +231,6 @@ def run_suite(
     progress = Progress(f"{label} ({len(tasks)} tasks)", total=len(tasks), unit="task")
     for i in range(0, len(tasks), batch_size):
         batch = tasks[i : i + batch_size]
-        progress.update(len(batch))
         prompts = [task_prompt_ids(policy, t, room, chat=chat) for t in batch]
         gens = policy.generate(prompts, max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0,
                                seed=seed, **stop)
@@ -253,6 +252,7 @@ def run_suite(
                 finish_reason=gen.finish_reason, answer=gen.text[:200], detail=result.detail[:200],
                 token_ids=list(gen.token_ids), sampled_pass=share,
             ))
+        progress.update(len(batch))  # once scored: a batch of a real model takes minutes
     progress.close()
     return SuiteResult(tasks=outcomes, expert_load=load, seconds=time.perf_counter() - start)
 
@@ -282,7 +282,6 @@ def extend_samples(model: Policy, tasks: list[Task], prior: SuiteResult, *, have
                         unit="task")
     for i in range(0, len(tasks), batch_size):
         batch = tasks[i : i + batch_size]
-        progress.update(len(batch))
         prompts = [task_prompt_ids(policy, t, room, chat=chat) for t in batch]
         passes = _sampled_passes(policy, checker, batch, prompts, draws=range(have, samples),
                                  temperature=temperature, seed=_sample_seed(seed, i),
@@ -290,6 +289,7 @@ def extend_samples(model: Policy, tasks: list[Task], prior: SuiteResult, *, have
         for old, p in zip(prior.tasks[i : i + batch_size], passes, strict=True):
             had = round(old.sampled_pass * have)  # type: ignore[operator]
             outcomes.append(old.model_copy(update={"sampled_pass": (had + p) / samples}))
+        progress.update(len(batch))
     progress.close()
     return prior.model_copy(update={"tasks": outcomes,
                                     "seconds": prior.seconds + time.perf_counter() - start})

@@ -170,3 +170,30 @@ def test_run_as_a_program_its_progress_lines_reach_the_terminal(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "gate suite (141 tasks): 25 percent done" in out.stderr
     assert json.loads((tmp_path / "arms.json").read_text())["chosen"] is None
+
+
+def test_the_training_child_shows_the_trainers_progress(tmp_path, monkeypatch):
+    """Each run trains in a spawned child (bench._common.train_apart) for 11-17 minutes: the child
+    is a fresh interpreter, so it routes its own logging or its step lines are dropped."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import bench._common as common
+    import trainer.recipe
+
+    calls: list[str] = []
+    monkeypatch.setattr(common, "show_progress", lambda: calls.append("routed"))
+
+    def train(*_, **__):
+        calls.append("trained")
+        return {"loss": 0.0}
+
+    monkeypatch.setattr(trainer.recipe, "run_training", train)
+    pq.write_table(pa.table({"reward": [1.0]}), tmp_path / "rows.parquet")
+    from ratchet.config import load_config
+
+    cfg = load_config(ua.CONFIG, check_paths=False).trainer
+    common._train_child(str(tmp_path), str(tmp_path / "rows.parquet"), cfg.model_dump_json(),
+                        str(tmp_path), None)
+    assert calls == ["routed", "trained"]
+    assert json.loads((tmp_path / common.TRAIN_METRICS).read_text()) == {"loss": 0.0}

@@ -179,3 +179,42 @@ def test_extending_the_samples_equals_scoring_with_more(champion):
     greedy = run_suite(champion, tasks, **kw)
     with pytest.raises(ValueError, match="no samples"):
         extend_samples(champion, tasks, greedy, have=3, samples=6, **kw)
+
+
+def test_a_batch_counts_as_done_once_it_is_scored(model, monkeypatch):
+    """A batch of the real model takes minutes: a progress line that counts it when it starts
+    says "32/141" while the first 32 are still decoding (and a run that dies there looks a batch
+    further on than it was)."""
+    import gating.suite as suite_mod
+
+    events: list[tuple[str, int]] = []
+
+    class Recorder:
+        def __init__(self, *_, **__) -> None:
+            pass
+
+        def update(self, n: int = 1) -> None:
+            events.append(("counted", n))
+
+        def close(self) -> None:
+            pass
+
+    class Logged(_Says):
+        def generate(self, prompts, **kw):
+            events.append(("decoding", len(prompts)))
+            return self._policy.generate(prompts, **kw)
+
+    from policy.loader import as_policy
+
+    monkeypatch.setattr(suite_mod, "Progress", Recorder)
+    tasks, checker = build_suite(SuiteConfig(size=5, seed=2))
+    kw = {"max_new_tokens": 4, "seed": 0, "checker": checker, "batch_size": 2}
+    prior = run_suite(Logged(as_policy(model), ""), tasks, samples=1, **kw)
+    def batch(n: int) -> list[tuple[str, int]]:  # its greedy answers, its draw, then counted
+        return [("decoding", n), ("decoding", n), ("counted", n)]
+
+    assert events == [*batch(2), *batch(2), *batch(1)]
+    events.clear()
+    suite_mod.extend_samples(Logged(as_policy(model), ""), tasks, prior, have=1, samples=2, **kw)
+    assert events == [("decoding", 2), ("counted", 2), ("decoding", 2), ("counted", 2),
+                      ("decoding", 1), ("counted", 1)]
