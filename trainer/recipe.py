@@ -871,7 +871,11 @@ class RLRecipe:
             meta["lora_merged"] = merge_lora(self.policy)
         return self.plug.save(Path(directory), metadata=meta)  # the policy's own format
 
-    def cleanup(self) -> None:
+    def cleanup(self, *, finished: bool = False) -> None:
+        """Drop the run's tensors; a DeepSpeed engine is closed (see DeepSpeedTrainer.close)."""
+        ds = self.__dict__.pop("ds", None)
+        if ds is not None:
+            ds.close(wait_for_ranks=finished)
         for name in ("policy", "reference", "plug", "ref_plug", "opt", "samples", "logp_ref",
                      "logp_anchor", "value", "nucleus", "inside", "retain_samples",
                      "retain_pool", "prefix"):
@@ -900,10 +904,12 @@ def run_training(champion_dir: Path, rows: pa.Table, config: TrainerConfig, out_
     ``ref_cache``: see :class:`RLRecipe`."""
     recipe = RLRecipe(champion_dir, rows, config, current_version=current_version,
                       ref_cache=ref_cache)
+    finished = False
     try:
         recipe.setup()
         metrics = recipe.train()
         recipe.save_checkpoint(out_dir)
+        finished = True
     finally:
-        recipe.cleanup()
+        recipe.cleanup(finished=finished)
     return metrics
