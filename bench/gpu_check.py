@@ -194,7 +194,7 @@ def ds_step(out: Path, smoke: bool) -> int:
         ref_dtypes = sorted({str(p.dtype) for p in recipe.reference.parameters()})
         device = str(next(recipe.policy.parameters()).device)
         rank = recipe.rank
-        recipe.cleanup(finished=True)
+        recipe.cleanup()
     if rank != 0:
         return 0
     checks = [

@@ -189,13 +189,9 @@ class DeepSpeedTrainer:
     def state_dict(self) -> dict[str, Tensor]:
         return export_state_dict(self.model)
 
-    def close(self, *, wait_for_ranks: bool) -> None:
-        """Release the engine and destroy the process group this trainer started. After a run that
-        finished, every rank first waits for the others (rank 0 is still writing the checkpoint):
-        a rank that leaves early with gloo's threads alive aborts and the launcher kills the rest.
-        After a failure nobody waits: the other ranks may never reach the barrier."""
-        if wait_for_ranks and torch.distributed.is_initialized():
-            torch.distributed.barrier()
+    def close(self) -> None:
+        """Release the engine and destroy the process group this trainer started: a rank that
+        exits with gloo's threads alive can abort, and the launcher then kills the other ranks."""
         self.engine.destroy()
         if self._owns_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()

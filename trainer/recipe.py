@@ -862,20 +862,21 @@ class RLRecipe:
         if self.ds is not None:  # gather experts (every rank takes part), rank 0 writes
             model = MoETransformer(self.policy.config)
             model.load_state_dict(self.ds.state_dict())
-            if self.rank != 0:
-                return Path(directory)
-            return save_checkpoint(model, Path(directory), metadata=meta)
+            path = (save_checkpoint(model, Path(directory), metadata=meta) if self.rank == 0
+                    else Path(directory))
+            torch.distributed.barrier()  # ranks leave together, not while rank 0 still writes
+            return path
         if self.rank != 0:
             return Path(directory)
         if has_lora(self.policy):  # the adapters go into the weights: a plain checkpoint
             meta["lora_merged"] = merge_lora(self.policy)
         return self.plug.save(Path(directory), metadata=meta)  # the policy's own format
 
-    def cleanup(self, *, finished: bool = False) -> None:
+    def cleanup(self) -> None:
         """Drop the run's tensors; a DeepSpeed engine is closed (see DeepSpeedTrainer.close)."""
         ds = self.__dict__.pop("ds", None)
         if ds is not None:
-            ds.close(wait_for_ranks=finished)
+            ds.close()
         for name in ("policy", "reference", "plug", "ref_plug", "opt", "samples", "logp_ref",
                      "logp_anchor", "value", "nucleus", "inside", "retain_samples",
                      "retain_pool", "prefix"):
@@ -904,12 +905,10 @@ def run_training(champion_dir: Path, rows: pa.Table, config: TrainerConfig, out_
     ``ref_cache``: see :class:`RLRecipe`."""
     recipe = RLRecipe(champion_dir, rows, config, current_version=current_version,
                       ref_cache=ref_cache)
-    finished = False
     try:
         recipe.setup()
         metrics = recipe.train()
         recipe.save_checkpoint(out_dir)
-        finished = True
     finally:
-        recipe.cleanup(finished=finished)
+        recipe.cleanup()
     return metrics
