@@ -70,14 +70,15 @@ demo-smollm2: real-model
 # prints the per-cycle gate table and the sealed-set gain line (bench/loop_real.py has the full run).
 demo-real: real-model
 	rm -rf .demo-real/run
-	nice -n 10 $(BIN)/python -m bench.loop_real --cycles 2 --requests 32 --no-placebo \
+	nice -n 10 $(BIN)/python -m bench.loop_real --cycles 1 --no-placebo \
 		--sealed 64 --guard 96 --humaneval 0 --workdir .demo-real/run --out .demo-real/loop_real_demo.json \
 		--score-cache .demo-real/scores
 
-# The proof on three seeds (bench/loop_real_seeds.py): 3 seeds x 4 cycles, rl and placebo arms,
-# HumanEval on the first and final champions. Hours on 2 cores; run again, it keeps finished units.
+# The proof fixed before it ran (bench/loop_proof.py): 6 pairs of rl and placebo runs of 3 cycles,
+# each run's first and final champions scored as users are served. Many hours on 2 cores; run
+# again, it resumes the unit cut short and keeps the finished ones.
 proof-real: real-model
-	nice -n 10 $(BIN)/python -m bench.loop_real_seeds --seeds 0,1,2 --cycles 4 -- --humaneval 164
+	nice -n 10 $(BIN)/python -m bench.loop_proof
 
 test-unit: $(BIN)/.bootstrapped sandbox-tool
 	$(BIN)/python -m pytest -q -m "not integration"

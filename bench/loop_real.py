@@ -23,8 +23,8 @@ resampling independent functions (tasks are grouped by their ``function``, famil
 constants, or by prompt text when a task has none: two prompts asking for the same function count
 once).
 
-    .venv/bin/python -m bench.loop_real [--cycles 3] [--requests 64] [--sealed 0]
-        [--humaneval 164] [--no-placebo] [--out bench/results/loop_real.json]
+    .venv/bin/python -m bench.loop_real [--cycles 3] [--requests N] [--sealed 0]
+        [--humaneval 164] [--no-placebo] [--out bench/results/loop_real_run.json]
 
 Writes ``--out`` with ``cycles``, ``pass_first``, ``pass_final``, ``ci_low``, ``ci_high``,
 ``placebo_delta``, ``humaneval_first``, ``humaneval_final``, ``promotions``,
@@ -71,7 +71,7 @@ sys.path.insert(0, str(ROOT))  # bench/ingest.py would shadow the ingest package
 from bench import provenance  # noqa: E402
 from ratchet.cycle import Cycle  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results" / "loop_real.json"
+RESULTS = ROOT / "bench" / "results" / "loop_real_run.json"
 CONFIG = ROOT / "configs" / "smollm2-pyfuncs.json"
 SEALED = ROOT / "tasks" / "data" / "pyfuncs_sealed.jsonl"
 TRANSFER = ROOT / "tasks" / "data" / "pyfuncs_transfer.jsonl"
@@ -397,6 +397,14 @@ def _score(args, uri, name, version, key, sealed, workdir, scores, *, humaneval:
     # Greedy scoring is deterministic: a version scored under another key (a final champion that
     # is still the first one) is not scored twice.
     same = next((s for s in scores.values() if s["version"] == version), None)
+    if getattr(args, "no_scores", False):  # kept for a scorer run later (bench.loop_proof)
+        if same is None:
+            path = registry.download_checkpoint(uri, name, version,
+                                                workdir / "scored" / f"v{version}")
+            same = {"version": version, "path": str(path)}
+        scores[key] = {**same}
+        say(f"v{version} ({key}) kept unscored at {same['path']}")
+        return
     needs_humaneval = humaneval and args.humaneval > 0
     if same is not None and (same["humaneval"] is not None or not needs_humaneval):
         scores[key] = {**same} if humaneval else {**same, "humaneval": None,
@@ -435,7 +443,7 @@ def summarise(args, rows: list[dict], scores: dict, sealed: list[dict], seconds:
         "per_cycle": rows,
         "scores": scores,
     }
-    if first is None:
+    if first is None or "passed" not in first:  # not scored yet, or kept for a later scorer
         return out
     base = by_cluster(keys, first["passed"])
     out["pass_first"] = statistics.fmean(first["passed"])
@@ -515,7 +523,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", type=Path, default=CONFIG)
     p.add_argument("--cycles", type=int, default=3)
-    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--requests", type=int, default=None,
+                   help="chat requests per cycle (default: the preset's "
+                   "simulator.requests_per_round)")
     p.add_argument("--sealed", type=int, default=0, help="first N sealed tasks (0 = all)")
     p.add_argument("--sealed-file", type=Path, default=SEALED)
     p.add_argument("--transfer-file", type=Path, default=TRANSFER,
@@ -552,6 +562,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="folder of checkpoint scores keyed by weights and tasks (reused by later "
                    "runs: the first champion of every seed)")
     p.add_argument("--no-score-cache", dest="score_cache", action="store_const", const=None)
+    p.add_argument("--no-scores", action="store_true",
+                   help="decode nothing: keep the first, final and last-candidate checkpoints "
+                   "under --workdir and record their paths (a later scorer scores them)")
     args = p.parse_args(argv)
     from runtime.services import unwind_on_sigterm
 
@@ -571,6 +584,7 @@ def main(argv: list[str] | None = None) -> None:
         _humaneval_after(args)
         return
     config = with_seed(load_config(args.config), args.seed)
+    args.requests = args.requests or config.simulator.requests_per_round
     threads = args.threads or config.torch_threads
     torch.set_num_threads(threads)
     os.environ["RATCHET_TORCH_THREADS"] = str(threads)  # the replicas this run starts

@@ -11,7 +11,7 @@ the seed and the cycle alone), or, with ``--fresh`` or when its run folder is go
 its start; a unit is pooled only once complete, never merged as partial. So a run of many hours
 can be stopped and resumed, across sessions.
 
-When every unit is complete, ``--out`` (default bench/results/loop_real.json) holds the pooled
+When every unit is complete, ``--out`` (default bench/results/loop_real_seeds.json) holds the pooled
 figures: first vs final champion of the rl arm on the sealed functions, on each transfer family
 and on the guard pool per family, and on HumanEval, each paired and clustered by function (a
 function's change is its mean over seeds; the bootstrap resamples functions; the family-wise
@@ -387,7 +387,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="rerun a unit cut short from its start instead of resuming it")
     p.add_argument("--pool-only", action="store_true",
                    help="pool the complete unit files, run nothing")
-    p.add_argument("--out", type=Path, default=lr.RESULTS)
+    p.add_argument("--out", type=Path,
+                   default=ROOT / "bench" / "results" / "loop_real_seeds.json")
     args = p.parse_args(argv)
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     arms = ARMS[:1] if args.no_placebo else ARMS

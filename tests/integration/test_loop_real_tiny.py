@@ -109,6 +109,44 @@ def test_the_seeds_run_keeps_a_complete_unit_and_pools_it(tmp_path):
     assert json.loads(out.read_text())["pooled"] == r["pooled"]
 
 
+def test_the_proof_runs_a_pair_scores_its_champions_and_pools_it(tmp_path):
+    """One pair of one cycle: each unit's champions scored in pieces (sampled and greedy), the
+    first one at the grid's temperatures too, every protocol key in the pooled file; a second
+    call runs and scores nothing again."""
+    import subprocess
+    import sys
+
+    config_file, _, env = _tiny_run(tmp_path)
+    pools = [f"--{name}-file={tmp_path / f'{name}.jsonl'}" for name in ("sealed", "transfer",
+                                                                         "guard")]
+    out, units, cache = tmp_path / "proof.json", tmp_path / "units", tmp_path / "scores"
+    cmd = [sys.executable, "-m", "bench.loop_proof", "--pairs", "1", "--cycles", "1",
+           "--config", str(config_file), "--units", str(units), "--cache", str(cache),
+           "--workdir", str(tmp_path / "runs"), "--out", str(out), "--humaneval", "0", *pools,
+           "--", "--max-new-tokens", "24"]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["complete"] and [p["seed"] for p in r["pairs"]] == [0]
+    pair = r["pairs"][0]
+    assert {"rl_primary", "placebo_primary", "rl_promotions", "placebo_promotions"} <= set(pair)
+    assert r["primary_p"] in (0.5, 1.0)  # one pair: 1/2 when rl is above placebo, else 1
+    assert {"sampled", "greedy"} == set(r["transfer_ci_low"]) == set(r["guard_ci_low"])
+    assert r["vs_best_temperature"]["first_best"] in ("greedy", "0.3", "0.8")
+    assert set(r["goals"]) >= {"rl_above_placebo", "pooled_rl_gain", "promotions", "transfer",
+                               "guard", "vs_best_temperature", "live"}
+    unit = r["units"]["seed0_rl"]
+    assert Path(unit["checkpoints"]["first"]).is_dir() and unit["commit"]
+    assert [c["requests"] for c in unit["per_cycle"]] == [48]
+    scored = [json.loads(f.read_text()) for f in cache.glob("*.json")]
+    sealed = [s for s in scored if s["piece"] == "sealed"]
+    assert all(len(s["tasks"]) == 8 and s["samples"] == 8 for s in sealed)
+    assert {s["piece"] for s in scored} == {"sealed", "sealed_t0.3", "transfer", "guard"}
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "scoring" not in again.stdout
+    assert json.loads(out.read_text())["pairs"] == r["pairs"]
+
+
 def test_a_run_killed_in_its_gate_resumes_there_and_keeps_its_traffic(tmp_path):
     import subprocess
     import sys

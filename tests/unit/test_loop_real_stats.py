@@ -164,6 +164,28 @@ def test_a_version_scored_under_another_key_is_not_scored_again(tmp_path, monkey
         _score(args, None, "m", 1, "placebo-final", [{"prompt": "a"}], tmp_path, scores)
 
 
+def test_without_scores_a_version_is_kept_for_a_later_scorer_and_downloaded_once(
+        tmp_path, monkeypatch):
+    from bench.loop_real import _score
+
+    downloads = []
+
+    def download(uri, name, version, dst):
+        downloads.append(version)
+        return dst / "ckpt"
+
+    monkeypatch.setattr("runtime.registry.download_checkpoint", download)
+    args = argparse.Namespace(humaneval=164, no_scores=True)
+    scores = {}
+    _score(args, None, "m", 1, "first", [], tmp_path, scores)
+    _score(args, None, "m", 1, "rl-final", [], tmp_path, scores)  # still the first champion
+    _score(args, None, "m", 3, "rl-last-candidate", [], tmp_path, scores)
+    assert downloads == [1, 3]
+    assert scores["first"] == scores["rl-final"] == {
+        "version": 1, "path": str(tmp_path / "scored" / "v1" / "ckpt")}
+    assert scores["rl-last-candidate"]["version"] == 3
+
+
 def test_sealed_and_transfer_figures_cluster_by_function_not_prompt():
     from bench.loop_real import pool_summary
 

@@ -1,0 +1,155 @@
+"""bench/loop_proof.py: the proof's statistics (sign-flip test over pairs, family averages,
+family-clustered intervals, the first champion's best temperature), its goals, and the scored
+pieces' cache (a piece is scored once per weights; two processes split the pieces)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from bench import loop_proof as lp
+
+
+def test_sign_flip_p_is_exact_and_one_sided():
+    assert lp.sign_flip_p([0.1] * 6) == 1 / 64
+    # [1, -1]: the sign vectors (+,+) mean 0, (+,-) 1, (-,+) -1, (-,-) 0; observed 0: 3 of 4
+    assert lp.sign_flip_p([1.0, -1.0]) == 0.75
+    assert lp.sign_flip_p([-0.2, -0.1, -0.3]) == 1.0
+
+
+def test_every_family_counts_once_in_the_average():
+    tasks = [{"family": "a", "sampled": 1.0}] * 3 + [{"family": "b", "sampled": 0.0}]
+    assert lp.family_average(tasks) == 0.5
+
+
+def _tasks(values: dict[str, list[float]], greedy: dict[str, list[bool]] | None = None):
+    out = []
+    for fam, vs in values.items():
+        for i, v in enumerate(vs):
+            g = greedy[fam][i] if greedy else v >= 0.5
+            out.append({"task_id": f"{fam}/{i}", "family": fam, "cluster": f"{fam}/{i}",
+                        "passed": g, "sampled": v})
+    return out
+
+
+def _unit(arm: str, promotions: int, live: list[float]) -> dict:
+    key = "promotions" if arm == "rl" else "placebo_promotions"
+    return {key: promotions, "per_cycle": [
+        {"cycle": i, "live_pass_rate": x, "edit_persistence": x, "dissatisfied_rate": 1 - x,
+         "completion_tokens": 30.0, "mean_latency_ms": 100.0} for i, x in enumerate(live)]}
+
+
+def _run(first_sealed, final_sealed, grid=None):
+    first = {"sealed": _tasks(first_sealed), "transfer": _tasks({"t": [0.5, 0.5]}),
+             "guard": _tasks({"g": [1.0, 1.0]}), "humaneval": _tasks({"h0": [0.5], "h1": [0.5]})}
+    first.update(grid or {})
+    final = {"sealed": _tasks(final_sealed), "transfer": _tasks({"t": [0.5, 0.75]}),
+             "guard": _tasks({"g": [1.0, 1.0]}), "humaneval": _tasks({"h0": [0.5], "h1": [0.75]})}
+    return {"first": first, "final": final}
+
+
+def test_the_pooled_figures_pair_each_rl_run_with_its_placebo():
+    base = {"a": [0.25, 0.25], "b": [0.0, 0.0]}
+    grid = {"sealed_t0.3": _tasks({"a": [0.5, 0.5], "b": [0.25, 0.25]})}  # the best: 0.375
+    units, scores = {}, {}
+    for seed, (rl_final, pl_final) in enumerate([({"a": [0.75, 0.75], "b": [0.5, 0.5]}, base),
+                                                 ({"a": [0.5, 0.5], "b": [0.5, 0.5]}, base)]):
+        units[(seed, "rl")] = _unit("rl", 1, [0.2, 0.4, 0.6])
+        units[(seed, "placebo")] = _unit("placebo", 0, [0.2, 0.2, 0.2])
+        scores[(seed, "rl")] = _run(base, rl_final, grid)
+        scores[(seed, "placebo")] = _run(base, pl_final, grid)
+    out = lp.pool(units, scores)
+    # rl primary: seed 0 (0.75 + 0.5) / 2 - 0.125 = 0.5; seed 1 0.5 - 0.125 = 0.375
+    assert [p["rl_primary"] for p in out["pairs"]] == [0.5, 0.375]
+    assert [p["placebo_primary"] for p in out["pairs"]] == [0.0, 0.0]
+    assert out["primary_p"] == 0.25 and out["pooled_rl_gain"] == 0.4375
+    assert out["transfer_ci_low"]["sampled"] == pytest.approx(0.125)  # one family
+    assert out["humaneval_ci_low"] == 0.0  # problems are the clusters: h0 +0, h1 +0.25
+    v = out["vs_best_temperature"]
+    assert v["first_best"] == "0.3" and v["first_best_pass"] == 0.375
+    assert v["delta"] == pytest.approx(0.4375 + 0.125 - 0.375)
+    g = out["goals"]
+    assert g["rl_above_placebo"]["pairs"] == 2 and not g["rl_above_placebo"]["reached"]
+    assert g["pooled_rl_gain"]["reached"] and g["promotions"]["reached"]
+    assert g["guard"]["reached"] and g["humaneval"]["reached"]
+    assert out["live"]["live_pass_rate"]["last_cycle_rl_minus_placebo"] == [0.4, 0.4]
+    assert out["live"]["dissatisfied_rate"]["p"] == 0.25  # down in both pairs: 1 of 4
+
+
+def test_greedy_can_be_the_first_champions_best_decoding():
+    greedy = {"a": [True, True], "b": [True, False]}  # 0.75 greedy, sampled 0.25
+    sealed = _tasks({"a": [0.25, 0.25], "b": [0.25, 0.25]}, greedy)
+    low = _tasks({"a": [0.0, 0.0], "b": [0.0, 0.0]})
+    best, rate = lp.best_temperature({"0.8": sealed, "0.3": low})
+    assert (best, rate) == ("greedy", 0.75)
+
+
+def test_a_family_that_dropped_in_every_run_is_surely_worse():
+    fams = {f"f{i}": [1.0] * 4 for i in range(6)}
+    first = _tasks(fams)
+    final = _tasks({**fams, "f0": [0.0] * 4})
+    assert lp.max_drop([(first, final)] * 3, "sampled")["family"] == "f0"
+
+
+def _ckpt(tmp_path: Path, name: str, content: bytes) -> Path:
+    d = tmp_path / name
+    d.mkdir()
+    (d / "model.safetensors").write_bytes(content)
+    return d
+
+
+def _wanted(tmp_path: Path) -> dict[str, dict]:
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text('{"task_id": "x"}\n')
+    return {"sealed": lp._piece("jsonl", pool, 8, 0.8), "guard": lp._piece("jsonl", pool, 4, 0.8)}
+
+
+def test_a_piece_is_scored_once_per_weights(tmp_path):
+    calls = []
+
+    def scorer(ckpt, piece):
+        calls.append((ckpt.name, piece["samples"]))
+        return [{"task_id": "x", "family": "f", "cluster": "x", "passed": True, "sampled": 1.0}]
+
+    wanted, cache = _wanted(tmp_path), tmp_path / "cache"
+    a = lp.score_checkpoint(_ckpt(tmp_path, "a", b"w1"), wanted, cache, label="a", scorer=scorer)
+    same = lp.score_checkpoint(_ckpt(tmp_path, "b", b"w1"), wanted, cache, label="b",
+                               scorer=scorer)
+    other = lp.score_checkpoint(_ckpt(tmp_path, "c", b"w2"), wanted, cache, label="c",
+                                scorer=scorer)
+    assert a == same and a != other
+    assert calls == [("a", 8), ("a", 4), ("c", 8), ("c", 4)]
+    assert lp.load_scores(cache, a)["sealed"][0]["sampled"] == 1.0
+
+
+def test_a_piece_another_process_holds_is_left_and_then_waited_for(tmp_path):
+    """The process holding ``sealed`` writes it; this one scores ``guard`` meanwhile and then
+    reads ``sealed`` without decoding it."""
+    import fcntl
+
+    wanted, cache = _wanted(tmp_path), tmp_path / "cache"
+    ckpt = _ckpt(tmp_path, "a", b"w1")
+    key = lp.piece_key(ckpt, wanted["sealed"])
+    calls, done = [], {}
+    (cache / ".locks").mkdir(parents=True)
+    held = open(cache / ".locks" / f"{key}.lock", "w")
+    fcntl.flock(held, fcntl.LOCK_EX)
+
+    def scorer(c, piece):
+        calls.append(piece["samples"])
+        return [{"task_id": "x", "family": "f", "cluster": "x", "passed": False, "sampled": 0.0}]
+
+    t = threading.Thread(target=lambda: done.update(keys=lp.score_checkpoint(
+        ckpt, wanted, cache, label="a", scorer=scorer)))
+    t.start()
+    t.join(timeout=5)
+    assert t.is_alive() and calls == [4]  # guard scored; waiting for sealed
+    lp._write_atomic(cache / f"{key}.json", {"tasks": [{"sampled": 0.5}]})
+    fcntl.flock(held, fcntl.LOCK_UN)
+    held.close()
+    t.join(timeout=30)
+    assert not t.is_alive() and calls == [4]
+    assert json.loads((cache / f"{key}.json").read_text())["tasks"][0]["sampled"] == 0.5
