@@ -56,7 +56,7 @@ UNITS = ROOT / "bench" / "results" / "update_arms_units"
 OUT = ROOT / "bench" / "results" / "update_arms.json"
 SIDES = ("trained", "guard", "transfer")
 ARMS: dict[str, dict] = {
-    "token_clip lr 5e-5": {"objective": {"type": "token_clip"}, "lr": 5e-5},  # the preset today
+    "token_clip lr 5e-5": {"objective": {"type": "token_clip"}, "lr": 5e-5},  # the preset before
     "token_clip lr 2.5e-5": {"objective": {"type": "token_clip"}, "lr": 2.5e-5},
     "filtered_imitation lr 5e-5": {"objective": {"type": "filtered_imitation"}, "lr": 5e-5},
     "filtered_imitation lr 2.5e-5": {"objective": {"type": "filtered_imitation"}, "lr": 2.5e-5},

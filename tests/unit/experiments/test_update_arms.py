@@ -74,7 +74,7 @@ def test_the_parts_split_every_unit_once_seed_major():
     assert every[: 2 * len(ua.ARMS)] == [(a, k, 0) for a in ua.ARMS for k in ("real", "placebo")]
     halves = [ua.plan(ua.parse_args(["--part", p])) for p in ("0/2", "1/2")]
     assert sorted(halves[0] + halves[1]) == sorted(every) and not set(halves[0]) & set(halves[1])
-    assert ua.ARMS["token_clip lr 5e-5"]["lr"] == 5e-5  # the preset as it is, one of the arms
+    assert ua.ARMS["token_clip lr 5e-5"]["lr"] == 5e-5  # the preset before the rule chose
 
 
 @pytest.mark.parametrize("argv", [["--part", "2/2"], ["--part", "x"], ["--seeds", "0"],
@@ -197,3 +197,19 @@ def test_the_training_child_shows_the_trainers_progress(tmp_path, monkeypatch):
                         str(tmp_path), None)
     assert calls == ["routed", "trained"]
     assert json.loads((tmp_path / common.TRAIN_METRICS).read_text()) == {"loss": 0.0}
+
+
+def test_the_preset_changes_only_by_the_rule():
+    """bench/results/update_arms.json: once every arm is complete, the preset trains with the
+    chosen arm's objective and learning rate (today's, token_clip at 5e-5, when none is chosen);
+    before that, with today's."""
+    import json
+
+    from ratchet.config import load_config
+
+    result = json.loads(ua.OUT.read_text())
+    arm = (result["chosen"] if result["complete"] else None) or "token_clip lr 5e-5"
+    trainer = load_config(ua.CONFIG, check_paths=False).trainer
+    objective = trainer.objective.model_dump()
+    assert {k: objective[k] for k in ua.ARMS[arm]["objective"]} == ua.ARMS[arm]["objective"]
+    assert trainer.lr == ua.ARMS[arm]["lr"]
