@@ -30,8 +30,9 @@ temperature against the first at its best, per cycle live pass, edit persistence
 follow-ups, tokens and latency of the traffic each arm served. :data:`GOALS` and
 :func:`goals` say what counts as reached.
 
-    .venv/bin/python -m bench.loop_proof --arms rl        # one process per arm, side by side
-    .venv/bin/python -m bench.loop_proof --arms placebo
+    .venv/bin/python -m bench.loop_proof                  # every unit, one after the other
+    .venv/bin/python -m bench.loop_proof --arms rl --threads 1   # or one process per arm, side
+    .venv/bin/python -m bench.loop_proof --arms placebo --threads 1   # by side (memory allowing)
     .venv/bin/python -m bench.loop_proof --pool-only      # pool the complete units
 
 Units run seed by seed, each resumed where it was cut short (``bench.loop_real --resume``) and
@@ -447,7 +448,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cache", type=Path, default=RESULTS / "loop_proof_scores")
     p.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "loop_proof")
     p.add_argument("--out", type=Path, default=RESULTS / "loop_real.json")
-    p.add_argument("--threads", type=int, default=1, help="torch threads of each unit")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads of each unit (default: the preset's torch_threads; 1 for "
+                   "each of two processes side by side)")
     p.add_argument("--humaneval", type=int, default=HUMANEVAL, help="problems (0 skips)")
     for name, path in POOLS.items():
         p.add_argument(f"--{name}-file", type=Path, default=path)
@@ -462,7 +465,9 @@ def main(argv: list[str] | None = None) -> None:
 
     unwind_on_sigterm()  # SIGTERM stops the running unit, by PID
     pools = {name: getattr(args, f"{name}_file") for name in POOLS}
-    requests = load_config(args.config, check_paths=False).simulator.requests_per_round
+    preset = load_config(args.config, check_paths=False)
+    requests = preset.simulator.requests_per_round
+    args.threads = args.threads or preset.torch_threads
     args.units.mkdir(parents=True, exist_ok=True)
     if not args.pool_only:
         torch_threads(args.threads)

@@ -161,9 +161,12 @@ def main(argv: list[str] | None = None) -> None:
               "config": str(args.config), "threads": args.threads, "rows": rows.num_rows,
               "tiny": args.tiny, "settings": {}}
     trainer = preset.trainer
-    if args.tiny:  # two layers: the top one trains
+    if args.tiny:  # two layers: the top one trains; a random model passes no task, so the
+        # dry run trains every row under token_clip (filtered imitation would have none)
+        from trainer.config import TokenClip
+
         trainer = trainer.model_copy(update={"trainable": trainer.trainable.model_copy(
-            update={"top_layers": 1})})
+            update={"top_layers": 1}), "objective": TokenClip()})
     for name in args.settings.split(","):
         say(f"{name}: {args.steps} steps on {rows.num_rows} rows, {args.threads} thread(s)")
         result["settings"][name] = run_setting(champion, rows, setting(trainer, name),

@@ -104,10 +104,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def noise_config(trainer, *, tiny: bool):
     """The preset's trainer without its retain and replay sets (the recipe only measures here),
-    on the tiny model's one top layer when ``tiny``."""
+    under token_clip, whose rows are every traffic row (filtered imitation keeps only the
+    rewarded ones), on the tiny model's one top layer when ``tiny``."""
+    from trainer.config import TokenClip
+
     cfg = trainer.model_copy(update={
         "retain": trainer.retain.model_copy(update={"path": None}),
-        "replay": trainer.replay.model_copy(update={"path": None})})
+        "replay": trainer.replay.model_copy(update={"path": None}), "objective": TokenClip()})
     if tiny:
         cfg = cfg.model_copy(update={"trainable": cfg.trainable.model_copy(
             update={"top_layers": 1})})

@@ -152,9 +152,11 @@ halves of ``--part k/2``. The last four (the chosen budget with the retain draw 
 by measured KL, ``trainer.retain.RetainDraw``) came after that sweep and run through ``--tune
 --settings``; one rule judges all. So do the last two: the chosen budget with failed rows'
 negative advantages scaled by 0.25 and by 0 (``TrainerConfig.neg_adv_scale``)."""
-SWEEP_BASE = {"lr": 5e-5, "retain_kl_target": 0.02, "replay_share": 0.25}
+SWEEP_BASE = {"lr": 5e-5, "retain_kl_target": 0.02, "replay_share": 0.25,
+              "objective": "token_clip"}
 """The preset's trainer when the sweep first ran, under every SWEEP setting: a setting means the
-same training whenever it runs, though the preset has since taken the chosen budget (0.01)."""
+same training whenever it runs, though the preset has since taken the chosen budget (0.01) and
+the objective the update arms chose (filtered_imitation)."""
 
 
 def setting_overrides(overrides: dict) -> dict:
@@ -308,11 +310,11 @@ def trainer_config(base, arm: dict, *, seed: int, steps: int | None, lora_lr: fl
 def sweep_config(base, overrides: dict, *, seed: int, steps: int | None = None):
     """The preset's trainer config with one SWEEP setting (``lr``, ``steps``, ``scope``,
     ``lora_rank``, ``retain_kl_target``, ``replay_share``, ``retain_draw``, ``retain_prompts``,
-    ``neg_adv_scale``)."""
+    ``neg_adv_scale``, ``objective``)."""
     from trainer.config import TrainerConfig
 
     known = {"lr", "steps", "scope", "lora_rank", "retain_kl_target", "replay_share",
-             "retain_draw", "retain_prompts", "neg_adv_scale"}
+             "retain_draw", "retain_prompts", "neg_adv_scale", "objective"}
     if set(overrides) - known:
         raise ValueError(f"unknown sweep settings {sorted(set(overrides) - known)}")
     cfg = base.model_dump(mode="json")
@@ -322,6 +324,8 @@ def sweep_config(base, overrides: dict, *, seed: int, steps: int | None = None):
     for key in ("lr", "steps", "neg_adv_scale"):
         if key in overrides:
             cfg[key] = overrides[key]
+    if "objective" in overrides:
+        cfg["objective"] = {"type": overrides["objective"]}
     if "scope" in overrides:
         cfg["trainable"]["scope"] = overrides["scope"]
     if "lora_rank" in overrides:
