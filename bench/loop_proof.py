@@ -27,8 +27,8 @@ outcomes (6 pairs: smallest p 1/64). Secondary, each final minus first, family-c
 bootstrap resamples families; HumanEval resamples problems): sampled and greedy on transfer and
 guard with the family-wise maximum-drop test, HumanEval sampled, the final champion at the serving
 temperature against the first at its best, per cycle live pass, edit persistence, dissatisfied
-follow-ups, tokens and latency of the traffic each arm served. :data:`GOALS` and
-:func:`goals` say what counts as reached.
+follow-ups, tokens and latency of the traffic each arm served. :data:`TARGETS` and
+:func:`targets` say what counts as met.
 
     .venv/bin/python -m bench.loop_proof                  # every unit, one after the other
     .venv/bin/python -m bench.loop_proof --arms rl --threads 1   # or one process per arm, side
@@ -78,7 +78,7 @@ POOLS = {
     "guard": ROOT / "tasks" / "data" / "pyfuncs_guard.jsonl",
 }
 HUMANEVAL = 164
-GOALS = {"pairs_above": 6, "pooled_rl_gain": 0.15, "carry_floor": -0.03,
+TARGETS = {"pairs_above": 6, "pooled_rl_gain": 0.15, "carry_floor": -0.03,
          "humaneval_floor": -0.02, "vs_best_temperature": 0.05, "placebo_promotions_max": 1,
          "live_p": 0.05}
 """The targets: rl above placebo in every pair and the pooled rl gain in sampled sealed pass at
@@ -345,7 +345,7 @@ def pool(units: dict[tuple[int, str], dict], scores: dict[tuple[int, str], dict]
                                   "delta": round(d, 4), "ci_low": round(lo, 4),
                                   "ci_high": round(hi, 4)}
     out["live"] = live(units, both)
-    out["goals"] = goals(out)
+    out["targets"] = targets(out)
     return out
 
 
@@ -370,19 +370,19 @@ def live(units: dict[tuple[int, str], dict], seeds: list[int]) -> dict:
     return out
 
 
-def goals(out: dict) -> dict:
-    """Each target of :data:`GOALS`: its figure and whether it is reached."""
+def targets(out: dict) -> dict:
+    """Each target of :data:`TARGETS`: its figure and whether it is met (``reached``)."""
     pairs = out["pairs"]
     above = sum(p["rl_primary"] > p["placebo_primary"] for p in pairs)
     g = {"rl_above_placebo": {"pairs": above, "of": len(pairs), "p": out["primary_p"],
-                              "reached": above >= GOALS["pairs_above"]},
+                              "reached": above >= TARGETS["pairs_above"]},
          "pooled_rl_gain": {"value": out["pooled_rl_gain"],
-                            "reached": out["pooled_rl_gain"] >= GOALS["pooled_rl_gain"]},
+                            "reached": out["pooled_rl_gain"] >= TARGETS["pooled_rl_gain"]},
          "promotions": {"rl": [p["rl_promotions"] for p in pairs],
                         "placebo_total": sum(p["placebo_promotions"] for p in pairs),
                         "reached": all(p["rl_promotions"] >= 1 for p in pairs)
                         and sum(p["placebo_promotions"] for p in pairs)
-                        <= GOALS["placebo_promotions_max"]}}
+                        <= TARGETS["placebo_promotions_max"]}}
     r = out["secondary"]["rl"]
     for name in ("transfer", "guard"):
         if name in r:
@@ -390,16 +390,16 @@ def goals(out: dict) -> dict:
                        "surely_worse": [r[name][k]["family_max_drop"]["family"]
                                         for k in ("sampled", "greedy")
                                         if r[name][k]["family_max_drop"]["surely_worse"]],
-                       "reached": min(out[f"{name}_ci_low"].values()) >= GOALS["carry_floor"]
+                       "reached": min(out[f"{name}_ci_low"].values()) >= TARGETS["carry_floor"]
                        and not any(r[name][k]["family_max_drop"]["surely_worse"]
                                    for k in ("sampled", "greedy"))}
     if "humaneval_ci_low" in out:
         g["humaneval"] = {"ci_low": out["humaneval_ci_low"],
-                          "reached": out["humaneval_ci_low"] >= GOALS["humaneval_floor"]}
+                          "reached": out["humaneval_ci_low"] >= TARGETS["humaneval_floor"]}
     v = out["vs_best_temperature"]
-    g["vs_best_temperature"] = {**v, "reached": v["delta"] >= GOALS["vs_best_temperature"]
+    g["vs_best_temperature"] = {**v, "reached": v["delta"] >= TARGETS["vs_best_temperature"]
                                 and v["ci_low"] > 0}
-    g["live"] = {m: {"p": e["p"], "reached": e["p"] <= GOALS["live_p"]}
+    g["live"] = {m: {"p": e["p"], "reached": e["p"] <= TARGETS["live_p"]}
                  for m, e in out["live"].items() if "p" in e}
     return g
 
@@ -505,7 +505,7 @@ def write_pooled(args, pools: dict[str, Path]) -> None:
         "pairs": args.pairs, "cycles": args.cycles, "config": str(args.config),
         "serving_temperature": SERVING_T, "sealed_samples": SEALED_SAMPLES,
         "carry_samples": CARRY_SAMPLES, "grid": list(GRID), "humaneval": args.humaneval,
-        "pools": {k: str(v) for k, v in pools.items()}, "goals": GOALS},
+        "pools": {k: str(v) for k, v in pools.items()}, "targets": TARGETS},
         "complete": not missing, "missing_units": missing,
         "units": {f"seed{s}_{a}": {
             "date": u.get("date"), "commit": u.get("commit"), "load1": u.get("load1"),
@@ -529,9 +529,9 @@ def report(result: dict) -> None:
         print(f"pooled rl gain {result['pooled_rl_gain']:+.3f}, placebo "
               f"{result['pooled_placebo_gain']:+.3f}, sign-flip p {result['primary_p']}")
     partial = "" if result["complete"] else " (so far)"
-    for name, g in (result.get("goals") or {}).items():
+    for name, g in (result.get("targets") or {}).items():
         if "reached" in g:
-            print(f"goal {name}: {'reached' if g['reached'] else 'not reached'}{partial}")
+            print(f"target {name}: {'met' if g['reached'] else 'not met'}{partial}")
 
 
 if __name__ == "__main__":

@@ -133,7 +133,7 @@ def test_the_proof_runs_a_pair_scores_its_champions_and_pools_it(tmp_path):
     assert r["primary_p"] in (0.5, 1.0)  # one pair: 1/2 when rl is above placebo, else 1
     assert {"sampled", "greedy"} == set(r["transfer_ci_low"]) == set(r["guard_ci_low"])
     assert r["vs_best_temperature"]["first_best"] in ("greedy", "0.3", "0.8")
-    assert set(r["goals"]) >= {"rl_above_placebo", "pooled_rl_gain", "promotions", "transfer",
+    assert set(r["targets"]) >= {"rl_above_placebo", "pooled_rl_gain", "promotions", "transfer",
                                "guard", "vs_best_temperature", "live"}
     unit = r["units"]["seed0_rl"]
     assert Path(unit["checkpoints"]["first"]).is_dir() and unit["commit"]

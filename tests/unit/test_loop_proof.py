@@ -1,5 +1,5 @@
 """bench/loop_proof.py: the proof's statistics (sign-flip test over pairs, family averages,
-family-clustered intervals, the first champion's best temperature), its goals, and the scored
+family-clustered intervals, the first champion's best temperature), its targets, and the scored
 pieces' cache (a piece is scored once per weights; two processes split the pieces)."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_the_pooled_figures_pair_each_rl_run_with_its_placebo():
     v = out["vs_best_temperature"]
     assert v["first_best"] == "0.3" and v["first_best_pass"] == 0.375
     assert v["delta"] == pytest.approx(0.4375 + 0.125 - 0.375)
-    g = out["goals"]
+    g = out["targets"]
     assert g["rl_above_placebo"]["pairs"] == 2 and not g["rl_above_placebo"]["reached"]
     assert g["pooled_rl_gain"]["reached"] and g["promotions"]["reached"]
     assert g["guard"]["reached"] and g["humaneval"]["reached"]
