@@ -76,6 +76,45 @@ def complete(path: Path) -> bool:
         return False
 
 
+def suite_results(run_dir: Path, arm: str) -> Path:
+    """Where the gate of a unit's arm keeps its suite results (``bench.loop_real`` runs the arm's
+    cycles in ``run_dir/arm``)."""
+    from gating.gate import SUITE_CACHE
+    from ratchet.cycle import GATE_DIR
+
+    return run_dir / arm / GATE_DIR / SUITE_CACHE
+
+
+def gather_suite_results(workdir: Path) -> Path:
+    """``workdir/suite-cache``, made to hold every suite result the units under ``workdir`` have
+    computed so far (those cut short too: a result is whole or absent)."""
+    from gating.gate import SUITE_CACHE
+    from ratchet.cycle import GATE_DIR
+
+    shared = workdir / SUITE_CACHE
+    for own in sorted(workdir.glob(f"seed*/*/*/{GATE_DIR}/{SUITE_CACHE}")):
+        share_suite_results(own, shared)
+    return shared
+
+
+def share_suite_results(src: Path, dst: Path) -> int:
+    """Copy into ``dst`` the suite results of ``src`` it lacks; how many. A result's file name is
+    its key (suite config with its sampling seed, drawn tasks, checkpoint hash), so a copied file
+    is the result the unit would compute: the first champion, decoded by the gate of a seed's rl
+    unit, is not decoded again by the placebo unit of that seed, nor a guard suite by any unit."""
+    if not src.is_dir():
+        return 0
+    dst.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    for f in sorted(src.glob("*.json")):
+        if not (dst / f.name).exists():
+            tmp = dst / f".{f.name}.part"
+            shutil.copyfile(f, tmp)
+            tmp.replace(dst / f.name)  # whole or absent: a stopped copy leaves no torn result
+            copied += 1
+    return copied
+
+
 def resumable(out: Path, run_dir: Path) -> bool:
     """Whether ``out`` is a unit cut short whose run folder is still there. Whether it was cut
     short with these settings is ``bench.loop_real --resume``'s to check: it refuses, with the
@@ -90,12 +129,17 @@ def resumable(out: Path, run_dir: Path) -> bool:
 def run_unit(seed: int, arm: str, *, cycles: int, config: Path, units: Path, workdir: Path,
              extra: list[str], fresh: bool = False) -> None:
     """One ``bench.loop_real`` process for (seed, arm): resuming the unit cut short, else (or
-    with ``fresh``) from its start; stopped by PID when this process is stopped."""
+    with ``fresh``) from its start; stopped by PID when this process is stopped. Suite results
+    the units under ``workdir`` have computed are copied into its gate's before it starts
+    (:func:`gather_suite_results`, :func:`share_suite_results`)."""
     out, run_dir = unit_file(units, seed, arm), workdir / f"seed{seed}" / arm
+    shared = gather_suite_results(workdir)
     resume = not fresh and resumable(out, run_dir)
     if not resume:
         shutil.rmtree(run_dir, ignore_errors=True)  # from its start, whole
         out.unlink(missing_ok=True)
+    if n := share_suite_results(shared, suite_results(run_dir, arm)):
+        say(f"seed {seed} {arm}: {n} suite results already computed by other units")
     cmd = [sys.executable, "-m", "bench.loop_real", "--seed", str(seed), "--arm", arm,
            "--cycles", str(cycles), "--config", str(config), "--workdir", str(run_dir),
            "--out", str(out), *(["--resume"] if resume else []), *extra]

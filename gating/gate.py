@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 
 EXPERIMENT = "ratchet-gate"
 """Experiment of a gate run started outside any active run."""
+SUITE_CACHE = "suite-cache"
+"""Folder, under a gate's workdir, of its suite results, one file per suite cache key
+(:func:`suite_cache_key`): the same file is the same computation wherever it was made."""
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
@@ -283,7 +286,7 @@ class GateRunner:
         (a guard, named by ``guard`` in its progress line)."""
         key = suite_cache_key(self.config, ckpt, suite=suite, tasks=tasks) + (
             f"-{part}" if part else "")
-        path = self.workdir / "suite-cache" / f"{key}.json"
+        path = self.workdir / SUITE_CACHE / f"{key}.json"
         if path.exists():
             return SuiteResult.model_validate_json(path.read_text())
         result = self._run_suite(model, tasks, checker, suite,

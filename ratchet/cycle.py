@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 
 KILLED_REASON = "ratchet.killed_reason"
 ABANDONED = registry.ABANDONED
+GATE_DIR = "gate"
+"""Folder, under a cycle's workdir, of its gate decisions (and their suite results)."""
 
 
 @dataclass
@@ -595,7 +597,7 @@ class Cycle:
                 verdict = self._attempt(state, "gate", lambda: run_gate(
                     tracking_uri=self.tracking_uri, model_name=name, candidate_version=version,
                     champion_version=state.champion_version, config=self.config.gate,
-                    workdir=self.workdir / "gate", promote=False, guard=self._guard,
+                    workdir=self.workdir / GATE_DIR, promote=False, guard=self._guard,
                 ))
             state.verdict = {"passed": verdict.passed, "run_id": verdict.run_id,
                              "failed": ", ".join(verdict.failed_gates) or "none",
@@ -659,7 +661,7 @@ class Cycle:
         verdict = GateRunner(
             tracking_uri=self.tracking_uri, model_name=self.config.model_name,
             candidate_version=state.candidate_version, champion_version=state.champion_version,
-            config=self.config.gate, workdir=self.workdir / "gate", promote=False,
+            config=self.config.gate, workdir=self.workdir / GATE_DIR, promote=False,
             guard=self._guard,
         ).record_died(reason)
         registry.set_version_tags(self.tracking_uri, self.config.model_name,
@@ -722,7 +724,7 @@ class Cycle:
                 return
             verdict = run_audit(
                 tracking_uri=self.tracking_uri, model_name=name, plan=plan,
-                config=self.config.gate, workdir=self.workdir / "gate", guard=self._guard,
+                config=self.config.gate, workdir=self.workdir / GATE_DIR, guard=self._guard,
                 roll_back=self._serve,
             )
             passed, run_id, decision = verdict.passed, verdict.run_id, verdict.decision

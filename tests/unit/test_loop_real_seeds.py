@@ -211,6 +211,54 @@ def test_a_unit_cut_short_resumes_unless_fresh_or_its_folder_is_gone(tmp_path, m
     assert "--resume" not in commands[-1]
 
 
+def test_a_units_suite_results_reach_the_next_unit_before_it_starts(tmp_path, monkeypatch):
+    runs, units = tmp_path / "runs", tmp_path / "units"
+    units.mkdir()
+    seen = {}  # arm: the suite results its process found when it started
+
+    class Unit:  # the bench.loop_real process: its gate writes one result named by its arm
+        def __init__(self, cmd, cwd):
+            arm = cmd[cmd.index("--arm") + 1]
+            run_dir = Path(cmd[cmd.index("--workdir") + 1])
+            own = seeds.suite_results(run_dir, arm)
+            seen[arm] = sorted(f.name for f in own.glob("*.json")) if own.is_dir() else []
+            own.mkdir(parents=True, exist_ok=True)
+            (own / f"{arm}-champion-v1.json").write_text(json.dumps({"arm": arm}))
+            seeds.unit_file(units, 0, arm).write_text(json.dumps({"complete": True}))
+
+        def wait(self):
+            return 0
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(seeds.subprocess, "Popen", Unit)
+    unit = {"cycles": 1, "config": Path("c.json"), "units": units, "workdir": runs, "extra": []}
+    seeds.run_unit(0, "rl", **unit)
+    seeds.run_unit(0, "placebo", **unit)
+    assert seen == {"rl": [], "placebo": ["rl-champion-v1.json"]}
+    assert sorted(f.name for f in seeds.gather_suite_results(runs).glob("*")) == [
+        "placebo-champion-v1.json", "rl-champion-v1.json"]
+    # the gate writes there: a cycle's gate folder under the arm's folder
+    from gating.gate import SUITE_CACHE
+    from ratchet.cycle import GATE_DIR
+    assert seeds.suite_results(runs / "seed0" / "rl", "rl") == (
+        runs / "seed0" / "rl" / "rl" / GATE_DIR / SUITE_CACHE)
+
+
+def test_a_shared_result_never_overwrites_one_a_unit_has(tmp_path):
+    src, dst = tmp_path / "shared", tmp_path / "own"
+    src.mkdir()
+    dst.mkdir()
+    (src / "k1.json").write_text("shared")
+    (src / "k2.json").write_text("shared")
+    (dst / "k1.json").write_text("own")
+    assert seeds.share_suite_results(src, dst) == 1
+    assert (dst / "k1.json").read_text() == "own" and (dst / "k2.json").read_text() == "shared"
+    assert sorted(f.name for f in dst.iterdir()) == ["k1.json", "k2.json"]  # no part file left
+    assert seeds.share_suite_results(tmp_path / "absent", dst) == 0
+
+
 def test_last_candidates_pool_each_arm_and_the_rl_arm_against_the_placebo():
     tasks = _tasks({"f": 20, "g": 6})
     first = [False] * 20 + [True] * 6
