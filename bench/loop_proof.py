@@ -39,7 +39,8 @@ Units run seed by seed, each resumed where it was cut short (``bench.loop_real -
 rerun whole when it cannot be; a unit pools only once its cycles and its scores are complete.
 ``--out`` (default bench/results/loop_real.json) holds the pooled figures; the unit files and the
 scored pieces live under bench/results/ so they outlive the machine, the checkpoints under
-``--workdir``.
+``--workdir``: once a unit is scored, only its first and final champions' weights stay, each
+content on disk once (:func:`prune_unit`).
 """
 
 from __future__ import annotations
@@ -434,6 +435,38 @@ def score_unit(units: Path, seed: int, arm: str, cache: Path, pools: dict[str, P
                         "keys": keys})
 
 
+def prune_unit(units: Path, seed: int, arm: str, workdir: Path) -> int:
+    """Bytes freed in a scored unit's run folder: every weights file but its first and final
+    champions' goes (the registry's copies, the replicas' and the gate's, the last candidate; the
+    MLflow store with each gate verdict stays), and the kept ones become hard links into
+    ``workdir/weights/`` by content, so the first champion, the same in every unit, is on disk
+    once. A unit runs at about 16 GB: twelve would not fit beside each other unpruned."""
+    scores = unit_scores_file(units, seed, arm)
+    if not scores.is_file():
+        return 0
+    keep = [Path(p).resolve() for p in json.loads(scores.read_text())["checkpoints"].values()]
+    store, freed = workdir / "weights", 0
+    for f in sorted((workdir / f"seed{seed}" / arm).rglob("*.safetensors")):
+        if f.is_symlink() or not f.is_file():
+            continue
+        if not any(f.resolve().is_relative_to(k) for k in keep):
+            freed += f.stat().st_size
+            f.unlink()
+            continue
+        with open(f, "rb") as fh:
+            stored = store / f"{hashlib.file_digest(fh, 'sha256').hexdigest()}.safetensors"
+        store.mkdir(parents=True, exist_ok=True)
+        if not stored.exists():
+            os.link(f, stored)
+        elif not os.path.samefile(f, stored):
+            freed += f.stat().st_size
+            tmp = f.with_name(f".{f.name}.link")
+            tmp.unlink(missing_ok=True)
+            os.link(stored, tmp)
+            tmp.replace(f)  # the name is never missing: a stopped prune leaves a whole file
+    return freed
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -479,6 +512,9 @@ def main(argv: list[str] | None = None) -> None:
                                  "--no-scores", "--requests", str(requests), "--humaneval", "0",
                                  "--threads", str(args.threads), *extra])
                 score_unit(args.units, seed, arm, args.cache, pools, args.humaneval)
+                if freed := prune_unit(args.units, seed, arm, args.workdir):
+                    say(f"seed {seed} {arm}: {freed / 1e9:.1f} GB of weights no score needs "
+                        f"freed")
     write_pooled(args, pools)
 
 

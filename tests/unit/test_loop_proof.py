@@ -1,10 +1,12 @@
 """bench/loop_proof.py: the proof's statistics (sign-flip test over pairs, family averages,
 family-clustered intervals, the first champion's best temperature), its targets, and the scored
-pieces' cache (a piece is scored once per weights; two processes split the pieces)."""
+pieces' cache (a piece is scored once per weights; two processes split the pieces) and the pruning
+of a scored unit's weights."""
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -153,3 +155,36 @@ def test_a_piece_another_process_holds_is_left_and_then_waited_for(tmp_path):
     t.join(timeout=30)
     assert not t.is_alive() and calls == [4]
     assert json.loads((cache / f"{key}.json").read_text())["tasks"][0]["sampled"] == 0.5
+
+
+def test_a_scored_unit_keeps_its_first_and_final_weights_and_the_first_once(tmp_path):
+    units, runs = tmp_path / "units", tmp_path / "runs"
+    units.mkdir()
+
+    def unit(arm: str, final: bytes) -> dict[str, Path]:
+        base = runs / "seed0" / arm / arm
+        files = {"first": base / "scored/v1/first", "final": base / "scored/v2/final",
+                 "registry": base / "mlflow/artifacts/m-1/first", "last": base / "scored/v4/last"}
+        content = {"first": b"A" * 10, "registry": b"A" * 10, "final": final, "last": b"C" * 30}
+        for name, folder in files.items():
+            folder.mkdir(parents=True)
+            (folder / "model.safetensors").write_bytes(content[name])
+        (base / "mlflow/artifacts/m-1/verdict.json").write_text("{}")
+        lp.unit_scores_file(units, 0, arm).write_text(json.dumps(
+            {"checkpoints": {"first": str(files["first"]), "final": str(files["final"])}}))
+        return files
+
+    rl, placebo = unit("rl", b"B" * 20), unit("placebo", b"A" * 10)  # placebo never promoted
+    assert lp.prune_unit(units, 0, "rl", runs) == 10 + 30  # registry copy and last candidate
+    assert lp.prune_unit(units, 0, "placebo", runs) == 10 + 30 + 10 + 10  # and two links
+    for files in (rl, placebo):
+        assert not (files["registry"] / "model.safetensors").exists()
+        assert not (files["last"] / "model.safetensors").exists()
+        assert (files["registry"].parent / "verdict.json").exists()
+    assert (rl["final"] / "model.safetensors").read_bytes() == b"B" * 20
+    firsts = [f["first"] / "model.safetensors" for f in (rl, placebo)]
+    firsts.append(placebo["final"] / "model.safetensors")
+    assert all(os.path.samefile(firsts[0], f) and f.read_bytes() == b"A" * 10 for f in firsts)
+    assert len(list((runs / "weights").iterdir())) == 2  # A and B, each once
+    assert lp.prune_unit(units, 0, "rl", runs) == 0  # nothing more to free
+    assert lp.prune_unit(units, 1, "rl", runs) == 0  # not scored: untouched
