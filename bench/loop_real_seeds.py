@@ -89,11 +89,10 @@ def gather_suite_results(workdir: Path) -> Path:
     """``workdir/suite-cache``, made to hold every suite result the units under ``workdir`` have
     computed so far (those cut short too: a result is whole or absent)."""
     from gating.gate import SUITE_CACHE
-    from ratchet.cycle import GATE_DIR
 
     shared = workdir / SUITE_CACHE
-    for own in sorted(workdir.glob(f"seed*/*/*/{GATE_DIR}/{SUITE_CACHE}")):
-        share_suite_results(own, shared)
+    for run_dir in sorted(workdir.glob("seed*/*")):  # a unit's run folder: seed{S}/{arm}
+        share_suite_results(suite_results(run_dir, run_dir.name), shared)
     return shared
 
 
