@@ -494,9 +494,11 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--arms: a comma list of rl, placebo")
     from bench.loop_real_seeds import complete, run_unit, unit_file
     from ratchet.config import load_config
+    from ratchet.console import setup as route_logs
     from runtime.services import unwind_on_sigterm
 
     unwind_on_sigterm()  # SIGTERM stops the running unit, by PID
+    route_logs(args.workdir / "loop_proof.log")  # scoring's progress lines reach the terminal
     pools = {name: getattr(args, f"{name}_file") for name in POOLS}
     preset = load_config(args.config, check_paths=False)
     requests = preset.simulator.requests_per_round

@@ -188,3 +188,24 @@ def test_a_scored_unit_keeps_its_first_and_final_weights_and_the_first_once(tmp_
     assert len(list((runs / "weights").iterdir())) == 2  # A and B, each once
     assert lp.prune_unit(units, 0, "rl", runs) == 0  # nothing more to free
     assert lp.prune_unit(units, 1, "rl", runs) == 0  # not scored: untouched
+
+
+def test_scoring_shows_its_progress_and_logs_it_beside_the_units(tmp_path, monkeypatch, capsys):
+    """A piece decodes for half an hour: its progress lines (runtime/progress.py logs them) reach
+    the terminal and a log file in the workdir."""
+    import logging
+
+    def pool_with_progress(args, pools):
+        logging.getLogger("ratchet.progress").info("sealed (41 tasks): 8/41 task, ~600 s left")
+
+    monkeypatch.setattr(lp, "write_pooled", pool_with_progress)
+    try:
+        lp.main(["--pool-only", "--units", str(tmp_path / "units"), "--workdir",
+                 str(tmp_path / "runs")])
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+    finally:
+        for handler in list(logging.getLogger().handlers):
+            logging.getLogger().removeHandler(handler)
+    assert "8/41 task" in capsys.readouterr().err
+    assert "8/41 task" in (tmp_path / "runs" / "loop_proof.log").read_text()
