@@ -199,6 +199,7 @@ def test_scoring_shows_its_progress_and_logs_it_beside_the_units(tmp_path, monke
         logging.getLogger("ratchet.progress").info("sealed (41 tasks): 8/41 task, ~600 s left")
 
     monkeypatch.setattr(lp, "write_pooled", pool_with_progress)
+    env = dict(os.environ)  # console.setup's defaults are undone after the test
     try:
         lp.main(["--pool-only", "--units", str(tmp_path / "units"), "--workdir",
                  str(tmp_path / "runs")])
@@ -207,5 +208,8 @@ def test_scoring_shows_its_progress_and_logs_it_beside_the_units(tmp_path, monke
     finally:
         for handler in list(logging.getLogger().handlers):
             logging.getLogger().removeHandler(handler)
+        logging.captureWarnings(False)
+        os.environ.clear()
+        os.environ.update(env)
     assert "8/41 task" in capsys.readouterr().err
     assert "8/41 task" in (tmp_path / "runs" / "loop_proof.log").read_text()
