@@ -105,3 +105,21 @@ def off_device():
             yield rec.seen
 
     return record
+
+
+@pytest.fixture
+def routed_logs() -> Iterator[None]:
+    """For a test that routes logging through ratchet/console.py in this process: afterwards the
+    handlers it added are removed and closed, warnings are no longer captured and the environment
+    is as it was (its library defaults undone)."""
+    import logging
+
+    root, env = logging.getLogger(), dict(os.environ)
+    before = list(root.handlers)
+    yield
+    for handler in [h for h in root.handlers if h not in before]:
+        root.removeHandler(handler)
+        handler.close()
+    logging.captureWarnings(False)
+    os.environ.clear()
+    os.environ.update(env)

@@ -190,7 +190,8 @@ def test_a_scored_unit_keeps_its_first_and_final_weights_and_the_first_once(tmp_
     assert lp.prune_unit(units, 1, "rl", runs) == 0  # not scored: untouched
 
 
-def test_scoring_shows_its_progress_and_logs_it_beside_the_units(tmp_path, monkeypatch, capsys):
+def test_scoring_shows_its_progress_and_logs_it_beside_the_units(tmp_path, monkeypatch, capsys,
+                                                                 routed_logs):
     """A piece decodes for half an hour: its progress lines (runtime/progress.py logs them) reach
     the terminal and a log file in the workdir."""
     import logging
@@ -199,17 +200,7 @@ def test_scoring_shows_its_progress_and_logs_it_beside_the_units(tmp_path, monke
         logging.getLogger("ratchet.progress").info("sealed (41 tasks): 8/41 task, ~600 s left")
 
     monkeypatch.setattr(lp, "write_pooled", pool_with_progress)
-    env = dict(os.environ)  # console.setup's defaults are undone after the test
-    try:
-        lp.main(["--pool-only", "--units", str(tmp_path / "units"), "--workdir",
-                 str(tmp_path / "runs")])
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-    finally:
-        for handler in list(logging.getLogger().handlers):
-            logging.getLogger().removeHandler(handler)
-        logging.captureWarnings(False)
-        os.environ.clear()
-        os.environ.update(env)
+    lp.main(["--pool-only", "--units", str(tmp_path / "units"),
+             "--workdir", str(tmp_path / "runs")])
     assert "8/41 task" in capsys.readouterr().err
     assert "8/41 task" in (tmp_path / "runs" / "loop_proof.log").read_text()

@@ -485,20 +485,13 @@ def test_demo_cycle_report_is_one_line_and_a_row_with_the_header_once():
     assert "v3/v2" in later[1] and "gated" not in later[1]
 
 
-def test_details_a_summary_repeats_go_to_the_log_file_only(tmp_path, capsys):
+def test_details_a_summary_repeats_go_to_the_log_file_only(tmp_path, capsys, routed_logs):
     from ratchet import console
 
     console.setup(tmp_path / "r.log")
-    try:
-        log = logging.getLogger("ratchet.cycle")
-        log.info("stage gate took 4.0 s", extra={"terminal": False})
-        log.info("cycle 1 (1 of 1): rejected")
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-    finally:
-        for handler in list(logging.getLogger().handlers):
-            logging.getLogger().removeHandler(handler)
-            handler.close()
+    log = logging.getLogger("ratchet.cycle")
+    log.info("stage gate took 4.0 s", extra={"terminal": False})
+    log.info("cycle 1 (1 of 1): rejected")
     err = capsys.readouterr().err
     assert "cycle 1 (1 of 1): rejected" in err and "stage gate took" not in err
     import runtime.progress
