@@ -435,6 +435,32 @@ def score_unit(units: Path, seed: int, arm: str, cache: Path, pools: dict[str, P
                         "keys": keys})
 
 
+def lost_champions(units: Path, seed: int, arm: str) -> list[str]:
+    """The champions of a complete, unscored unit whose weights are no longer on disk: its run
+    folder went with the machine it ran on (only ``bench/results`` outlives one), so the unit
+    cannot be scored and must run again."""
+    from bench.loop_real_seeds import complete, unit_file
+
+    out = unit_file(units, seed, arm)
+    if not complete(out) or unit_scores_file(units, seed, arm).is_file():
+        return []
+    sc = json.loads(out.read_text())["scores"]
+    return [which for which, key in (("first", "first"), ("final", f"{arm}-final"))
+            if not any(Path(sc[key]["path"]).glob("*.safetensors"))]
+
+
+def set_aside(units: Path, seed: int, arm: str) -> Path:
+    """Move a unit's record out of the way of its rerun, kept beside the units as
+    ``seed{S}_{arm}.lost{n}.json`` (its figures stay on record; only the rerun pools)."""
+    from bench.loop_real_seeds import unit_file
+
+    out, n = unit_file(units, seed, arm), 1
+    while (kept := out.with_name(f"{out.stem}.lost{n}.json")).exists():
+        n += 1
+    out.replace(kept)
+    return kept
+
+
 def prune_unit(units: Path, seed: int, arm: str, workdir: Path) -> int:
     """Bytes freed in a scored unit's run folder: every weights file but its first and final
     champions' goes (the registry's copies, the replicas' and the gate's, the last candidate; the
@@ -508,6 +534,11 @@ def main(argv: list[str] | None = None) -> None:
         torch_threads(args.threads)
         for seed in range(args.pairs):
             for arm in arms:
+                if lost := lost_champions(args.units, seed, arm):
+                    kept = set_aside(args.units, seed, arm)
+                    say(f"seed {seed} {arm}: the weights of its {' and '.join(lost)} champion "
+                        f"are gone with the machine it ran on; its record is kept as "
+                        f"{kept.name} and the unit runs again from its start")
                 if not complete(unit_file(args.units, seed, arm)):
                     run_unit(seed, arm, cycles=args.cycles, config=args.config, units=args.units,
                              workdir=args.workdir, extra=[

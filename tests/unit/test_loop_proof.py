@@ -204,3 +204,40 @@ def test_scoring_shows_its_progress_and_logs_it_beside_the_units(tmp_path, monke
              "--workdir", str(tmp_path / "runs")])
     assert "8/41 task" in capsys.readouterr().err
     assert "8/41 task" in (tmp_path / "runs" / "loop_proof.log").read_text()
+
+
+def test_a_unit_whose_weights_went_with_its_machine_is_kept_on_record_and_run_again(
+        tmp_path, monkeypatch, routed_logs):
+    """Only bench/results outlives a machine: a complete unit left unscored when its run folder
+    went cannot be scored (the key of weights that are not there is refused), so its record is
+    set aside and the unit runs again whole; a scored unit, or one whose weights are there, is
+    left as it is."""
+    import bench.loop_real_seeds as seeds
+
+    units, runs = tmp_path / "units", tmp_path / "runs"
+    units.mkdir()
+    here = _ckpt(tmp_path, "here", b"A")
+
+    def record(seed: int, arm: str, final: Path) -> None:
+        seeds.unit_file(units, seed, arm).write_text(json.dumps({"complete": True, "scores": {
+            "first": {"version": 1, "path": str(here)},
+            f"{arm}-final": {"version": 2, "path": str(final)}}}))
+
+    record(0, "rl", tmp_path / "gone")
+    record(0, "placebo", here)
+    (units / "seed0_rl.lost1.json").write_text("{}")  # lost once before
+    assert lp.lost_champions(units, 0, "rl") == ["final"]
+    assert lp.lost_champions(units, 0, "placebo") == []
+    with pytest.raises(FileNotFoundError):
+        lp.piece_key(tmp_path / "gone", _wanted(tmp_path)["sealed"])
+    ran, scored = [], []
+    monkeypatch.setattr(seeds, "run_unit", lambda seed, arm, **kw: (
+        ran.append((seed, arm)), record(seed, arm, here)))
+    monkeypatch.setattr(lp, "score_unit", lambda units, seed, arm, *a: scored.append((seed, arm)))
+    monkeypatch.setattr(lp, "write_pooled", lambda args, pools: None)
+    monkeypatch.setattr(lp, "torch_threads", lambda n: None)
+    lp.main(["--pairs", "1", "--units", str(units), "--workdir", str(runs)])
+    assert ran == [(0, "rl")] and scored == [(0, "rl"), (0, "placebo")]
+    assert json.loads((units / "seed0_rl.lost2.json").read_text())["scores"]["rl-final"][
+        "path"] == str(tmp_path / "gone")
+    assert lp.lost_champions(units, 0, "rl") == []
