@@ -449,14 +449,119 @@ def lost_champions(units: Path, seed: int, arm: str) -> list[str]:
             if not any(Path(sc[key]["path"]).glob("*.safetensors"))]
 
 
+def lineage_file(units: Path, seed: int, arm: str) -> Path:
+    return units / f"seed{seed}_{arm}.lineage.json"
+
+
+def weight_digests(ckpt: Path) -> dict[str, str]:
+    """File name -> sha256 of each weights file of a checkpoint folder."""
+    out = {}
+    for f in sorted(Path(ckpt).glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            out[f.name] = hashlib.file_digest(fh, "sha256").hexdigest()
+    return out
+
+
+def keep_lineage(units: Path, seed: int, arm: str) -> Path | None:
+    """Keep beside a complete unit's record (under bench/results, which outlives the machine)
+    what trains its champions again (:func:`rebuild_champions`): the first champion's weight
+    digests and, for each champion promoted on the way to the final one, its version, parent
+    version, trainer config, the rows it was trained on (``trainer.recipe.TRAIN_ROWS``, copied
+    as ``seed{S}_{arm}.v{N}.parquet``) and its weight digests. None where a champion lacks its
+    rows (trained before checkpoints kept them): that unit's weights cannot be rebuilt."""
+    import shutil
+
+    from bench.loop_real_seeds import unit_file
+    from policy.toy.checkpoint import load_metadata
+    from trainer.recipe import TRAIN_ROWS
+
+    out = lineage_file(units, seed, arm)
+    if out.is_file():
+        return out
+    sc = json.loads(unit_file(units, seed, arm).read_text())["scores"]
+    first, final = sc["first"], sc[f"{arm}-final"]
+    if not weight_digests(Path(first["path"])):
+        return None
+    chain, ckpt, version = [], Path(final["path"]), final["version"]
+    while version != first["version"]:
+        meta = load_metadata(ckpt)
+        if not (ckpt / TRAIN_ROWS).is_file():
+            return None
+        rows = f"{out.name.removesuffix('.lineage.json')}.v{version}.parquet"
+        shutil.copyfile(ckpt / TRAIN_ROWS, units / rows)
+        chain.insert(0, {"version": version, "parent_version": meta["parent_version"],
+                         "trainer_config": meta["trainer_config"], "rows": rows,
+                         "weights": weight_digests(ckpt)})
+        ckpt, version = Path(meta["parent"]), meta["parent_version"]
+    _write_atomic(out, {"seed": seed, "arm": arm, "first": {
+        "version": first["version"], "weights": weight_digests(Path(first["path"]))},
+        "final": {"version": final["version"], "path": final["path"]}, "chain": chain})
+    return out
+
+
+def rebuild_champions(units: Path, seed: int, arm: str, config: Path, workdir: Path) -> bool:
+    """Put a unit's first and final champions back where its record says they are, from its
+    lineage: the first champion built from the preset, each later one trained again from its
+    parent on the rows it was trained on; True when every weights file has the digest it had
+    (else the unit cannot be scored as it ran, and must run again)."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from bench.loop_real_seeds import unit_file
+    from ratchet.bootstrap import hf_first_champion
+    from ratchet.config import load_config
+    from trainer.config import TrainerConfig
+    from trainer.recipe import run_training
+
+    path = lineage_file(units, seed, arm)
+    if not path.is_file():
+        return False
+    lineage = json.loads(path.read_text())
+    sc = json.loads(unit_file(units, seed, arm).read_text())["scores"]
+    first = Path(sc["first"]["path"])
+    if weight_digests(first) != lineage["first"]["weights"]:
+        built, _ = hf_first_champion(load_config(config, check_paths=False), workdir=workdir)
+        shutil.rmtree(first, ignore_errors=True)
+        shutil.copytree(built, first)
+        if weight_digests(first) != lineage["first"]["weights"]:
+            say(f"seed {seed} {arm}: the first champion built here differs from the unit's")
+            return False
+    parent = first
+    for step in lineage["chain"]:
+        final = step["version"] == lineage["final"]["version"]
+        out = Path(sc[f"{arm}-final"]["path"]) if final else \
+            workdir / "rebuilt" / f"seed{seed}" / arm / f"v{step['version']}"
+        if weight_digests(out) != step["weights"]:
+            t0 = time.perf_counter()
+            say(f"seed {seed} {arm}: training v{step['version']} again from "
+                f"v{step['parent_version']} on its {step['rows']}")
+            shutil.rmtree(out, ignore_errors=True)
+            run_training(parent, pq.read_table(units / step["rows"]),
+                         TrainerConfig.model_validate(step["trainer_config"]), out,
+                         current_version=step["parent_version"])
+            same = weight_digests(out) == step["weights"]
+            say(f"seed {seed} {arm}: v{step['version']} trained again in "
+                f"{time.perf_counter() - t0:.0f} s: "
+                f"{'the same weights' if same else 'other weights than the unit had'}")
+            if not same:
+                return False
+        parent = out
+    return True
+
+
 def set_aside(units: Path, seed: int, arm: str) -> Path:
     """Move a unit's record out of the way of its rerun, kept beside the units as
-    ``seed{S}_{arm}.lost{n}.json`` (its figures stay on record; only the rerun pools)."""
+    ``seed{S}_{arm}.lost{n}.json``, its lineage files renamed alike (its figures stay on record;
+    only the rerun pools)."""
     from bench.loop_real_seeds import unit_file
 
     out, n = unit_file(units, seed, arm), 1
     while (kept := out.with_name(f"{out.stem}.lost{n}.json")).exists():
         n += 1
+    for f in units.glob(f"{out.stem}.*"):  # its lineage and rows go with it
+        if not f.name.startswith(f"{out.stem}.lost") and f != out:
+            f.replace(units / f"{out.stem}.lost{n}.{f.name.removeprefix(out.stem + '.')}")
     out.replace(kept)
     return kept
 
@@ -534,7 +639,8 @@ def main(argv: list[str] | None = None) -> None:
         torch_threads(args.threads)
         for seed in range(args.pairs):
             for arm in arms:
-                if lost := lost_champions(args.units, seed, arm):
+                if (lost := lost_champions(args.units, seed, arm)) and not rebuild_champions(
+                        args.units, seed, arm, args.config, args.workdir):
                     kept = set_aside(args.units, seed, arm)
                     say(f"seed {seed} {arm}: the weights of its {' and '.join(lost)} champion "
                         f"are gone with the machine it ran on; its record is kept as "
@@ -544,6 +650,10 @@ def main(argv: list[str] | None = None) -> None:
                              workdir=args.workdir, extra=[
                                  "--no-scores", "--requests", str(requests), "--humaneval", "0",
                                  "--threads", str(args.threads), *extra])
+                if not unit_scores_file(args.units, seed, arm).is_file() and \
+                        not keep_lineage(args.units, seed, arm):
+                    say(f"seed {seed} {arm}: a champion without the rows it was trained on; its "
+                        f"weights cannot be rebuilt if they are lost before it is scored")
                 score_unit(args.units, seed, arm, args.cache, pools, args.humaneval)
                 if freed := prune_unit(args.units, seed, arm, args.workdir):
                     say(f"seed {seed} {arm}: {freed / 1e9:.1f} GB of weights no score needs "

@@ -58,8 +58,7 @@ def ensure_champion(config: RatchetConfig, *, tracking_uri: str, workdir: Path) 
         start = time.perf_counter()
         origin = _origin(config)
         if config.policy.type == "hf":
-            out, cached = _hf_champion_cached(config.policy, seed=cfg.seed, steps=cfg.sft_steps,
-                                              workdir=workdir)
+            out, cached = hf_first_champion(config, workdir=workdir)
         elif config.policy.path is not None:
             out, cached = config.policy.path, True
         else:
@@ -140,6 +139,14 @@ def _warm_start_cached(model_config, *, seed: int, steps: int) -> tuple[Path, bo
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out, False
+
+
+def hf_first_champion(config: RatchetConfig, *, workdir: Path) -> tuple[Path, bool]:
+    """The folder of an HF preset's first champion (built once, then cached), and whether it was
+    cached: the same weights for the same policy config, warm start and library versions."""
+    cfg = config.champion
+    return _hf_champion_cached(config.policy, seed=cfg.seed, steps=cfg.sft_steps,
+                               workdir=workdir)
 
 
 def hf_champion_key(policy_config, *, seed: int, steps: int) -> str:

@@ -898,17 +898,27 @@ def _active_mlflow():  # -> the mlflow module when a run is active, else None
     return mlflow if mlflow.active_run() is not None else None
 
 
+TRAIN_ROWS = "train_rows.parquet"
+"""The rows a checkpoint was trained on, saved beside its weights by :func:`run_training`: with
+its metadata (parent, parent version, trainer config) they train it again from its parent, the
+same weights on the same kind of machine and thread count."""
+
+
 def run_training(champion_dir: Path, rows: pa.Table, config: TrainerConfig, out_dir: Path, *,
                  current_version: int | None = None,
                  ref_cache: dict | None = None) -> dict[str, float]:
-    """setup -> train -> save_checkpoint(out_dir) -> cleanup; returns the train metrics.
-    ``ref_cache``: see :class:`RLRecipe`."""
+    """setup -> train -> save_checkpoint(out_dir) (the rows beside it, :data:`TRAIN_ROWS`) ->
+    cleanup; returns the train metrics. ``ref_cache``: see :class:`RLRecipe`."""
+    import pyarrow.parquet as pq
+
     recipe = RLRecipe(champion_dir, rows, config, current_version=current_version,
                       ref_cache=ref_cache)
     try:
         recipe.setup()
         metrics = recipe.train()
         recipe.save_checkpoint(out_dir)
+        if recipe.rank == 0:
+            pq.write_table(rows, Path(out_dir) / TRAIN_ROWS)
     finally:
         recipe.cleanup()
     return metrics

@@ -14,6 +14,8 @@ import pytest
 
 from bench import loop_proof as lp
 
+ROOT_CONFIG = lp.ROOT / "configs" / "smollm2-pyfuncs.json"
+
 
 def test_sign_flip_p_is_exact_and_one_sided():
     assert lp.sign_flip_p([0.1] * 6) == 1 / 64
@@ -241,3 +243,53 @@ def test_a_unit_whose_weights_went_with_its_machine_is_kept_on_record_and_run_ag
     assert json.loads((units / "seed0_rl.lost2.json").read_text())["scores"]["rl-final"][
         "path"] == str(tmp_path / "gone")
     assert lp.lost_champions(units, 0, "rl") == []
+
+
+def test_a_lost_champion_is_trained_again_from_its_lineage_to_the_same_weights(tmp_path):
+    """A unit's lineage (bench/results) trains its final champion again from the first one on the
+    rows it was trained on, to the digests it had; weights that come out otherwise are refused,
+    and a unit set aside takes its lineage files with it."""
+    import shutil
+
+    import pyarrow.parquet as pq
+    import torch
+
+    import bench.loop_real_seeds as seeds
+    from policy.toy.checkpoint import save_checkpoint
+    from policy.toy.model import MoEConfig, MoETransformer
+    from tasks.toy import generate_tasks
+    from trainer.config import TrainerConfig
+    from trainer.recipe import TRAIN_ROWS, run_training
+    from trainer.rollout import sample_rows
+
+    torch.manual_seed(0)
+    model = MoETransformer(MoEConfig(d_model=32, n_layers=2, n_heads=2, n_experts=4, top_k=2,
+                                     d_ff=48, max_seq_len=160)).eval()
+    first = save_checkpoint(model, tmp_path / "run" / "v1", metadata={"model_version": 1})
+    rows = sample_rows(model, generate_tasks(4, seed=0, split="train"), samples_per_task=2,
+                       temperature=1.0, model_version=1, seed=0, max_new_tokens=6)
+    final = tmp_path / "run" / "v2"
+    run_training(first, rows, TrainerConfig(steps=2, batch_size=4, lr=1e-3), final,
+                 current_version=1)
+    units, work = tmp_path / "units", tmp_path / "work"
+    units.mkdir()
+    seeds.unit_file(units, 0, "rl").write_text(json.dumps({"complete": True, "scores": {
+        "first": {"version": 1, "path": str(first)},
+        "rl-final": {"version": 2, "path": str(final)}}}))
+    digests = lp.weight_digests(final)
+
+    lineage = json.loads(lp.keep_lineage(units, 0, "rl").read_text())
+    assert [(s["version"], s["parent_version"]) for s in lineage["chain"]] == [(2, 1)]
+    assert pq.read_table(units / lineage["chain"][0]["rows"]).equals(rows)
+    shutil.rmtree(final)
+    assert lp.lost_champions(units, 0, "rl") == ["final"]
+    assert lp.rebuild_champions(units, 0, "rl", ROOT_CONFIG, work)
+    assert lp.weight_digests(final) == digests and (final / TRAIN_ROWS).is_file()
+    assert lp.lost_champions(units, 0, "rl") == []
+
+    lineage["chain"][0]["weights"] = {"model.safetensors": "0" * 64}  # weights it never had
+    lp.lineage_file(units, 0, "rl").write_text(json.dumps(lineage))
+    assert not lp.rebuild_champions(units, 0, "rl", ROOT_CONFIG, work)
+    assert lp.set_aside(units, 0, "rl").name == "seed0_rl.lost1.json"
+    assert sorted(f.name for f in units.iterdir()) == [
+        "seed0_rl.lost1.json", "seed0_rl.lost1.lineage.json", "seed0_rl.lost1.v2.parquet"]

@@ -1,13 +1,14 @@
 """The RL recipe end to end on a tiny model: staleness, negatives kept, checkpoint written."""
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
 from policy.toy.checkpoint import load_checkpoint, load_metadata, save_checkpoint
 from tasks.toy import generate_tasks
 from trainer.config import TrainerConfig
-from trainer.recipe import RLRecipe, run_training, staleness_weights
+from trainer.recipe import TRAIN_ROWS, RLRecipe, run_training, staleness_weights
 from trainer.rollout import sample_rows
 
 
@@ -63,6 +64,7 @@ def test_run_training_writes_loadable_checkpoint(champion, rows, tmp_path, objec
     cfg = TrainerConfig(steps=3, batch_size=4, lr=1e-3, max_staleness=100,
                         objective={"type": objective})
     metrics = run_training(champion, rows, cfg, tmp_path / "cand")
+    assert pq.read_table(tmp_path / "cand" / TRAIN_ROWS).equals(rows)  # it can be trained again
     for key in ("loss", "grad_norm", "clip_frac", "kl_theta_ref_k3", "ratio_mean",
                 "moe/load_entropy", "moe/over_capacity_frac", "moe/router_z_loss",
                 "mismatch_kl_replay", "rows_stale_dropped", "is_truncated_frac", "greedy_rows",
