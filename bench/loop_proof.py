@@ -611,6 +611,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--units", type=Path, default=RESULTS / "loop_proof_units")
     p.add_argument("--cache", type=Path, default=RESULTS / "loop_proof_scores")
     p.add_argument("--workdir", type=Path, default=ROOT / ".cache" / "loop_proof")
+    p.add_argument("--suites", type=Path, default=RESULTS / "loop_proof_suite_results",
+                   help="the gates' suite results, kept beside the units")
     p.add_argument("--out", type=Path, default=RESULTS / "loop_real.json")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads of each unit (default: the preset's torch_threads; 1 for "
@@ -623,7 +625,6 @@ def main(argv: list[str] | None = None) -> None:
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if not arms or any(a not in ("rl", "placebo") for a in arms):
         p.error("--arms: a comma list of rl, placebo")
-    from bench.loop_real_seeds import complete, run_unit, unit_file
     from ratchet.config import load_config
     from ratchet.console import setup as route_logs
     from runtime.services import unwind_on_sigterm
@@ -639,26 +640,46 @@ def main(argv: list[str] | None = None) -> None:
         torch_threads(args.threads)
         for seed in range(args.pairs):
             for arm in arms:
-                if (lost := lost_champions(args.units, seed, arm)) and not rebuild_champions(
-                        args.units, seed, arm, args.config, args.workdir):
-                    kept = set_aside(args.units, seed, arm)
-                    say(f"seed {seed} {arm}: the weights of its {' and '.join(lost)} champion "
-                        f"are gone with the machine it ran on; its record is kept as "
-                        f"{kept.name} and the unit runs again from its start")
-                if not complete(unit_file(args.units, seed, arm)):
-                    run_unit(seed, arm, cycles=args.cycles, config=args.config, units=args.units,
-                             workdir=args.workdir, extra=[
-                                 "--no-scores", "--requests", str(requests), "--humaneval", "0",
-                                 "--threads", str(args.threads), *extra])
-                if not unit_scores_file(args.units, seed, arm).is_file() and \
-                        not keep_lineage(args.units, seed, arm):
-                    say(f"seed {seed} {arm}: a champion without the rows it was trained on; its "
-                        f"weights cannot be rebuilt if they are lost before it is scored")
-                score_unit(args.units, seed, arm, args.cache, pools, args.humaneval)
-                if freed := prune_unit(args.units, seed, arm, args.workdir):
-                    say(f"seed {seed} {arm}: {freed / 1e9:.1f} GB of weights no score needs "
-                        f"freed")
+                proof_unit(args, seed, arm, pools, extra=[
+                    "--no-scores", "--requests", str(requests), "--humaneval", "0",
+                    "--threads", str(args.threads), *extra])
     write_pooled(args, pools)
+
+
+def proof_unit(args, seed: int, arm: str, pools: dict[str, Path], *, extra: list[str]) -> None:
+    """One unit: its weights trained again from its lineage when they are gone (else its record
+    set aside), run or resumed while not complete, its lineage kept, scored and pruned. The
+    gates' suite results live in ``args.suites`` too (under bench/results, so a unit on another
+    machine does not decode again the first champion that its pair's gate or a guard decoded)."""
+    from bench.loop_real_seeds import (
+        complete,
+        gather_suite_results,
+        run_unit,
+        share_suite_results,
+        unit_file,
+    )
+    from gating.gate import SUITE_CACHE
+
+    if (lost := lost_champions(args.units, seed, arm)) and not rebuild_champions(
+            args.units, seed, arm, args.config, args.workdir):
+        kept = set_aside(args.units, seed, arm)
+        say(f"seed {seed} {arm}: the weights of its {' and '.join(lost)} champion are gone with "
+            f"the machine it ran on; its record is kept as {kept.name} and the unit runs again "
+            f"from its start")
+    if not complete(unit_file(args.units, seed, arm)):
+        share_suite_results(args.suites, args.workdir / SUITE_CACHE)
+        try:
+            run_unit(seed, arm, cycles=args.cycles, config=args.config, units=args.units,
+                     workdir=args.workdir, extra=extra)
+        finally:
+            share_suite_results(gather_suite_results(args.workdir), args.suites)
+    if not unit_scores_file(args.units, seed, arm).is_file() and \
+            not keep_lineage(args.units, seed, arm):
+        say(f"seed {seed} {arm}: a champion without the rows it was trained on; its weights "
+            f"cannot be rebuilt if they are lost before it is scored")
+    score_unit(args.units, seed, arm, args.cache, pools, args.humaneval)
+    if freed := prune_unit(args.units, seed, arm, args.workdir):
+        say(f"seed {seed} {arm}: {freed / 1e9:.1f} GB of weights no score needs freed")
 
 
 def torch_threads(n: int) -> None:

@@ -213,7 +213,7 @@ def test_a_unit_whose_weights_went_with_its_machine_is_kept_on_record_and_run_ag
     """Only bench/results outlives a machine: a complete unit left unscored when its run folder
     went cannot be scored (the key of weights that are not there is refused), so its record is
     set aside and the unit runs again whole; a scored unit, or one whose weights are there, is
-    left as it is."""
+    left as it is. The gates' suite results outlive the machine beside the units."""
     import bench.loop_real_seeds as seeds
 
     units, runs = tmp_path / "units", tmp_path / "runs"
@@ -232,14 +232,27 @@ def test_a_unit_whose_weights_went_with_its_machine_is_kept_on_record_and_run_ag
     assert lp.lost_champions(units, 0, "placebo") == []
     with pytest.raises(FileNotFoundError):
         lp.piece_key(tmp_path / "gone", _wanted(tmp_path)["sealed"])
+    suites = tmp_path / "suites"  # the gates' suite results kept beside the units
+    suites.mkdir()
+    (suites / "champion.json").write_text("{}")
     ran, scored = [], []
-    monkeypatch.setattr(seeds, "run_unit", lambda seed, arm, **kw: (
-        ran.append((seed, arm)), record(seed, arm, here)))
+
+    def run_unit(seed: int, arm: str, **kw) -> None:
+        assert (runs / "suite-cache" / "champion.json").is_file()  # offered to the unit's gate
+        gate = seeds.suite_results(runs / f"seed{seed}" / arm, arm)
+        gate.mkdir(parents=True)
+        (gate / "candidate.json").write_text("{}")
+        ran.append((seed, arm))
+        record(seed, arm, here)
+
+    monkeypatch.setattr(seeds, "run_unit", run_unit)
     monkeypatch.setattr(lp, "score_unit", lambda units, seed, arm, *a: scored.append((seed, arm)))
     monkeypatch.setattr(lp, "write_pooled", lambda args, pools: None)
     monkeypatch.setattr(lp, "torch_threads", lambda n: None)
-    lp.main(["--pairs", "1", "--units", str(units), "--workdir", str(runs)])
+    lp.main(["--pairs", "1", "--units", str(units), "--workdir", str(runs), "--suites",
+             str(suites)])
     assert ran == [(0, "rl")] and scored == [(0, "rl"), (0, "placebo")]
+    assert sorted(f.name for f in suites.iterdir()) == ["candidate.json", "champion.json"]
     assert json.loads((units / "seed0_rl.lost2.json").read_text())["scores"]["rl-final"][
         "path"] == str(tmp_path / "gone")
     assert lp.lost_champions(units, 0, "rl") == []
