@@ -547,6 +547,7 @@ def rebuild_champions(units: Path, seed: int, arm: str, config: Path, workdir: P
             if not same:
                 return False
         parent = out
+    shutil.rmtree(workdir / "rebuilt" / f"seed{seed}" / arm, ignore_errors=True)  # way stations
     return True
 
 
