@@ -453,13 +453,15 @@ def lineage_file(units: Path, seed: int, arm: str) -> Path:
     return units / f"seed{seed}_{arm}.lineage.json"
 
 
+def sha256_of(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
 def weight_digests(ckpt: Path) -> dict[str, str]:
-    """File name -> sha256 of each weights file of a checkpoint folder."""
-    out = {}
-    for f in sorted(Path(ckpt).glob("*.safetensors")):
-        with open(f, "rb") as fh:
-            out[f.name] = hashlib.file_digest(fh, "sha256").hexdigest()
-    return out
+    """File name -> sha256 of each weights file of a checkpoint folder (its metadata, which names
+    folders of the machine it was written on, is left out)."""
+    return {f.name: sha256_of(f) for f in sorted(Path(ckpt).glob("*.safetensors"))}
 
 
 def keep_lineage(units: Path, seed: int, arm: str) -> Path | None:
@@ -585,8 +587,7 @@ def prune_unit(units: Path, seed: int, arm: str, workdir: Path) -> int:
             freed += f.stat().st_size
             f.unlink()
             continue
-        with open(f, "rb") as fh:
-            stored = store / f"{hashlib.file_digest(fh, 'sha256').hexdigest()}.safetensors"
+        stored = store / f"{sha256_of(f)}.safetensors"
         store.mkdir(parents=True, exist_ok=True)
         if not stored.exists():
             os.link(f, stored)
